@@ -1,0 +1,183 @@
+"""Every tunable of the protocol, in one validated attrs class.
+
+Set them from code (``Config(window=1024)``), from the environment (``BTL_WINDOW=1024``, as
+Open MPI's MCA parameters are set), or from the command line (``btl ... --set window=1024``).
+A bad value raises :class:`~btlcore.errors.ConfigError` naming the parameter and what is
+allowed.  Times are in seconds.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from .errors import ConfigError
+
+ENV_PREFIX = "BTL_"
+#: ``BTL_`` variables that are not protocol parameters: backend choice, seed, and anything
+#: under a backend's own prefix (``BTL_SIM_...``, ``BTL_UDP_...``, ``BTL_VERBS_...``).
+RESERVED_ENV = ("BTL_BACKEND", "BTL_SEED", "BTL_PLUGINS")
+RESERVED_ENV_PREFIXES = ("BTL_SIM_", "BTL_UDP_", "BTL_VERBS_", "BTL_TEST_")
+
+
+def _param(default: Any, doc: str, *, lo: float | None = None, hi: float | None = None,
+           choices: tuple[str, ...] | None = None) -> Any:
+    """An attrs field whose metadata carries its documentation and its allowed values."""
+    return attrs.field(default=default, metadata={"doc": doc, "lo": lo, "hi": hi, "choices": choices})
+
+
+def _allowed(field: attrs.Attribute) -> str:  # type: ignore[type-arg]
+    md = field.metadata
+    if md.get("choices"):
+        return "one of " + ", ".join(md["choices"])
+    if field.type in ("bool", bool):
+        return "true or false"
+    kind = "an integer" if field.type in ("int", int) else "a number"
+    lo, hi = md.get("lo"), md.get("hi")
+    if lo is not None and hi is not None:
+        return f"{kind} from {lo:g} to {hi:g}"
+    if lo is not None:
+        return f"{kind} >= {lo:g}"
+    return kind
+
+
+def _fail(field: attrs.Attribute, value: Any) -> ConfigError:  # type: ignore[type-arg]
+    return ConfigError(
+        f"bad value {value!r} for parameter {field.name!r} ({ENV_PREFIX}{field.name.upper()}): "
+        f"allowed is {_allowed(field)}"
+    )
+
+
+def _validate(inst: Config, field: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    md = field.metadata
+    if field.type in ("bool", bool):
+        if not isinstance(value, bool):
+            raise _fail(field, value)
+        return
+    if md.get("choices"):
+        if value not in md["choices"]:
+            raise _fail(field, value)
+        return
+    if field.type in ("int", int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    if not ok:
+        raise _fail(field, value)
+    if (md.get("lo") is not None and value < md["lo"]) or (md.get("hi") is not None and value > md["hi"]):
+        raise _fail(field, value)
+
+
+@attrs.define(slots=True, frozen=True, field_transformer=lambda cls, fields: [
+    f.evolve(validator=_validate) for f in fields])
+class Config:
+    """The protocol's tunables.  Defaults follow usnic where it had one (window 4096,
+    priority limit 768 B, 16 resends per pass, 5 ms fixed timeout) and the stronger peers
+    where it did not (adaptive RTO, retry limit, peer timeout)."""
+
+    window: int = _param(4096, "send and receive window, in segments", lo=8, hi=1 << 20)
+    ordered: bool = _param(True, "deliver each peer's messages in send order (false: as they complete, like usnic and SRD)")
+    mtu: int = _param(0, "largest datagram to send, bytes; 0 takes the device's MTU", lo=0, hi=65507)
+    priority_limit: int = _param(768, "datagrams up to this size (bytes) go on the priority channel; 0 disables it", lo=0, hi=65507)
+    max_message_size: int = _param(64 << 20, "largest message accepted for send or reassembly, bytes", lo=1, hi=(1 << 32) - 1)
+    max_reassemblies: int = _param(2048, "concurrent chunked messages in reassembly per peer", lo=1, hi=1 << 20)
+    ack_delay: float = _param(200e-6, "delay before a standalone ACK, seconds", lo=0.0, hi=1.0)
+    ack_frequency: int = _param(8, "send a standalone ACK at once after this many unacknowledged segments", lo=1, hi=1 << 16)
+    fast_retransmit_threshold: int = _param(3, "a segment is declared lost once this many later transmissions were ACKed", lo=1, hi=1024)
+    rto_mode: str = _param("adaptive", "retransmit timeout: adaptive (RTT-based, backoff) or fixed (usnic's retrans_timeout)", choices=("adaptive", "fixed"))
+    rto_initial: float = _param(0.02, "retransmit timeout before any RTT sample, seconds", lo=1e-6, hi=60.0)
+    rto_min: float = _param(0.001, "lower bound of the adaptive retransmit timeout, seconds", lo=1e-6, hi=60.0)
+    rto_max: float = _param(2.0, "upper bound of the retransmit timeout after backoff, seconds", lo=1e-6, hi=600.0)
+    retrans_timeout: float = _param(0.005, "the fixed retransmit timeout (rto_mode=fixed), seconds", lo=1e-6, hi=60.0)
+    max_resends_per_pass: int = _param(16, "cap on retransmissions per progress pass (usnic's storm fix)", lo=1, hi=1 << 20)
+    max_retries: int = _param(20, "a segment sent this many times without an ACK declares the peer dead", lo=1, hi=1 << 20)
+    peer_timeout: float = _param(10.0, "no ACK progress for this long with data outstanding declares the peer dead, seconds", lo=1e-3, hi=86400.0)
+    handshake_timeout: float = _param(10.0, "give up on a peer that never answers the handshake, seconds", lo=1e-3, hi=86400.0)
+    handshake_interval: float = _param(0.01, "first HELLO retry interval (doubles per retry), seconds", lo=1e-6, hi=60.0)
+    send_credits: int = _param(64, "new segments one peer may send per progress pass (fairness between peers)", lo=1, hi=1 << 20)
+    recv_budget: int = _param(256, "datagrams taken from the device per progress pass", lo=1, hi=1 << 20)
+    flush_timeout: float = _param(5.0, "how long close() waits for outstanding ACKs, seconds", lo=0.0, hi=86400.0)
+    crc: str = _param("auto", "end-to-end CRC32C: auto (when the device does not guarantee integrity), on, off", choices=("auto", "on", "off"))
+    accept_peers: bool = _param(True, "accept handshakes from peers this side did not connect to")
+    cwnd_max: int = _param(0, "congestion window cap in segments (AIMD); 0 disables congestion control", lo=0, hi=1 << 20)
+    stats_interval: float = _param(0.0, "print the stats line every this many seconds of progress; 0 never", lo=0.0, hi=86400.0)
+
+    def __attrs_post_init__(self) -> None:
+        if self.rto_min > self.rto_max:
+            raise ConfigError(
+                f"parameter 'rto_min' ({self.rto_min}) must not exceed 'rto_max' ({self.rto_max})")
+        if 0 < self.mtu < 128:
+            raise ConfigError(f"bad value {self.mtu!r} for parameter 'mtu' (BTL_MTU): allowed is 0 or an integer from 128 to 65507")
+
+    # -- building from strings ----------------------------------------------------------
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in attrs.fields(cls)]
+
+    @classmethod
+    def describe(cls) -> list[tuple[str, Any, str, str]]:
+        """(name, default, allowed, doc) for every parameter: for --help and docs."""
+        return [(f.name, f.default, _allowed(f), f.metadata["doc"]) for f in attrs.fields(cls)]
+
+    @classmethod
+    def parse_value(cls, name: str, text: str) -> Any:
+        """Convert the string ``text`` to parameter ``name``'s type (not yet range-checked)."""
+        fields = attrs.fields_dict(cls)
+        if name not in fields:
+            raise ConfigError(f"unknown parameter {name!r}; known parameters: {', '.join(cls.names())}")
+        field = fields[name]
+        text = text.strip()
+        try:
+            if field.type in ("bool", bool):
+                low = text.lower()
+                if low in ("1", "true", "yes", "on"):
+                    return True
+                if low in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError
+            if field.type in ("int", int):
+                return int(text, 0)
+            if field.type in ("float", float):
+                return float(text)
+            return text
+        except ValueError:
+            raise _fail(field, text) from None
+
+    @classmethod
+    def from_strings(cls, pairs: Iterable[tuple[str, str]], base: Config | None = None) -> Config:
+        changes = {name: cls.parse_value(name, text) for name, text in pairs}
+        return attrs.evolve(base or cls(), **changes)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, base: Config | None = None) -> Config:
+        """Apply every ``BTL_<NAME>`` variable that names a parameter.  A ``BTL_`` variable
+        that names none is an error too: a typo must not pass silently."""
+        environ = os.environ if environ is None else environ
+        known = set(cls.names())
+        pairs = []
+        for key, value in environ.items():
+            if not key.startswith(ENV_PREFIX) or key in RESERVED_ENV or key.startswith(RESERVED_ENV_PREFIXES):
+                continue
+            name = key[len(ENV_PREFIX):].lower()
+            if name not in known:
+                raise ConfigError(
+                    f"unknown environment variable {key}; known parameters: "
+                    + ", ".join(ENV_PREFIX + n.upper() for n in sorted(known)))
+            pairs.append((name, value))
+        return cls.from_strings(pairs, base)
+
+    @classmethod
+    def build(cls, overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Config:
+        """Defaults, then the environment, then explicit overrides (code or CLI) on top."""
+        cfg = cls.from_env(environ)
+        if overrides:
+            unknown = set(overrides) - set(cls.names())
+            if unknown:
+                raise ConfigError(
+                    f"unknown parameter {sorted(unknown)[0]!r}; known parameters: {', '.join(cls.names())}")
+            cfg = attrs.evolve(cfg, **overrides)
+        return cfg

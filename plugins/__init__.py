@@ -1,0 +1,1 @@
+"""Tools that hook into a transport (statistics, pcap tracing, fault scripts)."""
