@@ -1,0 +1,21 @@
+"""The UDP backend: btlcore over non-blocking UDP sockets, IPv4 or IPv6.
+
+Open it by name: ``btlcore.registry.open_device("udp", {"bind": "127.0.0.1:0"})``.
+
+* Two sockets per device, one per channel (priority, data), as usnic had two QPs: ACKs wait
+  neither behind bulk data in the kernel's receive buffer nor in ``poll_recv``.
+* The address (``local_address``) is 12 bytes for IPv4, 28 for IPv6: family, IP, both ports
+  (see ``_address``).
+* The MTU is the bound interface's, less IP and UDP headers (65507 on loopback), or the
+  ``mtu`` option.  Larger sends raise ``ValueError``; larger arrivals are dropped and counted.
+* Options (``_options.ALLOWED``): bind or host/port/data_port, advertise, mtu, rcvbuf,
+  sndbuf, busy_poll, gso; also as ``BTL_UDP_<NAME>`` environment variables.
+* Beyond the Device hooks: ``device.post_send_batch(channel, dest, datagrams)`` (UDP GSO for
+  runs of equal-size datagrams) and ``device.stats()``.
+"""
+
+from ._device import UdpDevice
+from ._options import ALLOWED as OPTIONS
+from ._options import UdpOptions
+
+__all__ = ["OPTIONS", "UdpDevice", "UdpOptions"]

@@ -1,0 +1,380 @@
+"""The UDP device: two non-blocking UDP sockets, one per channel.
+
+Why two sockets rather than one socket and a channel byte: they are usnic's two QPs.  Each
+has its own kernel receive buffer, so a flood of bulk data filling the data socket's buffer
+never drops an ACK queued on the priority socket, and ``poll_recv`` drains the priority
+socket first, so ACKs are seen before the data that arrived with them.  The cost is a second
+port, which the address carries.
+
+The per-packet functions (``post_send``, ``post_send_batch``, ``poll_recv``) are written as
+plain functions taking the device first and installed both as the device's methods and, in
+``plugin.py``, as the hook implementations, so that the core's direct calls go straight into
+them with no wrapper in between (a wrapper is another 0.1 us per datagram).
+
+Receiving: ``recv_into`` a slice of one preallocated arena, packing datagrams back to back;
+each is returned as a memoryview of the arena, valid until the next ``poll_recv``.  (Python
+has no ``recvmmsg``; ``selftest.py`` measures the loop against the raw socket.)  A datagram
+longer than the MTU is dropped and counted, never delivered.
+
+Sending: ``sendto`` on the channel's socket.  ``post_send_batch`` sends runs of equal-size
+datagrams to one destination as one ``sendmsg`` with UDP GSO (``UDP_SEGMENT``, given per call
+as a control message, so single sends are never segmented); the kernel splits it into
+datagrams, at a fraction of the per-datagram cost.
+"""
+
+from __future__ import annotations
+
+import errno
+import select
+import socket
+import struct
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from btlcore.device import Capabilities, Channel, ChannelInfo
+from btlcore.errors import ConfigError
+
+from . import _address, _mtu
+from ._options import MAX_PAYLOAD, UdpOptions
+
+UDP_SEGMENT = getattr(socket, "UDP_SEGMENT", 103)  # Python 3.11 has no name for it
+GSO_MAX_SEGMENTS = 64  # UDP_MAX_SEGMENTS in kernels before 6.9 (128 since); stay safe
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
+ARENA_BYTES = 4 << 20
+#: errors that mean "the send queue is full, try later"
+_PUSHBACK = (errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS)
+#: errors that mean GSO cannot be used on this path (no checksum offload, segment > MTU)
+_GSO_UNSUPPORTED = (errno.EIO, errno.EINVAL, errno.ENOPROTOOPT, errno.EOPNOTSUPP)
+_GSO_FAILURES_BEFORE_OFF = 3
+
+
+def _set_buffer(sock: socket.socket, opt: int, force_opt: int, want: int) -> int:
+    """Ask for ``want`` bytes of socket buffer; force it past net.core.[rw]mem_max when we
+    may (CAP_NET_ADMIN).  Returns what was granted, in the request's terms (Linux reports
+    twice the usable size to account for its bookkeeping)."""
+    sock.setsockopt(socket.SOL_SOCKET, opt, want)
+    granted = sock.getsockopt(socket.SOL_SOCKET, opt) // 2
+    if granted < want:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, force_opt, want)
+            granted = sock.getsockopt(socket.SOL_SOCKET, opt) // 2
+        except OSError:
+            pass
+    return granted
+
+
+def gso_supported(sock: socket.socket) -> bool:
+    try:
+        sock.getsockopt(socket.IPPROTO_UDP, UDP_SEGMENT)
+        return True
+    except OSError:
+        return False
+
+
+def bind_sockaddr(family: int, host: str, port: int) -> Any:
+    return socket.getaddrinfo(host, port, family, socket.SOCK_DGRAM, 0, socket.AI_NUMERICHOST)[0][4]
+
+
+def post_send(device: UdpDevice, channel: Channel, dest: Any, data: Any) -> bool:
+    """Send one datagram; False if the socket's send queue is full."""
+    n = len(data)
+    if n > device._mtus[channel]:
+        raise ValueError(f"udp: datagram of {n} bytes exceeds the {Channel(channel).name} "
+                         f"channel MTU of {device._mtus[channel]} bytes")
+    try:
+        device._socks[channel].sendto(data, dest[channel])
+    except OSError as exc:
+        return device._send_error(exc, n, dest[channel])
+    device.tx_datagrams += 1
+    device.tx_bytes += n
+    return True
+
+
+def post_send_batch(device: UdpDevice, channel: Channel, dest: Any, datagrams: Sequence[Any]) -> int:
+    """Send ``datagrams`` in order to one destination; return how many were taken (a prefix;
+    the caller posts the rest again later, as after ``post_send`` returned False).
+
+    Runs of equal-size datagrams (the last of a run may be shorter) go out as one GSO send
+    when GSO is on; everything else datagram by datagram."""
+    mtu = device._mtus[channel]
+    sock = device._socks[channel]
+    addr = dest[channel]
+    total = len(datagrams)
+    i = 0
+    while i < total:
+        size = len(datagrams[i])
+        if size > mtu:
+            raise ValueError(f"udp: datagram {i} of the batch has {size} bytes, more than the "
+                             f"{Channel(channel).name} channel MTU of {mtu} bytes")
+        j = i + 1
+        if device._gso:
+            limit = min(total, i + min(GSO_MAX_SEGMENTS, device._max_payload // size))
+            while j < limit and len(datagrams[j]) == size:
+                j += 1
+            if j < limit and len(datagrams[j]) < size:  # a shorter last segment is allowed
+                j += 1
+        if j - i == 1:
+            try:
+                sock.sendto(datagrams[i], addr)
+            except OSError as exc:
+                if not device._send_error(exc, size, addr):
+                    return i
+                i = j
+                continue
+            device.tx_datagrams += 1
+            device.tx_bytes += size
+            i = j
+            continue
+        run = datagrams[i:j]
+        cmsg = device._gso_cmsg.get(size)
+        if cmsg is None:
+            cmsg = device._gso_cmsg[size] = [(socket.IPPROTO_UDP, UDP_SEGMENT, struct.pack("=H", size))]
+        try:
+            nbytes = sock.sendmsg(run, cmsg, 0, addr)
+        except OSError as exc:
+            if exc.errno in _PUSHBACK:
+                device.tx_pushbacks += 1
+                return i
+            if exc.errno in _GSO_UNSUPPORTED and device._gso_mode == "auto":
+                device._gso_failed(exc)
+                continue  # this run again, datagram by datagram
+            if exc.errno == errno.EMSGSIZE or exc.errno in _GSO_UNSUPPORTED:
+                raise OSError(exc.errno, f"udp: GSO send of {j - i} x {size} bytes to {addr} "
+                              f"failed: {exc.strerror} (try gso=off or a smaller mtu)") from exc
+            device.tx_errors += j - i  # lost as on a wire: the core retransmits
+            i = j
+            continue
+        device.tx_datagrams += j - i
+        device.tx_bytes += nbytes
+        device.tx_gso_sends += 1
+        i = j
+    return total
+
+
+def poll_recv(device: UdpDevice, budget: int) -> list[memoryview]:
+    """Up to ``budget`` datagrams, the priority socket drained first."""
+    out: list[memoryview] = []
+    if budget <= 0 or device.closed:
+        return out
+    arena = device._arena
+    limit = device._arena_limit
+    size = device._recv_size
+    mtu = device._recv_mtu
+    off = 0
+    nbytes = 0
+    for sock in device._socks:
+        recv_into = sock.recv_into
+        while True:
+            try:
+                n = recv_into(arena[off:], size)
+            except BlockingIOError:
+                break
+            except OSError:
+                device.rx_errors += 1
+                break
+            if n > mtu:
+                device.rx_oversize += 1
+                continue
+            out.append(arena[off:off + n])
+            off += n
+            nbytes += n
+            if len(out) >= budget or off > limit:
+                if sock is device._prio_sock:
+                    device.rx_priority += len(out)
+                device.rx_datagrams += len(out)
+                device.rx_bytes += nbytes
+                return out
+        if sock is device._prio_sock:
+            device.rx_priority += len(out)
+    device.rx_datagrams += len(out)
+    device.rx_bytes += nbytes
+    return out
+
+
+class UdpDevice:
+    """One UDP device: a priority socket and a data socket bound to one IP."""
+
+    post_send = post_send
+    post_send_batch = post_send_batch
+    poll_recv = poll_recv
+
+    def __init__(self, opts: UdpOptions) -> None:
+        self.options = opts
+        self.closed = False
+        family = opts.family
+        self.family = family
+        self._max_payload = MAX_PAYLOAD[family]
+        socks = []
+        try:
+            for port in (opts.port, opts.data_port):
+                sock = socket.socket(family, socket.SOCK_DGRAM)
+                socks.append(sock)
+                sock.setblocking(False)
+                try:
+                    sock.bind(bind_sockaddr(family, opts.host, port))
+                except OSError as exc:
+                    raise OSError(exc.errno, f"udp: cannot bind {opts.host} port {port}: "
+                                  f"{exc.strerror}") from exc
+            self.rcvbuf_granted = [_set_buffer(s, socket.SO_RCVBUF, SO_RCVBUFFORCE, opts.rcvbuf) for s in socks]
+            self.sndbuf_granted = [_set_buffer(s, socket.SO_SNDBUF, SO_SNDBUFFORCE, opts.sndbuf) for s in socks]
+            has_gso = gso_supported(socks[1])
+            if opts.gso == "on" and not has_gso:
+                raise ConfigError("udp option 'gso' is 'on' but this kernel has no UDP_SEGMENT "
+                                  "(Linux >= 4.18 needed); allowed is one of auto, on, off")
+        except BaseException:
+            for s in socks:
+                s.close()
+            raise
+        self._socks: tuple[socket.socket, socket.socket] = (socks[0], socks[1])
+        self._prio_sock = socks[0]
+        self._gso = has_gso and opts.gso != "off"
+        self._gso_mode = opts.gso
+        self._gso_failures = 0
+        self._gso_cmsg: dict[int, list[tuple[int, int, bytes]]] = {}
+        self.local_sockaddrs = tuple(s.getsockname() for s in socks)
+        if opts.mtu:
+            self.mtu, self.mtu_source = opts.mtu, "option mtu"
+        else:
+            self.mtu, self.mtu_source = _mtu.detect(family, opts.host)
+        self._mtus = [self.mtu, self.mtu]  # per channel; create_channel may lower them
+        self._recv_mtu = self.mtu
+        self._recv_size = self.mtu + 1  # one byte more, to see (and drop) oversize datagrams
+        arena_len = max(ARENA_BYTES, 8 * self._recv_size)
+        self._arena = memoryview(bytearray(arena_len))
+        self._arena_limit = arena_len - self._recv_size
+        scope = self.local_sockaddrs[0][3] if family == socket.AF_INET6 else 0
+        self._address = _address.encode(family, opts.advertise, self.local_sockaddrs[0][1],
+                                         self.local_sockaddrs[1][1], scope)
+        self._busy_poll = opts.busy_poll
+        if hasattr(select, "epoll"):
+            self._poller: Any = select.epoll()
+            for s in socks:
+                self._poller.register(s.fileno(), select.EPOLLIN)
+            self._poll_scale = 1.0  # epoll takes seconds
+        else:  # pragma: no cover - non-Linux
+            self._poller = select.poll()
+            for s in socks:
+                self._poller.register(s.fileno(), select.POLLIN)
+            self._poll_scale = 1000.0  # poll takes milliseconds
+        self.tx_datagrams = self.tx_bytes = self.tx_pushbacks = self.tx_errors = 0
+        self.tx_gso_sends = self.gso_fallbacks = 0
+        self.rx_datagrams = self.rx_bytes = self.rx_priority = self.rx_errors = self.rx_oversize = 0
+
+    # -- errors on the send path (rare: kept out of the per-datagram functions) -----------
+
+    def _send_error(self, exc: OSError, size: int, addr: Any) -> bool:
+        if self.closed:
+            raise OSError(errno.EBADF, "udp: device is closed") from exc
+        if exc.errno in _PUSHBACK:
+            self.tx_pushbacks += 1
+            return False
+        if exc.errno == errno.EMSGSIZE:
+            raise OSError(errno.EMSGSIZE, f"udp: the kernel refused a {size}-byte datagram to "
+                          f"{addr} as too large for the path; lower the 'mtu' option") from exc
+        # Unreachable network, a firewall's EPERM: the datagram is lost as on a wire, and the
+        # core's retransmission and peer timeout deal with it.
+        self.tx_errors += 1
+        return True
+
+    def _gso_failed(self, exc: OSError) -> None:
+        self.gso_fallbacks += 1
+        self._gso_failures += 1
+        if self._gso_failures >= _GSO_FAILURES_BEFORE_OFF:
+            self._gso = False
+
+    # -- the rest of the Device interface ---------------------------------------------
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            mtu=self.mtu,
+            max_inline=0,
+            send_queue_depth=max(1, self.sndbuf_granted[1] // self.mtu),
+            recv_queue_depth=max(1, self.rcvbuf_granted[1] // self.mtu),
+            integrity=False,
+            virtual_time=False,
+        )
+
+    def create_channel(self, channel: Channel, mtu: int) -> ChannelInfo:
+        channel = Channel(channel)
+        granted = self.mtu if mtu <= 0 else min(mtu, self.mtu)
+        self._mtus[channel] = granted
+        caps = self.capabilities()
+        return ChannelInfo(channel, granted, caps.send_queue_depth, caps.recv_queue_depth)
+
+    def poll_completions(self) -> int:
+        return 0  # sendto completes synchronously
+
+    def local_address(self) -> bytes:
+        return self._address
+
+    def resolve(self, address: bytes) -> _address.Handle:
+        family, ip, pport, dport, scope = _address.decode(address)
+        if family != self.family:
+            mine = "IPv6" if self.family == socket.AF_INET6 else "IPv4"
+            theirs = "IPv6" if family == socket.AF_INET6 else "IPv4"
+            raise ValueError(f"udp address {_address.describe(address)} is {theirs} but this "
+                             f"device is bound to {mine} address {self.options.host}")
+        return _address.to_handle(family, ip, pport, dport, scope)
+
+    def clock(self) -> Any:
+        return time.monotonic
+
+    def wait(self, deadline: float | None) -> None:
+        """Block in epoll until a socket is readable or ``deadline`` (monotonic) passes; in
+        busy-poll mode spin on a zero-timeout poll instead of sleeping."""
+        if self.closed:
+            return
+        poll = self._poller.poll
+        if self._busy_poll:
+            monotonic = time.monotonic
+            while not poll(0):
+                if deadline is not None and monotonic() >= deadline:
+                    return
+            return
+        if deadline is None:
+            poll(-1)
+            return
+        timeout = deadline - time.monotonic()
+        poll(max(timeout, 0.0) * self._poll_scale)
+
+    def fds(self) -> list[int]:
+        return [] if self.closed else [s.fileno() for s in self._socks]
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._poller.close()
+        for s in self._socks:
+            s.close()
+
+    def stats(self) -> dict[str, Any]:
+        """Counters since open, and what the kernel granted."""
+        return {
+            "tx_datagrams": self.tx_datagrams,
+            "tx_bytes": self.tx_bytes,
+            "tx_pushbacks": self.tx_pushbacks,
+            "tx_errors": self.tx_errors,
+            "tx_gso_sends": self.tx_gso_sends,
+            "gso_fallbacks": self.gso_fallbacks,
+            "rx_datagrams": self.rx_datagrams,
+            "rx_bytes": self.rx_bytes,
+            "rx_priority": self.rx_priority,
+            "rx_errors": self.rx_errors,
+            "rx_oversize": self.rx_oversize,
+            "mtu": self.mtu,
+            "mtu_source": self.mtu_source,
+            "gso": self._gso,
+            "busy_poll": self._busy_poll,
+            "rcvbuf_requested": self.options.rcvbuf,
+            "rcvbuf_granted": self.rcvbuf_granted[1],
+            "sndbuf_requested": self.options.sndbuf,
+            "sndbuf_granted": self.sndbuf_granted[1],
+            "address": _address.describe(self._address),
+        }
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"mtu={self.mtu}"
+        return f"<UdpDevice {_address.describe(self._address)} {state}>"

@@ -1,0 +1,94 @@
+"""The UDP backend's hook implementations (see :class:`btlcore.device.DeviceSpec`).
+
+Each per-device hook takes the :class:`~btlcore.backends.udp.UdpDevice` first.  The
+per-packet hooks are the device's own functions (no wrapper: the core calls them directly
+through :class:`~btlcore.device.DeviceOps`).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from btlcore.device import Capabilities, Channel, ChannelInfo, Probe, hookimpl
+from btlcore.errors import ConfigError
+
+from . import _device, _options
+from ._device import UdpDevice
+
+btl_device_post_send = hookimpl(_device.post_send)
+btl_device_poll_recv = hookimpl(_device.poll_recv)
+
+
+@hookimpl
+def btl_backend_probe(options: Mapping[str, Any]) -> Probe:
+    """Usable if both sockets can be bound where the options say."""
+    try:
+        opts = _options.parse(options)
+    except ConfigError as exc:
+        return Probe(False, str(exc))
+    except Exception as exc:  # a probe must not raise
+        return Probe(False, f"bad udp options: {type(exc).__name__}: {exc}")
+    socks = []
+    try:
+        for port in (opts.port, opts.data_port):
+            sock = socket.socket(opts.family, socket.SOCK_DGRAM)
+            socks.append(sock)
+            sock.bind(_device.bind_sockaddr(opts.family, opts.host, port))
+    except OSError as exc:
+        return Probe(False, f"cannot bind a UDP socket on {opts.host} port {port}: {exc.strerror or exc}")
+    finally:
+        for s in socks:
+            s.close()
+    return Probe(True, "")
+
+
+@hookimpl
+def btl_device_open(options: Mapping[str, Any]) -> UdpDevice:
+    return UdpDevice(_options.parse(options))
+
+
+@hookimpl
+def btl_device_capabilities(device: UdpDevice) -> Capabilities:
+    return device.capabilities()
+
+
+@hookimpl
+def btl_device_create_channel(device: UdpDevice, channel: Channel, mtu: int) -> ChannelInfo:
+    return device.create_channel(channel, mtu)
+
+
+@hookimpl
+def btl_device_poll_completions(device: UdpDevice) -> int:
+    return 0
+
+
+@hookimpl
+def btl_device_local_address(device: UdpDevice) -> bytes:
+    return device.local_address()
+
+
+@hookimpl
+def btl_device_resolve(device: UdpDevice, address: bytes) -> Any:
+    return device.resolve(address)
+
+
+@hookimpl
+def btl_device_clock(device: UdpDevice) -> Callable[[], float]:
+    return device.clock()
+
+
+@hookimpl
+def btl_device_wait(device: UdpDevice, deadline: float | None) -> None:
+    device.wait(deadline)
+
+
+@hookimpl
+def btl_device_fds(device: UdpDevice) -> Sequence[int]:
+    return device.fds()
+
+
+@hookimpl
+def btl_device_close(device: UdpDevice) -> None:
+    device.close()
