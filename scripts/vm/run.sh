@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Boot the Soft-RoCE VM and run one command in it, chrooted into this machine's own root
+# (read-only over virtio-9p, with a tmpfs overlay), with rxe0 already on lo.
+#
+#   scripts/vm/run.sh [--timeout SEC] [--mem MB] [--out DIR] [--quiet] -- COMMAND [ARG...]
+#
+# COMMAND runs under /bin/sh in the repository's directory with:
+#   BTL_VM_GUEST=1, BTL_VM_OUT=/btlvm (the --out directory, shared read-write: put results
+#   there), python3 = /usr/bin/python3 (Debian's, which python3-pyverbs serves) with the
+#   repository's .venv site-packages added ahead of Debian's (scripts/vm/guest/sitecustomize.py).
+# Exit status: COMMAND's; 124 if the VM timed out; 125 if the VM did not boot (qemu missing or
+# unable to run, or /init failed before COMMAND ran: see the console output).
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+timeout_s=${BTL_VM_TIMEOUT:-300}
+mem=${BTL_VM_MEM:-512}
+out=""
+quiet=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --timeout) timeout_s=$2; shift 2 ;;
+        --mem) mem=$2; shift 2 ;;
+        --out) out=$2; shift 2 ;;
+        --quiet) quiet=1; shift ;;
+        --) shift; break ;;
+        *) break ;;
+    esac
+done
+[ $# -gt 0 ] || { echo "usage: $0 [--timeout SEC] [--mem MB] [--out DIR] [--quiet] -- COMMAND [ARG...]" >&2; exit 2; }
+
+command -v qemu-system-x86_64 >/dev/null || { echo "run: qemu-system-x86_64 is not installed" >&2; exit 125; }
+[ -s "$BTL_VM_DIR/vmlinux" ] && [ -s "$BTL_VM_DIR/initramfs.cpio" ] || { echo "run: no VM image; run scripts/vm/build.sh" >&2; exit 125; }
+
+if [ -z "$out" ]; then
+    mkdir -p "$BTL_VM_DIR/runs"
+    # keep the 20 newest run directories
+    ls -1dt "$BTL_VM_DIR"/runs/run.* 2>/dev/null | tail -n +20 | xargs -r rm -rf || true
+    out=$(mktemp -d "$BTL_VM_DIR/runs/run.XXXXXX")
+fi
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+rm -f "$out/rc" "$out/cmd.sh"
+
+# POSIX single-quoting (the guest's /bin/sh is dash: no $'...' from printf %q).
+shq() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
+
+venv_site=$(ls -d "$REPO"/.venv/lib/python3.*/site-packages 2>/dev/null | head -n1 || true)
+{
+    echo "cd $(shq "$REPO") || exit 126"
+    echo "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8"
+    echo "export BTL_VM_GUEST=1 BTL_VM_OUT=/btlvm PYTHONUNBUFFERED=1"
+    echo "export PYTHONPATH=$(shq "$VM_SCRIPTS/guest") BTL_VM_VENV_SITE=$(shq "$venv_site")"
+    # Forward the test knobs the caller set (BTL_* and PYTEST_ADDOPTS).
+    env | grep -E '^(BTL_[A-Z0-9_]+|PYTEST_ADDOPTS)=' | grep -vE '^BTL_VM_(DIR|TIMEOUT|MEM)=' \
+        | while IFS='=' read -r k v; do echo "export $k=$(shq "$v")"; done || true
+    printf 'exec'
+    for arg in "$@"; do printf ' %s' "$(shq "$arg")"; done
+    echo
+} > "$out/cmd.sh"
+
+# Byte-compile the repository's Python on the host: compiling in the guest is slow under TCG.
+/usr/bin/python3 -m compileall -q -j 0 "$REPO/btlcore" "$REPO/backends" "$REPO/scripts/vm/guest" >/dev/null 2>&1 || true
+
+console=$out/console.log
+start=$(date +%s.%N)
+set +e
+timeout -k 10 "$timeout_s" qemu-system-x86_64 \
+    -machine q35,accel=tcg -cpu max -smp 1 -m "$mem" \
+    -nodefaults -no-user-config -display none -no-reboot -serial stdio \
+    -kernel "$BTL_VM_DIR/vmlinux" -initrd "$BTL_VM_DIR/initramfs.cpio" \
+    -append "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init" \
+    -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
+    -virtfs "local,path=$out,mount_tag=results,security_model=none,multidevs=remap" \
+    </dev/null 2>&1 | tr -d '\r' | if [ "$quiet" = 1 ]; then cat > "$console"; else tee "$console"; fi
+qemu_rc=${PIPESTATUS[0]}
+set -e
+[ "$quiet" = 1 ] || echo
+elapsed=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {printf "%.1f", e - s}')
+echo "$elapsed" > "$out/elapsed"
+if [ "$qemu_rc" = 124 ] || [ "$qemu_rc" = 137 ]; then
+    vm_log "VM timed out after ${timeout_s}s (console: $console)"
+    exit 124
+fi
+if [ ! -f "$out/rc" ]; then
+    if grep -q 'BTLVM: FAILED' "$console"; then
+        vm_log "guest /init failed: $(grep 'BTLVM: FAILED' "$console" | head -n1)"
+    else
+        vm_log "the VM did not run the command (qemu exit $qemu_rc; console: $console)"
+    fi
+    exit 125
+fi
+rc=$(cat "$out/rc")
+vm_log "VM run took ${elapsed}s; command exit status $rc (results in $out)"
+exit "$rc"
