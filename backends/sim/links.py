@@ -1,0 +1,350 @@
+"""Link models (what a direction of the fabric does to frames) and the links that apply them.
+
+A :class:`LinkModel` is a frozen description, shared and reused; a :class:`Link` is one
+direction between two NICs at run time, holding the model's numbers unpacked into plain
+slots, its own random stream and its counters.  The per-frame path reads those slots only:
+no attrs instance, closure or dict is built per frame.
+
+What happens to a frame offered to a link, in this order (each stage counted by cause):
+
+1. ``mtu``: longer than the link MTU: dropped.
+2. ``queue``: the rate limiter.  Frames are serialised one after another at ``rate_mbps``;
+   the backlog is the bytes waiting for the wire (including the one being sent).  A frame
+   that would push the backlog over ``queue_limit`` is tail-dropped.  The sending NIC's
+   send-queue slot stays taken until the frame's last bit left, which is what makes
+   ``post_send`` return False on a full send queue.
+3. ``partition``: the fabric is partitioned between the two ends when the frame finishes
+   serialisation.
+4. ``nth`` / ``rule``: scripted drops (ns-3's list error models).
+5. ``loss``: independent random loss; ``burst``: Gilbert-Elliott loss (see below).
+6. ``corrupt``: one random bit of the copy is flipped (netem's model).  ``duplicate``: a
+   second copy is sent, with its own corruption, delay and reorder draw.
+7. Delay: ``delay`` plus a ``jitter`` draw from ``jitter_dist``; never below zero.  Jitter
+   can reorder frames, as in netem.  ``reorder`` follows netem: with that probability a
+   frame is sent at once, skipping delay and jitter, so it overtakes the frames sent during
+   the last ``delay`` seconds (this is why ``reorder`` needs ``delay > 0``).
+8. At the receiving NIC: ``rx_mtu`` (longer than the receiving channel's MTU), ``rx_queue``
+   (receive queue full), ``closed`` (the NIC was closed).
+
+Gilbert-Elliott burst loss, ``burst=(p, mean_len)``: two states, Good (no loss) and Bad
+(every frame lost).  Each frame is judged in the current state, then the state moves.
+Leaving Bad has probability ``r = 1 / mean_len``, so a burst (a run of frames in Bad) lasts
+``mean_len`` frames on average (geometric).  Entering Bad has probability
+``q = p * r / (1 - p)``, which makes the stationary share of Bad, ``q / (q + r)``, equal the
+long-run loss rate ``p``.  ``q <= 1`` needs ``p <= mean_len / (mean_len + 1)``.
+
+Jitter distributions (``jitter`` is in seconds):
+``normal``: ``delay + N(0, jitter)``;  ``uniform``: ``delay + U(-jitter, +jitter)``;
+``pareto``: ``delay + X`` with X >= 0 heavy-tailed (Pareto, shape 3) and mean ``jitter``.
+A draw that would make the delay negative is clamped to zero.
+"""
+
+from __future__ import annotations
+
+import random
+from heapq import heappush
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from btlcore.errors import ConfigError
+
+if TYPE_CHECKING:
+    from .fabric import Fabric
+    from .nic import SimNIC
+
+JITTER_DISTS = ("normal", "uniform", "pareto")
+PARETO_SHAPE = 3.0
+"""Shape of the Pareto jitter: heavy tail, finite variance."""
+NO_LIMIT = 1 << 62
+
+DROP_CAUSES = ("mtu", "queue", "partition", "nth", "rule", "loss", "burst", "rx_mtu",
+               "rx_queue", "closed")
+
+
+def _bad(name: str, value: Any, allowed: str) -> ConfigError:
+    return ConfigError(f"bad value {value!r} for link parameter {name!r}: allowed is {allowed}")
+
+
+def _prob(_inst: Any, field: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise _bad(field.name, value, "a probability from 0 to 1")
+
+
+def _nonneg(_inst: Any, field: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise _bad(field.name, value, "a number >= 0")
+
+
+def _burst(_inst: Any, field: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    if value is None:
+        return
+    allowed = "None or (p, mean_len) with 0 <= p < 1, mean_len >= 1, p <= mean_len/(mean_len+1)"
+    try:
+        p, mean_len = value
+        p, mean_len = float(p), float(mean_len)
+    except (TypeError, ValueError):
+        raise _bad(field.name, value, allowed) from None
+    if not (0.0 <= p < 1.0 and mean_len >= 1.0 and p <= mean_len / (mean_len + 1.0)):
+        raise _bad(field.name, value, allowed)
+
+
+def _mtu(_inst: Any, field: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _bad(field.name, value, "None (no link limit) or an integer >= 1")
+
+
+def _queue_limit(_inst: Any, field: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _bad(field.name, value, "an integer number of bytes >= 0 (0: unlimited)")
+
+
+def _dist(_inst: Any, field: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    if value not in JITTER_DISTS:
+        raise _bad(field.name, value, "one of " + ", ".join(JITTER_DISTS))
+
+
+@attrs.define(slots=True, frozen=True)
+class LinkModel:
+    """What one direction of a link does to frames.  The default is a perfect link: no
+    loss, no delay, unlimited rate.  Times are seconds; see the module docstring for the
+    order of the stages and the models behind them."""
+
+    loss: float = attrs.field(default=0.0, validator=_prob)
+    """Probability that a frame is lost, independently of the others."""
+    burst: tuple[float, float] | None = attrs.field(default=None, validator=_burst)
+    """Gilbert-Elliott burst loss ``(long-run loss rate, mean burst length in frames)``."""
+    delay: float = attrs.field(default=0.0, validator=_nonneg)
+    """One-way propagation delay."""
+    jitter: float = attrs.field(default=0.0, validator=_nonneg)
+    """Spread of the delay (the distribution's sigma, half-width or mean; see above)."""
+    jitter_dist: str = attrs.field(default="normal", validator=_dist)
+    reorder: float = attrs.field(default=0.0, validator=_prob)
+    """Probability that a frame skips the delay and overtakes earlier ones (netem)."""
+    duplicate: float = attrs.field(default=0.0, validator=_prob)
+    """Probability that a frame is delivered twice."""
+    corrupt: float = attrs.field(default=0.0, validator=_prob)
+    """Probability that a delivered copy has one bit flipped."""
+    rate_mbps: float = attrs.field(default=0.0, validator=_nonneg)
+    """Serialisation rate in megabits per second (10**6); 0 is unlimited."""
+    queue_limit: int = attrs.field(default=0, validator=_queue_limit)
+    """Bytes the rate limiter may hold before it tail-drops; 0 is unlimited."""
+    mtu: int | None = attrs.field(default=None, validator=_mtu)
+    """Largest frame the link carries (longer ones are dropped); None: no link limit."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.reorder and not self.delay:
+            raise ConfigError(
+                "link parameter 'reorder' needs 'delay' > 0: a reordered frame skips the delay "
+                "and overtakes frames still in flight (netem's model)")
+
+    @property
+    def ideal(self) -> bool:
+        """True if the link neither loses, delays, limits nor alters anything."""
+        return self == _IDEAL
+
+    def gilbert_elliott(self) -> tuple[float, float]:
+        """``(q, r)``: the Good->Bad and Bad->Good transition probabilities per frame."""
+        if self.burst is None:
+            return 0.0, 0.0
+        p, mean_len = float(self.burst[0]), float(self.burst[1])
+        r = 1.0 / mean_len
+        return (p * r / (1.0 - p) if p else 0.0), r
+
+
+_IDEAL = LinkModel()
+
+
+@attrs.define(slots=True, eq=False)
+class Link:
+    """One direction ``src -> dst`` of the fabric at run time.
+
+    The model's numbers are copied into slots (``apply``) so the per-frame path costs a
+    slot read per stage; counters are plain ints; randomness comes from this direction's
+    own ``random.Random``, seeded from the fabric seed and the two node ids, so adding
+    traffic on one link never changes what happens on another."""
+
+    fabric: Fabric
+    src: SimNIC
+    dst: SimNIC
+    rng: random.Random
+    model: LinkModel = _IDEAL
+    name: str = ""
+    # -- what the per-frame path reads --------------------------------------------------
+    ideal: bool = True
+    """No stage can act: post_send delivers at once without calling :meth:`transmit`."""
+    dst_rx: list[list[bytes]] = attrs.Factory(list)
+    dst_mtus: list[int] = attrs.Factory(list)
+    dst_depth: list[int] = attrs.Factory(list)
+    mtu: int = NO_LIMIT
+    loss: float = 0.0
+    ge_q: float = 0.0
+    ge_r: float = 0.0
+    ge_bad: bool = False
+    delay: float = 0.0
+    jitter: float = 0.0
+    jitter_dist: str = "normal"
+    reorder: float = 0.0
+    duplicate: float = 0.0
+    corrupt: float = 0.0
+    bytes_per_s: float = 0.0
+    queue_limit: int = 0
+    busy_until: float = 0.0
+    partitions: tuple[tuple[float, float], ...] = ()
+    nth: frozenset[int] = frozenset()
+    rules: tuple[Any, ...] = ()
+    # -- counters -----------------------------------------------------------------------
+    fast_frames: int = 0
+    """Frames that took the ideal path (offered and delivered at once)."""
+    fast_bytes: int = 0
+    offered: int = 0
+    bytes_offered: int = 0
+    delivered: int = 0
+    bytes_delivered: int = 0
+    duplicated: int = 0
+    corrupted: int = 0
+    drops: dict[str, int] = attrs.Factory(dict)
+
+    def apply(self, model: LinkModel) -> None:
+        """Take ``model``'s numbers; the random stream and the counters carry on."""
+        self.model = model
+        self.mtu = model.mtu if model.mtu is not None else NO_LIMIT
+        self.loss = float(model.loss)
+        self.ge_q, self.ge_r = model.gilbert_elliott()
+        if not self.ge_q:
+            self.ge_bad = False
+        self.delay = float(model.delay)
+        self.jitter = float(model.jitter)
+        self.jitter_dist = model.jitter_dist
+        self.reorder = float(model.reorder)
+        self.duplicate = float(model.duplicate)
+        self.corrupt = float(model.corrupt)
+        self.bytes_per_s = model.rate_mbps * 1e6 / 8.0
+        self.queue_limit = model.queue_limit
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Recompute whether the ideal path may be taken."""
+        self.ideal = (
+            self.model.ideal
+            and not self.partitions
+            and not self.nth
+            and not self.rules
+            and self.fabric.pcap is None
+            and not self.src.closed
+            and not self.dst.closed
+        )
+
+    # -- the general per-frame path -----------------------------------------------------
+
+    def transmit(self, channel: int, data: bytes | bytearray | memoryview) -> bool:
+        """Carry one frame through every stage (the module docstring lists them)."""
+        if self.src.closed:
+            raise RuntimeError(f"{self.src.name}: device is closed")
+        fab = self.fabric
+        now = fab.now
+        n = len(data)
+        self.offered += 1
+        self.bytes_offered += n
+        # Every accepted post completes once: at once, or when its last bit left (rate).
+        if n > self.mtu:
+            self.src.completed += 1
+            return self.drop("mtu", data, now)
+        t = now
+        if self.bytes_per_s:
+            start = self.busy_until if self.busy_until > now else now
+            if self.queue_limit and (start - now) * self.bytes_per_s + n > self.queue_limit:
+                self.src.completed += 1
+                return self.drop("queue", data, now)
+            t = start + n / self.bytes_per_s
+            self.busy_until = t
+            heappush(self.src.inflight[channel], t)
+        else:
+            self.src.completed += 1
+        if self.partitions:
+            for start, end in self.partitions:
+                if start <= t < end:
+                    return self.drop("partition", data, now)
+        if self.nth and self.offered + self.fast_frames in self.nth:
+            return self.drop("nth", data, now)
+        if self.rules:
+            for rule in self.rules:
+                if rule.take(data):
+                    if rule.exhausted:
+                        fab.remove_rule(rule)
+                    return self.drop("rule", data, now)
+        rnd = self.rng.random
+        if self.loss and rnd() < self.loss:
+            return self.drop("loss", data, now)
+        if self.ge_q:
+            bad = self.ge_bad
+            if bad:
+                if rnd() < self.ge_r:
+                    self.ge_bad = False
+            elif rnd() < self.ge_q:
+                self.ge_bad = True
+            if bad:
+                return self.drop("burst", data, now)
+        frame = bytes(data)
+        copies = 1
+        if self.duplicate and rnd() < self.duplicate:
+            copies = 2
+            self.duplicated += 1
+        for copy in range(copies):
+            note = "duplicate" if copy else None
+            out = frame
+            if self.corrupt and n and rnd() < self.corrupt:
+                bit = self.rng.randrange(n * 8)
+                buf = bytearray(frame)
+                buf[bit >> 3] ^= 0x80 >> (bit & 7)  # bit 0 is the first bit on the wire
+                out = bytes(buf)
+                self.corrupted += 1
+                note = f"{note}, corrupted bit {bit}" if note else f"corrupted bit {bit}"
+            arrival = t
+            if self.delay or self.jitter:
+                if self.reorder and rnd() < self.reorder:
+                    pass  # netem's reorder: this frame goes at once, overtaking others
+                else:
+                    arrival = t + self._delay_draw()
+            fab.schedule_frame(arrival, self, channel, out, note)
+        return True
+
+    def _delay_draw(self) -> float:
+        d = self.delay
+        j = self.jitter
+        if j:
+            dist = self.jitter_dist
+            if dist == "normal":
+                d += self.rng.gauss(0.0, j)
+            elif dist == "uniform":
+                d += self.rng.uniform(-j, j)
+            else:
+                d += j * (PARETO_SHAPE - 1.0) * (self.rng.paretovariate(PARETO_SHAPE) - 1.0)
+            if d < 0.0:
+                d = 0.0
+        return d
+
+    def drop(self, cause: str, data: bytes | bytearray | memoryview, now: float) -> bool:
+        """Count (and capture) a frame this link lost.  Returns True: the post succeeded."""
+        self.drops[cause] = self.drops.get(cause, 0) + 1
+        pcap = self.fabric.pcap
+        if pcap is not None:
+            pcap.dropped(now, self.src.node_id, self.dst.node_id, data, f"dropped: {cause} ({self.name})")
+        return True
+
+    # -- reporting ----------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        drops = {cause: self.drops[cause] for cause in DROP_CAUSES if cause in self.drops}
+        return {
+            "offered": self.offered + self.fast_frames,
+            "delivered": self.delivered + self.fast_frames,
+            "dropped": sum(drops.values()),
+            "drops": drops,
+            "duplicated": self.duplicated,
+            "corrupted": self.corrupted,
+            "bytes_offered": self.bytes_offered + self.fast_bytes,
+            "bytes_delivered": self.bytes_delivered + self.fast_bytes,
+        }

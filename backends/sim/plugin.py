@@ -1,0 +1,146 @@
+"""The ``sim`` backend's hook implementations (entry point ``btlcore.backends.sim.plugin``).
+
+``btlcore.device.DeviceOps.bind`` binds these functions to a :class:`SimNIC`, so
+``ops.post_send(channel, dest, data)`` calls :func:`btl_device_post_send` directly.  The
+per-frame hooks (``post_send``, ``poll_recv``, ``wait``) are the implementation, not
+wrappers: on a perfect link a post lands the frame in the peer's receive queue in a
+handful of slot reads, with no event, closure or object made.  Everything else delegates
+to the NIC or the fabric.
+
+Device options (``btlcore.registry.open_device("sim", options)``):
+
+``fabric``            the :class:`~btlcore.backends.sim.fabric.Fabric` to join (default:
+                      the process-wide one, made with ``seed`` on first use)
+``mtu``               largest datagram, bytes (default 9000; 64 to 65507)
+``send_queue_depth``  send-queue slots per channel (default 1024)
+``recv_queue_depth``  receive-queue frames per channel (default 4096)
+``name``              the NIC's name in stats and pcap comments (default ``sim<N>``)
+``seed``              only used to make the default fabric
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from btlcore.device import Capabilities, Channel, ChannelInfo, Probe, hookimpl
+
+from .fabric import open_nic
+from .links import Link
+from .nic import SimNIC
+
+_EMPTY: tuple[bytes, ...] = ()
+
+
+@hookimpl
+def btl_backend_probe(options: Mapping[str, Any]) -> Probe:
+    return Probe(True, "simulated fabric in virtual time (always available)")
+
+
+@hookimpl
+def btl_device_open(options: Mapping[str, Any]) -> SimNIC:
+    return open_nic(options)
+
+
+@hookimpl
+def btl_device_capabilities(device: SimNIC) -> Capabilities:
+    return device.capabilities()
+
+
+@hookimpl
+def btl_device_create_channel(device: SimNIC, channel: Channel, mtu: int) -> ChannelInfo:
+    return device.create_channel(channel, mtu)
+
+
+@hookimpl
+def btl_device_post_send(device: SimNIC, channel: Channel, dest: Link,
+                         data: bytes | bytearray | memoryview) -> bool:
+    if dest.src is not device:
+        raise ValueError(f"destination {dest!r} was not resolved on {device.name}")
+    n = len(data)
+    if n > device.mtus[channel]:
+        if device.closed:
+            raise RuntimeError(f"{device.name}: device is closed")
+        raise ValueError(f"{device.name}: a {n}-byte datagram exceeds channel "
+                         f"{Channel(channel).name}'s MTU of {device.mtus[channel]}")
+    infl = device.inflight[channel]
+    if infl and len(infl) >= device.sq_depth[channel] and not device.reap(channel):
+        return False  # the send queue is full; the fabric wakes wait() when a slot frees
+    if dest.ideal and n <= dest.dst_mtus[channel]:
+        queue = dest.dst_rx[channel]
+        if len(queue) < dest.dst_depth[channel]:
+            queue.append(bytes(data))
+            dest.fast_frames += 1
+            dest.fast_bytes += n
+            device.completed += 1
+            dest.fabric.landed = True
+            return True
+    return dest.transmit(channel, data)
+
+
+@hookimpl
+def btl_device_poll_recv(device: SimNIC, budget: int) -> Sequence[bytes]:
+    rx = device.rx
+    prio = rx[0]
+    data = rx[1]
+    if not prio:
+        if not data:
+            return _EMPTY
+        if len(data) <= budget:
+            rx[1] = []
+            return data
+        out = data[:budget]
+        del data[:budget]
+        return out
+    total = len(prio) + len(data)
+    if total <= budget:
+        rx[0] = []
+        if data:
+            prio.extend(data)
+            data.clear()
+        return prio
+    if len(prio) >= budget:
+        out = prio[:budget]
+        del prio[:budget]
+        return out
+    out = prio
+    rx[0] = []
+    rest = budget - len(out)
+    out.extend(data[:rest])
+    del data[:rest]
+    return out
+
+
+@hookimpl
+def btl_device_poll_completions(device: SimNIC) -> int:
+    return device.poll_completions()
+
+
+@hookimpl
+def btl_device_local_address(device: SimNIC) -> bytes:
+    return device.address
+
+
+@hookimpl
+def btl_device_resolve(device: SimNIC, address: bytes) -> Link:
+    return device.resolve(address)
+
+
+@hookimpl
+def btl_device_clock(device: SimNIC) -> Callable[[], float]:
+    return device.fabric.clock
+
+
+@hookimpl
+def btl_device_wait(device: SimNIC, deadline: float | None) -> None:
+    device.fabric.advance(deadline)
+
+
+@hookimpl
+def btl_device_fds(device: SimNIC) -> Sequence[int]:
+    return []
+
+
+@hookimpl
+def btl_device_close(device: SimNIC) -> None:
+    device.close()
