@@ -6,6 +6,7 @@ found by name through the ``btlcore.backends`` entry-point group.
 
 from .config import Config
 from .device import Capabilities, Channel, ChannelInfo, Probe, hookimpl
+from .engine import Engine
 from .errors import (
     BackendUnavailable,
     BtlError,
@@ -17,7 +18,14 @@ from .errors import (
     TransportClosed,
 )
 
+from .peer import Peer, PeerState
+from .registry import list_backends
+from .transport import Message, Transport, open, run_until
+
+__version__ = "0.1.0"
+
 __all__ = [
+    "Engine", "Message", "Peer", "PeerState", "Transport", "list_backends", "open", "run_until",
     "BackendUnavailable", "BtlError", "Capabilities", "Channel", "ChannelInfo", "Config",
     "ConfigError", "MessageTooLarge", "PeerError", "PeerRestarted", "PeerUnreachable", "Probe",
     "TransportClosed", "hookimpl",

@@ -37,7 +37,11 @@ T_ACK payload (selective ACK)::
      0   4   window           receive window (segments) the receiver advertises
      4   1   nranges          number of SACK ranges that follow (at most MAX_SACK_RANGES)
      5   3   reserved
-     8   8n  ranges           (start u32, length u32): seqs ack+start .. ack+start+length-1
+     8   4   ack_delay        microseconds between the arrival of the largest sequence
+                              number this ACK acknowledges and the ACK's departure
+                              (saturates at 2**32-1); the sender subtracts it from its RTT
+                              sample, so delayed or lost ACKs do not inflate the RTO
+    12   8n  ranges           (start u32, length u32): seqs ack+start .. ack+start+length-1
                               were received; ranges ascend and never touch
 
 T_HELLO / T_HELLO_ACK payload::
@@ -79,7 +83,7 @@ KNOWN_FLAGS = F_ACK | F_CHUNK | F_PUT | F_CRC
 HEADER = struct.Struct("!BBBBIIIQQHH")
 CHUNK = struct.Struct("!III")
 PUT = struct.Struct("!IQ")
-ACK_BODY = struct.Struct("!IB3x")
+ACK_BODY = struct.Struct("!IB3xI")
 SACK_RANGE = struct.Struct("!II")
 HELLO_BODY = struct.Struct("!IIQIIH")
 
@@ -228,22 +232,23 @@ def decode(buf: bytes | bytearray | memoryview) -> Datagram:
     return dg
 
 
-def ack_payload(window: int, ranges: list[tuple[int, int]]) -> bytes:
-    """The T_ACK payload: advertised window and SACK ranges relative to the ACK."""
-    out = bytearray(ACK_BODY.pack(window, len(ranges)))
+def ack_payload(window: int, ranges: list[tuple[int, int]], ack_delay_us: int = 0) -> bytes:
+    """The T_ACK payload: advertised window, ACK delay and SACK ranges relative to the ACK."""
+    out = bytearray(ACK_BODY.pack(window, len(ranges), min(ack_delay_us, U32_MASK)))
     for start, length in ranges:
         out += SACK_RANGE.pack(start, length)
     return bytes(out)
 
 
-def parse_ack_payload(payload: bytes | memoryview) -> tuple[int, list[tuple[int, int]]]:
+def parse_ack_payload(payload: bytes | memoryview) -> tuple[int, list[tuple[int, int]], int]:
+    """(window, ranges, ack_delay_us) of a T_ACK payload."""
     if len(payload) < ACK_BODY.size:
         raise MalformedDatagram("truncated ACK body")
-    window, n = ACK_BODY.unpack_from(payload)
+    window, n, delay = ACK_BODY.unpack_from(payload)
     if n > MAX_SACK_RANGES or len(payload) != ACK_BODY.size + n * SACK_RANGE.size:
         raise MalformedDatagram(f"ACK body claims {n} ranges in {len(payload)} bytes")
     ranges = [SACK_RANGE.unpack_from(payload, ACK_BODY.size + i * SACK_RANGE.size) for i in range(n)]
-    return window, ranges
+    return window, ranges, delay
 
 
 @attrs.define(slots=True, frozen=True)

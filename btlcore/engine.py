@@ -1,0 +1,916 @@
+"""The protocol engine: reliable, exactly-once delivery over unreliable datagrams, sans I/O.
+
+Bytes and ``now`` go in; datagrams to send and the next deadline come out.  Nothing here
+touches a socket, a thread, a sleep or a clock: :class:`btlcore.transport.Transport` (or a
+test) drives it::
+
+    engine.receive_datagram(data, now)      # every datagram the device delivered
+    engine.handle_timer(now)                # when now >= engine.get_timer()
+    for channel, dest, buf in engine.datagrams_to_send(now, budget):
+        device.post_send(channel, dest, buf)
+    for event in engine.drain_events(): ...  # deliveries and completions, see EV_*
+
+Where things happen, for a newcomer:
+
+* a message becomes datagrams in :meth:`Engine._cut_segment` (called from the send pass in
+  :meth:`Engine.datagrams_to_send`);
+* a lost segment is noticed in :meth:`Engine._detect_losses` (SACK/packet threshold: fast
+  retransmit) and :meth:`Engine.handle_timer` (retransmit timeout);
+* a datagram becomes a delivered message in :meth:`Engine._on_data`;
+* the handshake and incarnations are in :meth:`Engine._on_hello`.
+
+A progress pass sends, in this order (usnic's): retransmissions (at most
+``max_resends_per_pass``), new segments (round robin over peers, ``send_credits`` each),
+standalone ACKs that are due, then handshakes.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from .config import Config
+from .errors import MessageTooLarge, PeerRestarted, PeerUnreachable, TransportClosed
+from .peer import Callback, OutMessage, Peer, PeerState, Reassembly, Segment
+from .rtt import RetransmitTimer
+from .stats import ModuleCounters, aggregate
+from .wire import (
+    ACK_BODY, CHUNK, CHUNK_LEN, CRC_OFFSET, F_ACK, F_CHUNK, F_CRC, F_PUT, HEADER, HEADER_LEN,
+    HELLO_BODY, KNOWN_FLAGS, MAX_SACK_RANGES, PUT, PUT_LEN, SACK_RANGE, SEQ_MASK, T_ACK, T_DATA,
+    T_HELLO, T_HELLO_ACK, U32_MASK, WIRE_VERSION, Hello, MalformedDatagram, crc32c,
+)
+from .window import ABOVE_WINDOW, DUPLICATE, NEW, ReceiveWindow
+
+# Events the engine hands to its driver (first item of each tuple)
+EV_MESSAGE = 0  # (EV_MESSAGE, peer, tag, data)
+EV_COMPLETE = 1  # (EV_COMPLETE, callback, exc_or_None)
+EV_PUT = 2  # (EV_PUT, peer, key, offset, length): a put into an exposed region finished
+EV_PUT_ERROR = 3  # (EV_PUT_ERROR, peer, key, offset, length): a put that did not fit
+EV_PEER_FAILED = 4  # (EV_PEER_FAILED, peer, exc)
+EV_PEER_RESTARTED = 5  # (EV_PEER_RESTARTED, peer)
+
+PRIORITY = 0
+DATA = 1
+
+_U32 = struct.Struct("!I")
+_U64 = struct.Struct("!Q")
+_HALF = 1 << 63
+_WRAP = 1 << 64
+_HELLO_INTERVAL_MAX = 1.0
+
+
+class Engine:
+    """One local endpoint talking to any number of peers over one device."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        address: bytes,
+        resolve: Callable[[bytes], Any],
+        data_mtu: int,
+        priority_mtu: int,
+        crc: bool,
+        rng: random.Random,
+        now: float,
+    ) -> None:
+        self.config = config
+        self.address = address
+        self._resolve = resolve
+        self._rng = rng
+        self.incarnation = rng.randrange(1, 1 << 32)
+        self.data_mtu = min(data_mtu, config.mtu) if config.mtu else data_mtu
+        self.priority_mtu = min(priority_mtu, self.data_mtu)
+        self.priority_limit = min(config.priority_limit, self.priority_mtu)
+        if self.data_mtu < HEADER_LEN + CHUNK_LEN + PUT_LEN + 1:
+            raise ValueError(f"device MTU {self.data_mtu} is too small for btlcore's headers")
+        self.crc = crc
+        self._crc_flag = F_CRC if crc else 0
+        self._ack_channel = PRIORITY if self.priority_limit else DATA
+        self._max_sack = max(0, min(MAX_SACK_RANGES,
+                                    ((self.priority_mtu if self.priority_limit else self.data_mtu)
+                                     - HEADER_LEN - ACK_BODY.size) // SACK_RANGE.size))
+        self._single_cap = self.data_mtu - HEADER_LEN  # payload of an unchunked message
+        self._chunk_cap = self.data_mtu - HEADER_LEN - CHUNK_LEN
+        self.peers_by_addr: dict[bytes, Peer] = {}
+        self.peers_by_conn: dict[int, Peer] = {}
+        self.counters = ModuleCounters()
+        self.events: list[tuple[Any, ...]] = []
+        self.regions: dict[int, memoryview] = {}
+        self._next_region = 1
+        self.closed = False
+        self._now = now
+        # the peers with something to do, as insertion-ordered sets (dict keys)
+        self._resending: dict[Peer, None] = {}
+        self._sending: dict[Peer, None] = {}
+        self._acking: dict[Peer, None] = {}
+        self._hello: dict[Peer, None] = {}
+        self._timed: dict[Peer, None] = {}
+
+    # ------------------------------------------------------------------ user operations
+
+    def connect(self, address: bytes, now: float) -> Peer:
+        """Return the peer at ``address``, starting a handshake if it is new."""
+        self._now = now
+        if self.closed:
+            raise TransportClosed("transport is closed")
+        peer = self.peers_by_addr.get(address)
+        if peer is None:
+            peer = self._new_peer(bytes(address), self._resolve(bytes(address)))
+        if peer.state is PeerState.CONNECTING and peer.hello_next is None and not peer.confirmed:
+            self._start_hello(peer, now)
+        return peer
+
+    def send(self, peer: Peer, tag: int, data: Any, callback: Callback | None, now: float,
+             put_key: int | None = None, put_offset: int = 0) -> OutMessage:
+        """Queue a message (or, with ``put_key``, a put) for ``peer``."""
+        self._now = now
+        if self.closed:
+            raise TransportClosed("transport is closed")
+        if peer.state is PeerState.FAILED:
+            raise peer.error or PeerUnreachable(f"peer {peer.address.hex()} has failed")
+        if not 0 <= tag <= 0xFFFF:
+            raise ValueError(f"tag {tag} is out of range: tags are 0 to 65535")
+        view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
+        size = len(view)
+        if size > self.config.max_message_size:
+            raise MessageTooLarge(
+                f"message of {size} bytes exceeds max_message_size={self.config.max_message_size}")
+        extra = PUT_LEN if put_key is not None else 0
+        chunked = size > self._single_cap - extra
+        peer.msg_counter += 1
+        msg = OutMessage(tag, view, callback, peer.msg_counter & U32_MASK, chunked, put_key, put_offset)
+        peer.queue.append(msg)
+        peer.counters.num_msgs_sent += 1
+        if peer.state is PeerState.ESTABLISHED:
+            self._sending[peer] = None
+        elif peer.hello_next is None and not peer.confirmed:
+            self._start_hello(peer, now)
+        return msg
+
+    def expose(self, buffer: Any) -> int:
+        """Expose a writable buffer to puts from peers; returns its key."""
+        view = memoryview(buffer).cast("B")
+        if view.readonly:
+            raise ValueError("a put target must be writable (bytearray, memoryview of one, ...)")
+        key = self._next_region
+        self._next_region += 1
+        self.regions[key] = view
+        return key
+
+    def unexpose(self, key: int) -> None:
+        self.regions.pop(key, None)
+
+    def close(self) -> None:
+        """Fail everything still pending and refuse new work."""
+        if self.closed:
+            return
+        self.closed = True
+        for peer in list(self.peers_by_addr.values()):
+            if peer.state not in (PeerState.FAILED, PeerState.CLOSED):
+                self._fail_messages(peer, TransportClosed("transport closed before the peer acknowledged"))
+                peer.state = PeerState.CLOSED
+        self._resending.clear()
+        self._sending.clear()
+        self._acking.clear()
+        self._hello.clear()
+        self._timed.clear()
+
+    # ------------------------------------------------------------------ introspection
+
+    def has_outstanding(self) -> bool:
+        """True while some message is unsent or unacknowledged (what close() flushes)."""
+        return any(p.has_outstanding() for p in self.peers_by_addr.values()
+                   if p.state is not PeerState.FAILED)
+
+    def has_work(self) -> bool:
+        """True if a send pass would produce something right now."""
+        return bool(self._resending or self._sending or any(
+            p.ack_now or p.hello_reply for p in self._acking.keys() | self._hello.keys()))
+
+    def stats(self) -> dict[str, int]:
+        return aggregate(self.counters, (p.counters for p in self.peers_by_addr.values()))
+
+    def drain_events(self) -> list[tuple[Any, ...]]:
+        events, self.events = self.events, []
+        return events
+
+    # ------------------------------------------------------------------ receive path
+
+    def receive_datagram(self, data: Any, now: float) -> None:
+        """Process one datagram from the device.  Malformed, corrupted, stale and unknown
+        datagrams are dropped and counted; nothing here raises on bad input."""
+        self._now = now
+        n = len(data)
+        if n < HEADER_LEN:
+            self.counters.num_malformed_recvs += 1
+            return
+        version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = HEADER.unpack_from(data)
+        if version != WIRE_VERSION or flags & ~KNOWN_FLAGS:
+            self.counters.num_malformed_recvs += 1
+            return
+        if flags & F_CRC:
+            view = memoryview(data)
+            if crc32c(view[CRC_OFFSET + 4:], crc32c(view[:CRC_OFFSET])) != crc:
+                self.counters.num_crc_errors += 1
+                return
+        elif self.crc:  # we require a CRC: a frame without one may have lost its flag bit
+            self.counters.num_crc_errors += 1
+            return
+        if typ == T_DATA:
+            peer = self.peers_by_conn.get(dst)
+            if peer is None:
+                self.counters.num_unk_recvs += 1
+                return
+            if inc != peer.remote_inc or not peer.remote_known or peer.state is PeerState.FAILED:
+                peer.counters.num_stale_recvs += 1
+                return
+            self._on_data(peer, data, n, flags, seq_w, ack_w, tag, plen, now)
+        elif typ == T_ACK:
+            peer = self.peers_by_conn.get(dst)
+            if peer is None:
+                self.counters.num_unk_recvs += 1
+                return
+            if inc != peer.remote_inc or not peer.remote_known or peer.state is PeerState.FAILED:
+                peer.counters.num_stale_recvs += 1
+                return
+            self._on_ack(peer, data, n, ack_w, plen, now)
+        elif typ == T_HELLO or typ == T_HELLO_ACK:
+            if n != HEADER_LEN + plen:
+                self.counters.num_malformed_recvs += 1
+                return
+            try:
+                hello = Hello.decode(memoryview(data)[HEADER_LEN:])
+            except MalformedDatagram:
+                self.counters.num_malformed_recvs += 1
+                return
+            if hello.incarnation != inc or inc == 0:
+                self.counters.num_malformed_recvs += 1
+                return
+            self._on_hello(typ, dst, hello, now)
+        else:
+            self.counters.num_malformed_recvs += 1
+
+    def _on_data(self, peer: Peer, data: Any, n: int, flags: int, seq_w: int, ack_w: int,
+                 tag: int, plen: int, now: float) -> None:
+        c = peer.counters
+        c.num_total_recvs += 1
+        if not peer.confirmed:
+            self._confirm(peer, now)
+        if flags & F_ACK:
+            at_cum = self._on_cum_ack(peer, ack_w, now)
+            if at_cum is not None:
+                # a piggy-backed ACK carries no delay: sample only when it acknowledges the
+                # last thing we sent (a reply to it), which bounds the error to the peer's
+                # own turnaround
+                if at_cum.tx_count == 1 and at_cum.seq == peer.next_seq - 1:
+                    peer.timer.sample(now - at_cum.sent_at)
+                self._detect_losses(peer)
+        w = peer.window
+        cum = w.cum
+        seq = cum + 1 + ((seq_w - cum - 1) & SEQ_MASK)
+        if seq - cum - 1 >= _HALF:
+            seq -= _WRAP
+        pos = HEADER_LEN
+        msg_len = off = 0
+        ras = None
+        if flags & F_CHUNK:
+            pos += CHUNK_LEN
+        if flags & F_PUT:
+            pos += PUT_LEN
+        if n != pos + plen:
+            self.counters.num_malformed_recvs += 1
+            return
+        if flags & F_CHUNK:
+            msg_id, msg_len, off = CHUNK.unpack_from(data, HEADER_LEN)
+            if off + plen > msg_len or msg_len > self.config.max_message_size or (plen == 0 and msg_len):
+                c.num_badfrag_recvs += 1
+                return
+            ras = peer.reassembly.get(msg_id)
+            if ras is None:
+                if len(peer.reassembly) >= self.config.max_reassemblies and not w.holds(seq) \
+                        and cum < seq <= cum + w.size:
+                    c.num_reassembly_drops += 1  # not accepted, so not ACKed: it comes again
+                    return
+            elif ras.msg_len != msg_len:
+                c.num_badfrag_recvs += 1
+                return
+        verdict = w.accept(seq)
+        if verdict != NEW:
+            if verdict == DUPLICATE:
+                c.num_dup_recvs += 1
+            elif verdict == ABOVE_WINDOW:
+                c.num_oow_high_recvs += 1
+            else:
+                c.num_oow_low_recvs += 1
+            peer.ack_now = True  # tell the sender where we are, at once
+            self._acking[peer] = None
+            self._timed[peer] = None
+            return
+        new_cum = w.cum
+        if seq == w.high:
+            peer.rx_high_time = now
+        item = None
+        if flags & F_PUT:
+            key, poff = PUT.unpack_from(data, HEADER_LEN + (CHUNK_LEN if flags & F_CHUNK else 0))
+            region = self.regions.get(key)
+            start = poff + off
+            if region is None or start + plen > len(region) or (flags & F_CHUNK and poff + msg_len > len(region)):
+                c.num_put_errors += 1
+                length = msg_len if flags & F_CHUNK else plen
+                if not flags & F_CHUNK or off == 0:
+                    self.events.append((EV_PUT_ERROR, peer, key, poff, length))
+                # accepted (and so ACKed): the error is the receiver's to report
+            else:
+                region[start:start + plen] = memoryview(data)[pos:]
+                if flags & F_CHUNK:
+                    if ras is None:
+                        ras = peer.reassembly[msg_id] = Reassembly(msg_len, tag, key, poff)
+                    ras.received += plen
+                    if off + plen == msg_len:
+                        ras.last_seq = seq
+                    if ras.received >= msg_len:
+                        del peer.reassembly[msg_id]
+                        item = (EV_PUT, peer, key, poff, msg_len)
+                        seq_done = ras.last_seq
+                        peer.ack_now = True
+                else:
+                    item = (EV_PUT, peer, key, poff, plen)
+                    seq_done = seq
+                if item is not None:
+                    c.num_puts_delivered += 1
+        elif flags & F_CHUNK:
+            c.num_chunk_recvs += 1
+            if ras is None:
+                ras = peer.reassembly[msg_id] = Reassembly(msg_len, tag, None, 0)
+            ras.buf[off:off + plen] = memoryview(data)[pos:]  # type: ignore[index]
+            ras.received += plen
+            if off + plen == msg_len:
+                ras.last_seq = seq
+            if ras.received >= msg_len:
+                del peer.reassembly[msg_id]
+                item = (EV_MESSAGE, peer, ras.tag, ras.buf)
+                seq_done = ras.last_seq
+                c.num_msgs_delivered += 1
+                c.num_bytes_delivered += msg_len
+                peer.ack_now = True  # usnic ACKs a completed large message at once
+        else:
+            c.num_frag_recvs += 1
+            item = (EV_MESSAGE, peer, tag, bytes(memoryview(data)[pos:]))
+            seq_done = seq
+            c.num_msgs_delivered += 1
+            c.num_bytes_delivered += plen
+        # delivery: at once when unordered; in sequence order otherwise
+        if not self.config.ordered:
+            if item is not None:
+                self.events.append(item)
+        elif item is not None and seq_done == new_cum == cum + 1 and not peer.ready:
+            self.events.append(item)  # in order, nothing waiting: the fast path
+        else:
+            ready = peer.ready
+            if item is not None:
+                ready[seq_done] = item
+            if new_cum > cum and ready:
+                events = self.events
+                for s in range(cum + 1, new_cum + 1):
+                    it = ready.pop(s, None)
+                    if it is not None:
+                        events.append(it)
+        # ACK debt
+        peer.ack_count += 1
+        if seq != new_cum or new_cum > cum + 1:
+            # a new gap, or a gap filled: the sender's loss detection wants to know now
+            peer.ack_now = True
+            peer.sack_dirty = True
+            depth = w.high - new_cum
+            if depth > c.max_recv_window:
+                c.max_recv_window = depth
+        elif peer.ack_count >= self.config.ack_frequency:
+            peer.ack_now = True
+        elif peer.ack_deadline is None:
+            peer.ack_deadline = now + self.config.ack_delay
+        self._acking[peer] = None
+        self._timed[peer] = None
+
+    def _on_cum_ack(self, peer: Peer, ack_w: int, now: float) -> Segment | None:
+        """Apply a cumulative ACK (piggy-backed or standalone).  Returns the segment at the
+        new ACK point if this ACK acknowledged it (None if nothing new was acked)."""
+        una = peer.snd_una
+        cum = una + ((ack_w - una) & SEQ_MASK)
+        if cum - una >= _HALF or cum == una:
+            return None  # old or duplicate
+        if cum >= peer.next_seq:
+            cum = peer.next_seq - 1  # ACKs for what we never sent: ignore the excess
+            if cum <= una:
+                return None
+        unacked = peer.unacked
+        top = None
+        for s in range(una + 1, cum + 1):
+            seg = unacked.pop(s, None)
+            if seg is not None:
+                self._acked(peer, seg)
+                top = seg
+        peer.snd_una = cum
+        peer.scoreboard.prune(cum)
+        self._progress(peer, now)
+        if top is None or top.seq != cum:
+            return None
+        return top
+
+    def _acked(self, peer: Peer, seg: Segment) -> None:
+        """``seg`` is acknowledged: count it against its message, complete the message."""
+        if seg.tx_serial > peer.largest_acked_serial:
+            peer.largest_acked_serial = seg.tx_serial
+        msg = seg.msg
+        msg.outstanding -= 1
+        if msg.cut_all and msg.outstanding == 0 and not msg.done:
+            msg.done = True
+            peer.counters.num_msgs_completed += 1
+            if msg.callback is not None:
+                self.events.append((EV_COMPLETE, msg.callback, None))
+
+    def _progress(self, peer: Peer, now: float) -> None:
+        """Something new was acknowledged: restart the death clock and the retransmit
+        timer, end the backoff, reopen the window."""
+        peer.last_progress = now
+        peer.rto_base = now
+        peer.timer.backoff = 1
+        if peer.queue and peer.state is PeerState.ESTABLISHED:
+            self._sending[peer] = None
+
+    def _on_ack(self, peer: Peer, data: Any, n: int, ack_w: int, plen: int, now: float) -> None:
+        c = peer.counters
+        if n != HEADER_LEN + plen or plen < ACK_BODY.size:
+            self.counters.num_malformed_recvs += 1
+            return
+        window, nranges, ack_delay = ACK_BODY.unpack_from(data, HEADER_LEN)
+        if nranges > MAX_SACK_RANGES or plen != ACK_BODY.size + nranges * SACK_RANGE.size:
+            self.counters.num_malformed_recvs += 1
+            return
+        c.num_ack_recvs += 1
+        if not peer.confirmed:
+            self._confirm(peer, now)
+        peer.remote_window = max(8, window)
+        una = peer.snd_una
+        cum = una + ((ack_w - una) & SEQ_MASK)
+        if cum - una >= _HALF:
+            cum -= _WRAP
+            c.num_old_dup_acks += 1
+        at_cum = self._on_cum_ack(peer, ack_w, now)
+        largest = cum  # the largest sequence number this ACK acknowledges
+        sample = at_cum
+        sacked_new = False
+        if nranges:
+            unacked = peer.unacked
+            top = peer.next_seq - 1
+            base = HEADER_LEN + ACK_BODY.size
+            for i in range(nranges):
+                start, length = SACK_RANGE.unpack_from(data, base + i * SACK_RANGE.size)
+                lo = max(cum + start, peer.snd_una + 1)
+                hi = min(cum + start + length - 1, top)
+                largest = hi
+                for a, b in peer.scoreboard.add(lo, hi):
+                    for s in range(a, b + 1):
+                        seg = unacked.pop(s, None)
+                        if seg is not None:
+                            self._acked(peer, seg)
+                            sacked_new = True
+                            sample = seg
+            if sacked_new and at_cum is None:
+                self._progress(peer, now)
+        # RTT: only from the largest acknowledged segment, newly acked, sent once (Karn),
+        # less the time the receiver held the ACK
+        if sample is not None and sample.seq == largest and sample.tx_count == 1 \
+                and ack_delay != U32_MASK:
+            peer.timer.sample(now - sample.sent_at - ack_delay * 1e-6)
+        if at_cum is None and not sacked_new and cum == una:
+            c.num_dup_acks += 1
+        self._detect_losses(peer)
+
+    def _detect_losses(self, peer: Peer) -> None:
+        """Fast retransmit: a segment is lost once ``fast_retransmit_threshold`` later
+        transmissions have been acknowledged (QUIC's packet threshold, on transmission
+        serials so that a retransmission is judged against what was sent after it)."""
+        limit = peer.largest_acked_serial - self.config.fast_retransmit_threshold
+        if limit <= 0 or not peer.unacked:
+            return
+        lost = []
+        for seg in peer.unacked.values():
+            if seg.tx_serial > limit:
+                break
+            if not seg.lost:
+                lost.append(seg)
+        if lost:
+            unacked = peer.unacked
+            for seg in lost:
+                seg.lost = True
+                unacked.move_to_end(seg.seq)
+                peer.resend.append(seg)
+            peer.counters.num_fast_retrans += len(lost)
+            self._resending[peer] = None
+
+    # ------------------------------------------------------------------ handshake
+
+    def _new_peer(self, address: bytes, dest: Any) -> Peer:
+        cfg = self.config
+        conn = self._fresh_conn_id()
+        timer = RetransmitTimer(cfg.rto_mode == "adaptive", cfg.rto_initial, cfg.rto_min,
+                                cfg.rto_max, cfg.retrans_timeout)
+        peer = Peer(address, dest, conn, self._rng.randrange(1, 1 << 62), timer, cfg.window)
+        self.peers_by_addr[address] = peer
+        self.peers_by_conn[conn] = peer
+        return peer
+
+    def _fresh_conn_id(self) -> int:
+        while True:
+            conn = self._rng.randrange(1, 1 << 32)
+            if conn not in self.peers_by_conn:
+                return conn
+
+    def _start_hello(self, peer: Peer, now: float) -> None:
+        peer.hello_next = now
+        peer.hello_interval = self.config.handshake_interval
+        peer.hello_started = now
+        self._hello[peer] = None
+        self._timed[peer] = None
+
+    def _confirm(self, peer: Peer, now: float) -> None:
+        """The peer has shown it knows our current incarnation."""
+        peer.confirmed = True
+        if peer.remote_known and peer.state is PeerState.CONNECTING:
+            peer.state = PeerState.ESTABLISHED
+            peer.hello_next = None
+            peer.hello_started = None
+            peer.last_progress = now
+            if peer.queue:
+                self._sending[peer] = None
+
+    def _on_hello(self, typ: int, dst: int, hello: Hello, now: float) -> None:
+        if typ == T_HELLO:
+            peer = self.peers_by_addr.get(hello.address)
+            if peer is None:
+                if not self.config.accept_peers or self.closed:
+                    self.counters.num_unk_recvs += 1
+                    return
+                try:
+                    dest = self._resolve(hello.address)
+                except (ValueError, TypeError):
+                    self.counters.num_malformed_recvs += 1
+                    return
+                peer = self._new_peer(hello.address, dest)
+        else:
+            peer = self.peers_by_conn.get(dst)
+            if peer is None or hello.echo_incarnation != self.incarnation:
+                self.counters.num_unk_recvs += 1
+                return
+        c = peer.counters
+        c.num_hello_recvs += 1
+        if peer.remote_known and hello.incarnation != peer.remote_inc:
+            self._restart_peer(peer, now)
+        elif peer.state is PeerState.FAILED or peer.state is PeerState.CLOSED:
+            c.num_stale_recvs += 1
+            return
+        if not peer.remote_known:
+            peer.remote_known = True
+            peer.remote_inc = hello.incarnation
+            peer.remote_conn = hello.conn_id
+            peer.remote_window = max(8, hello.window)
+            peer.window = ReceiveWindow(hello.isn, self.config.window)
+        if typ == T_HELLO:
+            peer.hello_reply = True
+            self._hello[peer] = None
+        if hello.echo_incarnation == self.incarnation:
+            first = not peer.confirmed
+            self._confirm(peer, now)
+            if first and typ == T_HELLO_ACK:
+                # let the other side know at once that we know it (confirms it)
+                peer.ack_now = True
+                self._acking[peer] = None
+        elif peer.state is PeerState.CONNECTING and peer.hello_next is None and peer.queue:
+            self._start_hello(peer, now)
+
+    def _restart_peer(self, peer: Peer, now: float) -> None:
+        """The peer came back as a new incarnation: fail what was meant for the old one and
+        start afresh (new connection id and ISN, so nothing stale can be delivered)."""
+        self.counters.num_peer_restarts += 1
+        self._fail_messages(peer, PeerRestarted(
+            f"peer {peer.address.hex()} restarted (incarnation {peer.remote_inc:#x} -> new)"))
+        counters, user_data = peer.counters, peer.user_data
+        self.peers_by_conn.pop(peer.local_conn, None)
+        for table in (self._resending, self._sending, self._acking, self._hello, self._timed):
+            table.pop(peer, None)
+        cfg = self.config
+        timer = RetransmitTimer(cfg.rto_mode == "adaptive", cfg.rto_initial, cfg.rto_min,
+                                cfg.rto_max, cfg.retrans_timeout)
+        conn = self._fresh_conn_id()
+        Peer.__init__(peer, peer.address, peer.dest, conn, self._rng.randrange(1, 1 << 62),
+                      timer, cfg.window)
+        peer.counters, peer.user_data = counters, user_data
+        self.peers_by_conn[conn] = peer
+        self.events.append((EV_PEER_RESTARTED, peer))
+
+    # ------------------------------------------------------------------ failure
+
+    def _fail_messages(self, peer: Peer, exc: BaseException) -> None:
+        """Complete every pending operation toward ``peer`` with ``exc``, exactly once."""
+        msgs: dict[int, OutMessage] = {}
+        for seg in peer.unacked.values():
+            msgs[id(seg.msg)] = seg.msg
+        for msg in peer.queue:
+            msgs[id(msg)] = msg
+        for msg in msgs.values():
+            if not msg.done:
+                msg.done = True
+                peer.counters.num_send_errors += 1
+                if msg.callback is not None:
+                    self.events.append((EV_COMPLETE, msg.callback, exc))
+        peer.unacked.clear()
+        peer.queue.clear()
+        peer.resend.clear()
+        peer.reassembly.clear()
+        peer.ready.clear()
+
+    def _fail_peer(self, peer: Peer, exc: BaseException) -> None:
+        self.counters.num_peer_failures += 1
+        self._fail_messages(peer, exc)
+        peer.state = PeerState.FAILED
+        peer.error = exc
+        peer.hello_next = None
+        for table in (self._resending, self._sending, self._acking, self._hello, self._timed):
+            table.pop(peer, None)
+        self.events.append((EV_PEER_FAILED, peer, exc))
+
+    # ------------------------------------------------------------------ timers
+
+    def get_timer(self) -> float | None:
+        """The next time :meth:`handle_timer` or a send pass has something to do."""
+        if self._resending or self._sending:
+            return self._now
+        best = None
+        cfg = self.config
+        idle = []
+        for peer in self._timed:
+            t = None
+            if peer.unacked:
+                front = self._rto_front(peer)
+                if front is not None:
+                    t = max(front.sent_at, peer.rto_base) + peer.timer.rto
+                death = peer.last_progress + cfg.peer_timeout
+                if t is None or death < t:
+                    t = death
+            if peer.ack_now or peer.hello_reply:
+                t = self._now
+            elif peer.ack_deadline is not None and (t is None or peer.ack_deadline < t):
+                t = peer.ack_deadline
+            if peer.hello_next is not None:
+                if t is None or peer.hello_next < t:
+                    t = peer.hello_next
+                if peer.hello_started is not None:
+                    give_up = peer.hello_started + cfg.handshake_timeout
+                    if give_up < t:
+                        t = give_up
+            if t is None:
+                idle.append(peer)
+            elif best is None or t < best:
+                best = t
+        for peer in idle:
+            del self._timed[peer]
+        return best
+
+    @staticmethod
+    def _rto_front(peer: Peer) -> Segment | None:
+        for seg in peer.unacked.values():
+            if not seg.lost:
+                return seg
+        return None
+
+    def handle_timer(self, now: float) -> None:
+        """Retransmit timeouts, peer death, handshake retries and give-ups."""
+        self._now = now
+        cfg = self.config
+        for peer in list(self._timed):
+            if peer.unacked:
+                if now - peer.last_progress >= cfg.peer_timeout:
+                    self._fail_peer(peer, PeerUnreachable(
+                        f"peer {peer.address.hex()} acknowledged nothing for {cfg.peer_timeout:g} s"))
+                    continue
+                front = self._rto_front(peer)
+                if front is not None and max(front.sent_at, peer.rto_base) + peer.timer.rto <= now:
+                    # a timeout resends only the oldest segment (a probe); its ACK lets the
+                    # packet-threshold rule find the rest without a storm
+                    front.lost = True
+                    peer.unacked.move_to_end(front.seq)
+                    peer.resend.append(front)
+                    peer.counters.num_timeout_retrans += 1
+                    peer.timer.expired()
+                    peer.rto_base = now  # the next timeout counts from this one
+                    self._resending[peer] = None
+            if peer.hello_started is not None and peer.state is PeerState.CONNECTING \
+                    and now - peer.hello_started >= cfg.handshake_timeout:
+                self._fail_peer(peer, PeerUnreachable(
+                    f"peer {peer.address.hex()} did not answer the handshake within "
+                    f"{cfg.handshake_timeout:g} s"))
+
+    # ------------------------------------------------------------------ send pass
+
+    def datagrams_to_send(self, now: float, budget: int = 1 << 30) -> list[tuple[int, Any, bytearray]]:
+        """Up to ``budget`` datagrams to post now, as ``(channel, dest, datagram)``.
+
+        The engine counts them as sent.  The driver must post them before calling the engine
+        again (the buffers are the segments' own and get re-stamped on retransmission)."""
+        self._now = now
+        out: list[tuple[int, Any, bytearray]] = []
+        cfg = self.config
+        if self._resending:
+            self._resend_pass(out, now, min(budget, cfg.max_resends_per_pass))
+        if self._sending and len(out) < budget:
+            self._send_pass(out, now, budget)
+        if self._acking and len(out) < budget:
+            self._ack_pass(out, now, budget)
+        if self._hello and len(out) < budget:
+            self._hello_pass(out, now, budget)
+        return out
+
+    def _stamp(self, peer: Peer, seg: Segment, now: float, out: list[Any]) -> None:
+        """Fill in the current ACK point (and CRC) and count one transmission."""
+        buf = seg.buf
+        _U64.pack_into(buf, 24, peer.window.cum & SEQ_MASK)
+        if self.crc:
+            view = memoryview(buf)
+            _U32.pack_into(buf, CRC_OFFSET, crc32c(view[CRC_OFFSET + 4:], crc32c(view[:CRC_OFFSET])))
+        seg.sent_at = now
+        seg.tx_count += 1
+        peer.tx_serial += 1
+        seg.tx_serial = peer.tx_serial
+        # the ACK point rides along: no standalone ACK needed unless SACK news is waiting
+        peer.ack_count = 0
+        peer.ack_deadline = None
+        if not peer.sack_dirty:
+            peer.ack_now = False
+        out.append((seg.channel, peer.dest, buf))
+
+    def _resend_pass(self, out: list[Any], now: float, cap: int) -> None:
+        sent = 0
+        max_retries = self.config.max_retries
+        for peer in list(self._resending):
+            resend = peer.resend
+            c = peer.counters
+            while resend and sent < cap:
+                seg = resend.popleft()
+                if not seg.lost or peer.unacked.get(seg.seq) is not seg:
+                    continue  # acknowledged meanwhile
+                if seg.tx_count >= max_retries:
+                    self._fail_peer(peer, PeerUnreachable(
+                        f"peer {peer.address.hex()}: segment {seg.seq} unacknowledged after "
+                        f"{seg.tx_count} transmissions (max_retries={max_retries})"))
+                    break
+                seg.lost = False
+                peer.unacked.move_to_end(seg.seq)
+                self._stamp(peer, seg, now, out)
+                c.num_resends += 1
+                c.num_total_sends += 1
+                sent += 1
+            if not resend:
+                self._resending.pop(peer, None)
+            if sent >= cap:
+                break
+
+    def _send_pass(self, out: list[Any], now: float, budget: int) -> None:
+        credits_per_peer = self.config.send_credits
+        window = self.config.window
+        for peer in list(self._sending):
+            limit = peer.snd_una + min(window, peer.remote_window)
+            credits = credits_per_peer
+            queue = peer.queue
+            while queue and credits and peer.next_seq <= limit and len(out) < budget:
+                self._cut_segment(peer, queue[0], now, out)
+                credits -= 1
+            if not queue or peer.next_seq > limit:
+                del self._sending[peer]  # re-added by a new send or an ACK that opens the window
+            else:
+                del self._sending[peer]  # round robin: to the back of the line
+                self._sending[peer] = None
+            if len(out) >= budget:
+                break
+            depth = peer.next_seq - 1 - peer.snd_una
+            if depth > peer.counters.max_send_window:
+                peer.counters.max_send_window = depth
+
+    def _cut_segment(self, peer: Peer, msg: OutMessage, now: float, out: list[Any]) -> None:
+        """Where a message becomes datagrams: cut the next segment of ``msg`` and send it."""
+        c = peer.counters
+        seq = peer.next_seq
+        put = msg.put_key is not None
+        flags = F_ACK | self._crc_flag
+        pos = HEADER_LEN
+        if msg.chunked:
+            cap = self._chunk_cap - (PUT_LEN if put else 0)
+            n = min(cap, msg.length - msg.offset)
+            flags |= F_CHUNK
+            pos += CHUNK_LEN
+            c.num_chunk_sends += 1
+        else:
+            n = msg.length
+            c.num_frag_sends += 1
+        if put:
+            flags |= F_PUT
+            pos += PUT_LEN
+        buf = bytearray(pos + n)
+        HEADER.pack_into(buf, 0, WIRE_VERSION, T_DATA, flags, 0, peer.remote_conn,
+                         self.incarnation, 0, seq & SEQ_MASK, 0, msg.tag, n)
+        if msg.chunked:
+            CHUNK.pack_into(buf, HEADER_LEN, msg.msg_id, msg.length, msg.offset)
+        if put:
+            PUT.pack_into(buf, pos - PUT_LEN, msg.put_key, msg.put_offset)
+        if n:
+            buf[pos:] = msg.data[msg.offset:msg.offset + n]
+        channel = PRIORITY if not msg.chunked and pos + n <= self.priority_limit else DATA
+        seg = Segment(seq, buf, channel, msg)
+        msg.offset += n
+        msg.outstanding += 1
+        if msg.offset >= msg.length:
+            msg.cut_all = True
+            peer.queue.popleft()
+        peer.next_seq = seq + 1
+        if not peer.unacked:
+            peer.last_progress = now  # the death clock runs only while something is unacked
+        peer.unacked[seq] = seg
+        self._timed[peer] = None
+        c.num_total_sends += 1
+        c.num_bytes_sent += n
+        self._stamp(peer, seg, now, out)
+
+    def _ack_pass(self, out: list[Any], now: float, budget: int) -> None:
+        for peer in list(self._acking):
+            if len(out) >= budget:
+                break
+            if peer.ack_now or (peer.ack_deadline is not None and peer.ack_deadline <= now):
+                if peer.remote_known:
+                    out.append((self._ack_channel, peer.dest, self._build_ack(peer, now)))
+                    peer.counters.num_ack_sends += 1
+                    peer.counters.num_total_sends += 1
+                peer.ack_count = 0
+                peer.ack_deadline = None
+                peer.ack_now = False
+                peer.sack_dirty = False
+                del self._acking[peer]
+            elif peer.ack_deadline is None and not peer.ack_now:
+                del self._acking[peer]  # a piggy-backed ACK paid the debt
+
+    def _build_ack(self, peer: Peer, now: float) -> bytearray:
+        w = peer.window
+        ranges = w.sack_ranges(self._max_sack) if w.has_gaps else []
+        largest = w.cum + ranges[-1][0] + ranges[-1][1] - 1 if ranges else w.cum
+        if largest == w.high:
+            delay = min(int((now - peer.rx_high_time) * 1e6), U32_MASK - 1)
+        else:
+            delay = U32_MASK  # ranges were cut short: no RTT sample from this ACK
+        body = ACK_BODY.size + SACK_RANGE.size * len(ranges)
+        buf = bytearray(HEADER_LEN + body)
+        HEADER.pack_into(buf, 0, WIRE_VERSION, T_ACK, F_ACK | self._crc_flag, 0, peer.remote_conn,
+                         self.incarnation, 0, 0, w.cum & SEQ_MASK, 0, body)
+        ACK_BODY.pack_into(buf, HEADER_LEN, self.config.window, len(ranges), delay)
+        pos = HEADER_LEN + ACK_BODY.size
+        for start, length in ranges:
+            SACK_RANGE.pack_into(buf, pos, start, length)
+            pos += SACK_RANGE.size
+        self._seal(buf)
+        return buf
+
+    def _seal(self, buf: bytearray) -> None:
+        if self.crc:
+            view = memoryview(buf)
+            _U32.pack_into(buf, CRC_OFFSET, crc32c(view[CRC_OFFSET + 4:], crc32c(view[:CRC_OFFSET])))
+
+    def _hello_pass(self, out: list[Any], now: float, budget: int) -> None:
+        for peer in list(self._hello):
+            if len(out) >= budget:
+                break
+            if peer.hello_reply:
+                out.append((self._ack_channel, peer.dest, self._build_hello(peer, T_HELLO_ACK)))
+                peer.hello_reply = False
+                peer.counters.num_hello_sends += 1
+            if peer.hello_next is not None and peer.hello_next <= now and not peer.confirmed:
+                out.append((self._ack_channel, peer.dest, self._build_hello(peer, T_HELLO)))
+                peer.counters.num_hello_sends += 1
+                peer.hello_next = now + peer.hello_interval
+                peer.hello_interval = min(peer.hello_interval * 2, _HELLO_INTERVAL_MAX)
+            if peer.hello_next is None or peer.confirmed:
+                peer.hello_next = None if peer.confirmed else peer.hello_next
+            if not peer.hello_reply and peer.hello_next is None:
+                del self._hello[peer]
+
+    def _build_hello(self, peer: Peer, typ: int) -> bytearray:
+        body = Hello(self.incarnation, peer.local_conn, peer.isn, peer.remote_inc,
+                     self.config.window, self.address).encode()
+        buf = bytearray(HEADER_LEN + len(body))
+        HEADER.pack_into(buf, 0, WIRE_VERSION, typ, self._crc_flag, 0, peer.remote_conn,
+                         self.incarnation, 0, 0, 0, 0, len(body))
+        buf[HEADER_LEN:] = body
+        self._seal(buf)
+        return buf
+
+
+assert HELLO_BODY.size == 26

@@ -1,0 +1,153 @@
+"""The state btlcore keeps for one remote peer: who it is (handshake, incarnations), what we
+sent it (send window, retransmit state), and what it sent us (receive window, reassembly,
+ACK debt).  The logic that moves this state lives in :mod:`btlcore.engine`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from typing import Any
+
+from .rtt import RetransmitTimer
+from .stats import PeerCounters
+from .window import ReceiveWindow, SackScoreboard
+
+#: a completion callback: called once with None (success) or the exception that failed it
+Callback = Callable[[BaseException | None], Any]
+
+
+class PeerState(enum.Enum):
+    CONNECTING = "connecting"  # handshake under way
+    ESTABLISHED = "established"
+    FAILED = "failed"  # declared dead; every pending operation failed
+    CLOSED = "closed"
+
+
+class OutMessage:
+    """A message (or put) on its way out: cut into segments lazily, as the window opens, and
+    complete once every segment is acknowledged."""
+
+    __slots__ = ("tag", "data", "length", "callback", "msg_id", "offset", "outstanding",
+                 "chunked", "put_key", "put_offset", "done", "cut_all")
+
+    def __init__(self, tag: int, data: memoryview, callback: Callback | None, msg_id: int,
+                 chunked: bool, put_key: int | None = None, put_offset: int = 0) -> None:
+        self.tag = tag
+        self.data = data
+        self.length = len(data)
+        self.callback = callback
+        self.msg_id = msg_id
+        self.offset = 0  # next byte to put in a segment
+        self.outstanding = 0  # segments sent and not yet acknowledged
+        self.chunked = chunked
+        self.put_key = put_key
+        self.put_offset = put_offset
+        self.done = False  # its callback has fired (or it failed)
+        self.cut_all = False  # its last segment has been cut
+
+
+class Segment:
+    """One sequenced datagram held until acknowledged.  ``buf`` is the whole datagram; its
+    ACK and CRC fields are re-stamped at every transmission."""
+
+    __slots__ = ("seq", "buf", "channel", "msg", "sent_at", "tx_count", "tx_serial", "lost")
+
+    def __init__(self, seq: int, buf: bytearray, channel: int, msg: OutMessage) -> None:
+        self.seq = seq
+        self.buf = buf
+        self.channel = channel
+        self.msg = msg
+        self.sent_at = 0.0
+        self.tx_count = 0
+        self.tx_serial = 0
+        self.lost = False  # queued for retransmission
+
+
+class Reassembly:
+    """A chunked message being put back together (or a chunked put being tracked)."""
+
+    __slots__ = ("buf", "msg_len", "received", "tag", "last_seq", "put_key", "put_offset")
+
+    def __init__(self, msg_len: int, tag: int, put_key: int | None, put_offset: int) -> None:
+        self.buf = bytearray(msg_len) if put_key is None else None
+        self.msg_len = msg_len
+        self.received = 0
+        self.tag = tag
+        self.last_seq = -1
+        self.put_key = put_key
+        self.put_offset = put_offset
+
+
+class Peer:
+    """Everything about one remote peer.  Users hold it as the handle returned by
+    ``Transport.connect`` and passed to message handlers."""
+
+    __slots__ = (
+        # identity and handshake
+        "address", "dest", "local_conn", "remote_conn", "remote_inc", "state", "confirmed",
+        "remote_known", "hello_next", "hello_interval", "hello_started", "hello_reply",
+        "error", "user_data",
+        # send side
+        "isn", "next_seq", "snd_una", "queue", "unacked", "resend", "scoreboard",
+        "tx_serial", "largest_acked_serial", "timer", "last_progress", "rto_base", "msg_counter",
+        "remote_window",
+        # receive side
+        "window", "rx_high_time", "ready", "reassembly", "ack_count", "ack_deadline", "ack_now",
+        "sack_dirty",
+        "counters",
+    )
+
+    def __init__(self, address: bytes, dest: Any, local_conn: int, isn: int,
+                 timer: RetransmitTimer, window: int) -> None:
+        self.address = address
+        self.dest = dest
+        self.local_conn = local_conn
+        self.remote_conn = 0
+        self.remote_inc = 0
+        self.state = PeerState.CONNECTING
+        self.confirmed = False  # the peer knows our current incarnation
+        self.remote_known = False  # we know its incarnation, connection id and ISN
+        self.hello_next: float | None = None  # when to (re)send a HELLO
+        self.hello_interval = 0.0
+        self.hello_started: float | None = None
+        self.hello_reply = False  # a HELLO_ACK is owed
+        self.error: BaseException | None = None
+        self.user_data: Any = None
+
+        self.isn = isn
+        self.next_seq = isn + 1
+        self.snd_una = isn  # everything up to here is acknowledged
+        self.queue: deque[OutMessage] = deque()
+        self.unacked: OrderedDict[int, Segment] = OrderedDict()  # in transmission order
+        self.resend: deque[Segment] = deque()
+        self.scoreboard = SackScoreboard()
+        self.tx_serial = 0
+        self.largest_acked_serial = 0
+        self.timer = timer
+        self.last_progress = 0.0  # last time the peer acknowledged something new
+        self.rto_base = 0.0  # the retransmit timer counts from max(this, oldest send)
+        self.msg_counter = 0
+        self.remote_window = window
+
+        self.window = ReceiveWindow(0, window)  # rebased on the peer's ISN at handshake
+        self.rx_high_time = 0.0  # when the highest sequence number so far arrived
+        self.ready: dict[int, tuple[Any, ...]] = {}  # ordered mode: seq -> deliverable
+        self.reassembly: dict[int, Reassembly] = {}
+        self.ack_count = 0  # segments received since we last told the peer our ACK point
+        self.ack_deadline: float | None = None
+        self.ack_now = False
+        self.sack_dirty = False
+        self.counters = PeerCounters()
+
+    def __repr__(self) -> str:
+        return f"<Peer {self.address.hex()} {self.state.value} conn={self.local_conn:#x}>"
+
+    @property
+    def in_flight(self) -> int:
+        return self.next_seq - 1 - self.snd_una
+
+    def has_outstanding(self) -> bool:
+        """Unacknowledged or unsent work toward this peer."""
+        return bool(self.unacked or self.queue)

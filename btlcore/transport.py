@@ -1,0 +1,382 @@
+"""The public face of btlcore: a :class:`Transport` joins the sans-I/O engine to a device.
+
+Typical use::
+
+    with btlcore.open("udp") as t:
+        peer = t.connect(other_address)
+        t.on(7, lambda peer, tag, data: print(data))
+        t.send(peer, 7, b"hello", callback=lambda exc: print("acked" if exc is None else exc))
+        btlcore.run_until([t], lambda: done, timeout=5)
+
+Each :meth:`Transport.progress` pass: reap send completions, take received datagrams into
+the engine, run due timers, post what the engine wants sent (retransmissions, new segments,
+ACKs, handshakes; anything the device pushes back waits in a backlog, never lost), then
+dispatch deliveries and completion callbacks.  Callbacks run from ``progress``, never from
+inside the engine, so they may call ``send`` freely.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import selectors
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from .config import Config
+from .device import Channel, DeviceOps
+from .engine import (
+    EV_COMPLETE, EV_MESSAGE, EV_PEER_FAILED, EV_PEER_RESTARTED, EV_PUT, EV_PUT_ERROR, Engine,
+)
+from .errors import TransportClosed
+from .peer import Callback, Peer
+from .registry import open_device, tool_plugin_manager
+from .stats import stats_json, stats_line
+
+Handler = Callable[[Peer, int, bytes], Any]
+
+
+@attrs.define(slots=True, frozen=True)
+class Message:
+    """A message taken with :meth:`Transport.recv` (tags that have no handler)."""
+
+    peer: Peer
+    tag: int
+    data: bytes
+
+
+class Transport:
+    """A reliable transport on one device.  Create it with :func:`btlcore.open`."""
+
+    def __init__(self, device: DeviceOps, config: Config | None = None, *, seed: int | None = None,
+                 plugins: Sequence[Any] = ()) -> None:
+        self.config = config or Config.build()
+        self.device = device
+        self.backend = device.backend
+        caps = device.capabilities()
+        self.capabilities = caps
+        self.now: Callable[[], float] = device.clock()
+        want = self.config.mtu or caps.mtu
+        data_info = device.create_channel(Channel.DATA, min(want, caps.mtu))
+        prio_want = max(self.config.priority_limit, 256)
+        prio_info = device.create_channel(Channel.PRIORITY, min(prio_want, data_info.mtu))
+        use_crc = self.config.crc == "on" or (self.config.crc == "auto" and not caps.integrity)
+        self.address: bytes = bytes(device.local_address())
+        if seed is None:
+            seed = getattr(device.device, "seed", None)
+            if seed is not None:  # virtual-time devices: reproducible, distinct per node
+                seed = int.from_bytes(hashlib.sha256(repr((seed, self.address)).encode()).digest()[:8], "big")
+        self.seed = seed if seed is not None else int.from_bytes(os.urandom(8), "big")
+        self.engine = Engine(
+            self.config, address=self.address, resolve=device.resolve,
+            data_mtu=data_info.mtu, priority_mtu=prio_info.mtu, crc=use_crc,
+            rng=random.Random(self.seed), now=self.now())
+        self._post = device.post_send
+        self._poll = device.poll_recv
+        self._backlog: deque[tuple[int, Any, Any]] = deque()
+        self._handlers: dict[int, Handler] = {}
+        self._inbox: deque[Message] = deque()
+        self._put_handler: Callable[[Peer, int, int, int], Any] | None = None
+        self._put_error_handler: Callable[[Peer, int, int, int], Any] | None = None
+        self._peer_handler: Callable[[str, Peer, BaseException | None], Any] | None = None
+        self._closed = False
+        self._last_stats = self.now()
+        self._pm = tool_plugin_manager(list(plugins))
+        hook = self._pm.hook
+        self._frame_sent = hook.btl_frame_sent if hook.btl_frame_sent.get_hookimpls() else None
+        self._frame_received = hook.btl_frame_received if hook.btl_frame_received.get_hookimpls() else None
+        hook.btl_transport_opened(transport=self)
+
+    # ------------------------------------------------------------------ API
+
+    def connect(self, address: bytes) -> Peer:
+        """The peer at ``address`` (bytes from the other side's ``transport.address``)."""
+        return self.engine.connect(bytes(address), self.now())
+
+    def send(self, peer: Peer, tag: int, data: Any, callback: Callback | None = None) -> None:
+        """Send ``data`` (any bytes-like; do not modify it until the callback) with ``tag``.
+
+        ``callback(None)`` fires once the peer acknowledged every byte; ``callback(exc)``
+        if the peer died or restarted first, or the transport closed."""
+        self.engine.send(peer, tag, data, callback, self.now())
+
+    def on(self, tag: int, handler: Handler | None) -> None:
+        """Register ``handler(peer, tag, data)`` for messages with ``tag`` (active-message
+        style); ``None`` unregisters, and messages of that tag go to :meth:`recv` again."""
+        if handler is None:
+            self._handlers.pop(tag, None)
+        else:
+            self._handlers[tag] = handler
+
+    def on_put(self, handler: Callable[[Peer, int, int, int], Any] | None,
+               on_error: Callable[[Peer, int, int, int], Any] | None = None) -> None:
+        """``handler(peer, key, offset, length)`` after a put into an exposed region landed;
+        ``on_error`` for a put that named an unknown key or did not fit."""
+        self._put_handler = handler
+        self._put_error_handler = on_error
+
+    def on_peer(self, handler: Callable[[str, Peer, BaseException | None], Any] | None) -> None:
+        """``handler(event, peer, exc)`` with event ``"failed"`` or ``"restarted"``."""
+        self._peer_handler = handler
+
+    def recv(self, timeout: float | None = None) -> Message | None:
+        """The next message of a tag without handler, progressing until one arrives or
+        ``timeout`` passes (``None``: wait for ever).  Returns None on timeout."""
+        if self._inbox:
+            return self._inbox.popleft()
+        deadline = None if timeout is None else self.now() + timeout
+        while not self._inbox:
+            self.progress()
+            if self._inbox:
+                break
+            now = self.now()
+            if deadline is not None and now >= deadline:
+                return None
+            self._wait(deadline)
+        return self._inbox.popleft()
+
+    def expose(self, buffer: Any) -> int:
+        """Expose a writable buffer for puts; send the returned key to the peers."""
+        return self.engine.expose(buffer)
+
+    def unexpose(self, key: int) -> None:
+        self.engine.unexpose(key)
+
+    def put(self, peer: Peer, key: int, offset: int, data: Any, callback: Callback | None = None) -> None:
+        """Emulated RDMA write: place ``data`` at ``offset`` in the peer's region ``key``.
+        The callback fires once the last byte is acknowledged."""
+        if offset < 0:
+            raise ValueError("put offset must be >= 0")
+        self.engine.send(peer, 0, data, callback, self.now(), put_key=key, put_offset=offset)
+
+    @property
+    def peers(self) -> list[Peer]:
+        return list(self.engine.peers_by_addr.values())
+
+    # ------------------------------------------------------------------ progress
+
+    def progress(self, timeout: float = 0.0) -> int:
+        """One pass of protocol work; returns the number of events dispatched.  With a
+        ``timeout``, waits (in the OS, or in virtual time) up to that long for something to
+        do when the pass found nothing."""
+        n = self._pass()
+        if n == 0 and timeout > 0:
+            self._wait(min(self.now() + timeout, self.next_deadline() or float("inf")))
+            n = self._pass()
+        return n
+
+    def _pass(self) -> int:
+        engine = self.engine
+        device = self.device
+        now = self.now()
+        device.poll_completions()
+        datagrams = self._poll(self.config.recv_budget)
+        if datagrams:
+            receive = engine.receive_datagram
+            if self._frame_received is not None:
+                for d in datagrams:
+                    self._frame_received(transport=self, data=bytes(d))
+                    receive(d, now)
+            else:
+                for d in datagrams:
+                    receive(d, now)
+        timer = engine.get_timer()
+        if timer is not None and timer <= now:
+            engine.handle_timer(now)
+        self._flush_sends(now)
+        if self.config.stats_interval and now - self._last_stats >= self.config.stats_interval:
+            self._last_stats = now
+            print(self.stats_line(), file=sys.stderr)
+        return self._dispatch(engine.drain_events()) if engine.events else 0
+
+    def _flush_sends(self, now: float) -> None:
+        post = self._post
+        backlog = self._backlog
+        sent_hook = self._frame_sent
+        while backlog:
+            channel, dest, buf = backlog[0]
+            if not post(channel, dest, buf):
+                self.engine.counters.num_send_pushbacks += 1
+                return
+            backlog.popleft()
+        for _ in range(64):  # bounded: a pass must end even if the engine always has work
+            out = self.engine.datagrams_to_send(now)
+            if not out:
+                return
+            for i, (channel, dest, buf) in enumerate(out):
+                if not post(channel, dest, buf):
+                    self.engine.counters.num_send_pushbacks += 1
+                    backlog.extend((c, d, bytes(b)) for c, d, b in out[i:])
+                    return
+                if sent_hook is not None:
+                    sent_hook(transport=self, channel=Channel(channel), data=bytes(buf))
+            if not self.engine.has_work():
+                return
+
+    def _dispatch(self, events: list[tuple[Any, ...]]) -> int:
+        handlers = self._handlers
+        for i, ev in enumerate(events):
+            try:
+                kind = ev[0]
+                if kind == EV_MESSAGE:
+                    handler = handlers.get(ev[2])
+                    if handler is not None:
+                        handler(ev[1], ev[2], ev[3])
+                    else:
+                        self._inbox.append(Message(ev[1], ev[2], ev[3]))
+                elif kind == EV_COMPLETE:
+                    ev[1](ev[2])
+                elif kind == EV_PUT:
+                    if self._put_handler is not None:
+                        self._put_handler(ev[1], ev[2], ev[3], ev[4])
+                elif kind == EV_PUT_ERROR:
+                    if self._put_error_handler is not None:
+                        self._put_error_handler(ev[1], ev[2], ev[3], ev[4])
+                elif kind == EV_PEER_FAILED:
+                    if self._peer_handler is not None:
+                        self._peer_handler("failed", ev[1], ev[2])
+                elif kind == EV_PEER_RESTARTED:
+                    if self._peer_handler is not None:
+                        self._peer_handler("restarted", ev[1], None)
+            except BaseException:
+                # a user callback raised: keep the events it did not get to, then re-raise
+                self.engine.events[:0] = events[i + 1:]
+                raise
+        return len(events)
+
+    def next_deadline(self) -> float | None:
+        """When this transport next needs a progress pass (None: only on input)."""
+        if self._backlog or self.engine.has_work() or self.engine.events:
+            return self.now()
+        return self.engine.get_timer()
+
+    def _wait(self, deadline: float | None) -> None:
+        own = self.next_deadline()
+        if own is not None and (deadline is None or own < deadline):
+            deadline = own
+        self.device.wait(deadline)
+
+    # ------------------------------------------------------------------ stats and close
+
+    def stats(self) -> dict[str, int]:
+        """The transport's counters by name (usnic's names; see docs/api.md)."""
+        return self.engine.stats()
+
+    def peer_stats(self, peer: Peer) -> dict[str, int]:
+        return peer.counters.as_dict()
+
+    def stats_line(self) -> str:
+        return stats_line(f"btlcore[{self.backend} {self.address.hex()}]", self.stats())
+
+    def stats_json(self) -> str:
+        return stats_json(self.stats(), backend=self.backend, address=self.address.hex())
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Progress until every message is acknowledged (or its peer failed); True if all
+        were, False if ``timeout`` (default ``flush_timeout``) passed first."""
+        timeout = self.config.flush_timeout if timeout is None else timeout
+        deadline = self.now() + timeout
+        while True:
+            self._pass()
+            if not self.engine.has_outstanding():
+                # give the last standalone ACKs a chance to leave
+                self._pass()
+                return True
+            if self.now() >= deadline:
+                return False
+            self._wait(deadline)
+
+    def close(self, flush: bool = True) -> None:
+        """Flush (up to ``flush_timeout``), fail what is left, release the device."""
+        if self._closed:
+            return
+        if flush:
+            self.flush()
+        self._closed = True
+        self.engine.close()
+        self._dispatch(self.engine.drain_events())
+        try:
+            self._pm.hook.btl_transport_closed(transport=self, stats=self.stats())
+        finally:
+            self.device.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close(flush=exc[0] is None)
+
+
+def open(backend: str | None = None, *, config: Config | None = None, seed: int | None = None,
+         plugins: Sequence[Any] = (), **options: Any) -> Transport:
+    """Open a transport on ``backend`` (``"sim"``, ``"udp"``, ``"verbs"`` or a third
+    party's; default ``$BTL_BACKEND`` or ``"sim"``).  ``options`` go to the backend;
+    ``config`` defaults to :meth:`Config.build` (defaults plus ``BTL_*`` variables)."""
+    name = backend or os.environ.get("BTL_BACKEND", "sim")
+    if "seed" not in options:
+        options["seed"] = seed
+    device = open_device(name, options)
+    try:
+        return Transport(device, config or Config.build(), seed=seed, plugins=plugins)
+    except BaseException:
+        device.close()
+        raise
+
+
+def run_until(transports: Iterable[Transport], predicate: Callable[[], bool],
+              timeout: float = 10.0) -> bool:
+    """Progress ``transports`` (one thread) until ``predicate()`` is true.  ``timeout`` is
+    in the transports' clock: virtual seconds on the simulator.  Raises TimeoutError."""
+    ts = list(transports)
+    if not ts:
+        raise ValueError("run_until needs at least one transport")
+    now = ts[0].now
+    deadline = now() + timeout
+    virtual = all(t.capabilities.virtual_time for t in ts)
+    selector = None
+    try:
+        while True:
+            for t in ts:
+                if t.closed:
+                    raise TransportClosed("run_until: a transport is closed")
+                t._pass()
+            if predicate():
+                return True
+            t_now = now()
+            if t_now >= deadline:
+                raise TimeoutError(f"condition not met within {timeout:g} s")
+            wake = deadline
+            for t in ts:
+                d = t.next_deadline()
+                if d is not None and d < wake:
+                    wake = d
+            if wake <= t_now:
+                continue
+            if virtual or len(ts) == 1:
+                ts[0].device.wait(wake)
+                continue
+            if selector is None:
+                selector = selectors.DefaultSelector()
+                for t in ts:
+                    for fd in t.device.fds():
+                        selector.register(fd, selectors.EVENT_READ)
+                if not selector.get_map():
+                    selector.close()
+                    selector = False  # type: ignore[assignment]
+            if selector:
+                selector.select(max(0.0, wake - t_now))
+            else:
+                time.sleep(min(max(0.0, wake - t_now), 0.0005))
+    finally:
+        if selector:
+            selector.close()
