@@ -1,0 +1,543 @@
+"""The UDP device on loopback: datagrams both ways on both channels, MTU, options, waiting."""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from btlcore.device import Capabilities, Channel, DeviceOps
+from btlcore.errors import ConfigError
+from btlcore.registry import open_device, probe
+
+from btlcore.backends.udp import _address, _mtu, _options
+from btlcore.backends.udp._device import UdpDevice
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def recv_n(ops: DeviceOps, n: int, timeout: float = 5.0) -> list[bytes]:
+    """Collect ``n`` datagrams (copied), waiting at most ``timeout`` seconds."""
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        ops.wait(min(deadline, time.monotonic() + 0.5))
+        got.extend(bytes(m) for m in ops.poll_recv(n - len(got)))
+    return got
+
+
+def pair(open_udp, **options):
+    a, b = open_udp(**options), open_udp(**options)
+    return a, b, a.resolve(b.local_address()), b.resolve(a.local_address())
+
+
+# -- opening, capabilities ---------------------------------------------------------------
+
+
+def test_registry_opens_udp_by_name():
+    ops = open_device("udp", {})
+    try:
+        assert ops.backend == "udp"
+        assert isinstance(ops.device, UdpDevice)
+        caps = ops.capabilities()
+        assert isinstance(caps, Capabilities)
+        assert caps.integrity is False and caps.virtual_time is False
+        assert caps.mtu == 65507  # loopback: 65536 - 20 - 8, capped at the UDP maximum
+        assert ops.poll_completions() == 0
+        assert ops.clock() is time.monotonic
+        assert len(ops.fds()) == 2
+        assert ops.device.options.host == "127.0.0.1"
+    finally:
+        ops.close()
+
+
+def test_probe_usable_and_unusable():
+    assert probe("udp").usable
+    bad = probe("udp", {"gso": "maybe"})
+    assert not bad.usable and "gso" in bad.reason
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        taken = s.getsockname()[1]
+        busy = probe("udp", {"port": taken})
+    assert not busy.usable and str(taken) in busy.reason
+    assert not probe("udp", {"host": "192.0.2.1"}).usable  # not an address of this machine
+
+
+# -- datagrams -----------------------------------------------------------------------------
+
+
+def test_exchange_both_directions_both_channels(open_udp, host):
+    a, b, to_b, to_a = pair(open_udp, host=host)
+    for ch in Channel:
+        assert a.create_channel(ch, 0).mtu == a.capabilities().mtu
+        b.create_channel(ch, 0)
+    sent_ab = [(ch, f"a->b {ch.name} {i}".encode() * (i + 1)) for i in range(20) for ch in Channel]
+    sent_ba = [(ch, f"b->a {ch.name} {i}".encode() * (i + 1)) for i in range(20) for ch in Channel]
+    for ch, data in sent_ab:
+        assert a.post_send(ch, to_b, data)
+    for ch, data in sent_ba:
+        assert b.post_send(ch, to_a, memoryview(data))
+    got_b = recv_n(b, len(sent_ab))
+    got_a = recv_n(a, len(sent_ba))
+    # priority first within one poll, and each channel in order
+    assert sorted(got_b) == sorted(d for _, d in sent_ab)
+    assert sorted(got_a) == sorted(d for _, d in sent_ba)
+    for got, sent in ((got_b, sent_ab), (got_a, sent_ba)):
+        for ch in Channel:
+            mine = [d for c, d in sent if c == ch]
+            assert [d for d in got if d in mine] == mine
+    stats = a.device.stats()
+    assert stats["tx_datagrams"] == len(sent_ab) and stats["rx_datagrams"] == len(sent_ba)
+    assert stats["rx_priority"] == 20
+    assert stats["tx_bytes"] == sum(len(d) for _, d in sent_ab)
+
+
+def test_priority_socket_drained_first(open_udp):
+    a, b, to_b, _ = pair(open_udp)
+    for i in range(5):
+        a.post_send(Channel.DATA, to_b, b"data%d" % i)
+    for i in range(5):
+        a.post_send(Channel.PRIORITY, to_b, b"prio%d" % i)
+    time.sleep(0.05)
+    got = [bytes(m) for m in b.poll_recv(100)]
+    assert got == [b"prio%d" % i for i in range(5)] + [b"data%d" % i for i in range(5)]
+
+
+def test_poll_recv_budget_and_views(open_udp):
+    a, b, to_b, _ = pair(open_udp)
+    for i in range(10):
+        a.post_send(Channel.DATA, to_b, bytes([i]) * 100)
+    time.sleep(0.05)
+    assert b.poll_recv(0) == []
+    first = b.poll_recv(3)
+    assert [bytes(m) for m in first] == [bytes([i]) * 100 for i in range(3)]
+    assert all(isinstance(m, memoryview) for m in first)
+    rest = recv_n(b, 7)
+    assert rest == [bytes([i]) * 100 for i in range(3, 10)]
+    assert b.poll_recv(10) == []
+
+
+def test_large_datagrams_fill_the_arena_without_loss(open_udp):
+    a, b, to_b, _ = pair(open_udp)
+    payloads = [bytes([i]) * 65000 for i in range(100)]  # 6.5 MB: more than one arena
+    for p in payloads:
+        assert a.post_send(Channel.DATA, to_b, p)
+    first = b.poll_recv(1000)
+    assert 0 < len(first) < 100  # stopped when the arena was full
+    got = [bytes(m) for m in first] + recv_n(b, 100 - len(first))
+    assert got == payloads
+
+
+# -- MTU ---------------------------------------------------------------------------------
+
+
+def test_mtu_detected_from_interface(host):
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    mtu, source = _mtu.detect(family, host)
+    lo = int(open("/sys/class/net/lo/mtu").read())
+    assert mtu == min(lo - _mtu.HEADERS[family], _options.MAX_PAYLOAD[family])
+    assert "lo" in source
+
+
+def test_mtu_of_other_interfaces_from_sysfs():
+    checked = 0
+    for _, name in socket.if_nameindex():
+        ip = _mtu._ipv4_of(name)
+        if name == "lo" or ip is None:
+            continue
+        assert _mtu.interface_of(socket.AF_INET, ip) == name
+        want = int(open(f"/sys/class/net/{name}/mtu").read()) - 28
+        assert _mtu.detect(socket.AF_INET, ip)[0] == want
+        checked += 1
+    if not checked:
+        pytest.skip("no non-loopback interface with an IPv4 address here")
+
+
+def test_mtu_sysfs_and_ioctl_agree():
+    assert _mtu.interface_mtu("lo") == int(open("/sys/class/net/lo/mtu").read())
+    assert _mtu.interface_mtu("no-such-if0") is None
+
+
+def test_mtu_override_and_oversize(open_udp):
+    a, b, to_b, _ = pair(open_udp, mtu=1400)
+    assert a.capabilities().mtu == 1400
+    assert a.device.stats()["mtu_source"] == "option mtu"
+    assert a.post_send(Channel.DATA, to_b, b"x" * 1400)
+    with pytest.raises(ValueError, match="1401 bytes exceeds the DATA channel MTU of 1400"):
+        a.post_send(Channel.DATA, to_b, b"x" * 1401)
+    info = a.create_channel(Channel.PRIORITY, 512)
+    assert info.mtu == 512 and a.create_channel(Channel.DATA, 9000).mtu == 1400
+    with pytest.raises(ValueError, match="PRIORITY channel MTU of 512"):
+        a.post_send(Channel.PRIORITY, to_b, b"x" * 513)
+    with pytest.raises(ValueError, match="MTU"):
+        a.device.post_send_batch(Channel.DATA, to_b, [b"x" * 1401])
+    assert recv_n(b, 1) == [b"x" * 1400]
+
+
+def test_oversize_arrival_is_dropped_and_counted(open_udp):
+    (b,) = [open_udp(mtu=1000)]
+    to_b = b.resolve(b.local_address())
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
+        raw.sendto(b"y" * 1001, to_b[Channel.DATA])
+        raw.sendto(b"z" * 1000, to_b[Channel.DATA])
+    assert recv_n(b, 1) == [b"z" * 1000]
+    assert b.device.stats()["rx_oversize"] == 1
+
+
+# -- addresses ---------------------------------------------------------------------------
+
+
+def test_address_roundtrip_v4_and_v6():
+    blob4 = _address.encode(socket.AF_INET, "10.1.2.3", 4000, 4001)
+    assert len(blob4) == 12 and blob4[:4] == b"\x55\x01\x04\x00"
+    assert _address.decode(blob4) == (socket.AF_INET, "10.1.2.3", 4000, 4001, 0)
+    blob6 = _address.encode(socket.AF_INET6, "fe80::1", 5, 6, scope_id=3)
+    assert len(blob6) == 28
+    assert _address.decode(blob6) == (socket.AF_INET6, "fe80::1", 5, 6, 3)
+    assert _address.describe(blob6) == "udp://[fe80::1%3]:5+6"
+
+
+def test_resolve_gives_sockaddrs_per_channel(open_udp, host):
+    a = open_udp(host=host)
+    handle = a.resolve(a.local_address())
+    names = a.device.local_sockaddrs
+    assert handle[Channel.PRIORITY][:2] == names[0][:2]
+    assert handle[Channel.DATA][:2] == names[1][:2]
+
+
+@pytest.mark.parametrize("blob, message", [
+    (b"", "too short"),
+    (b"\x55\x01\x04", "too short"),
+    (b"\x00\x01\x04\x00\x00\x01\x00\x02\x7f\x00\x00\x01", "not a udp address"),
+    (b"\x55\x02\x04\x00\x00\x01\x00\x02\x7f\x00\x00\x01", "version 2"),
+    (b"\x55\x01\x05\x00\x00\x01\x00\x02\x7f\x00\x00\x01", "family 5"),
+    (b"\x55\x01\x04\x00\x00\x01\x00\x02\x7f\x00\x00", "must be 12 bytes"),
+    (b"\x55\x01\x04\x00\x00\x00\x00\x02\x7f\x00\x00\x01", "port 0"),
+    ("not bytes", "must be bytes"),
+])
+def test_malformed_address(open_udp, blob, message):
+    a = open_udp()
+    with pytest.raises(ValueError, match=message):
+        a.resolve(blob)
+
+
+def test_address_of_other_family_refused(open_udp):
+    a = open_udp()
+    v6 = _address.encode(socket.AF_INET6, "::1", 1000, 1001)
+    with pytest.raises(ValueError, match="is IPv6 but this device is bound to IPv4"):
+        a.resolve(v6)
+
+
+# -- options -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"colour": "red"}, ["unknown udp option 'colour'", "known options: bind"]),
+    ({"mtu": 50}, ["'mtu'", "from 128 to 65507"]),
+    ({"mtu": 70000}, ["'mtu'"]),
+    ({"mtu": "big"}, ["'mtu'"]),
+    ({"mtu": True}, ["'mtu'"]),
+    ({"gso": "maybe"}, ["'gso'", "one of auto, on, off"]),
+    ({"busy_poll": "perhaps"}, ["'busy_poll'", "true or false"]),
+    ({"rcvbuf": 10}, ["'rcvbuf'", "byte count"]),
+    ({"sndbuf": "lots"}, ["'sndbuf'"]),
+    ({"port": 70000}, ["'port'", "0 to 65535"]),
+    ({"bind": "::1:5000"}, ["'bind'", "[HOST]:PORT"]),
+    ({"bind": "127.0.0.1"}, ["'bind'"]),
+    ({"bind": "127.0.0.1:x"}, ["'bind'"]),
+    ({"bind": "127.0.0.1:0", "host": "::1"}, ["'bind' and 'host'/'port' conflict"]),
+    ({"host": "0.0.0.0"}, ["wildcard", "'advertise'"]),
+    ({"host": "127.0.0.1", "advertise": "::1"}, ["'advertise'", "family"]),
+    ({"port": 7000, "data_port": 7000}, ["both 7000"]),
+    ({"host": "no-such-host.invalid"}, ["cannot resolve host"]),
+])
+def test_option_errors(options, words):
+    with pytest.raises(ConfigError) as info:
+        open_device("udp", options) if False else _options.parse(options, environ={})
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_option_error_through_registry():
+    from btlcore.errors import BackendUnavailable
+
+    with pytest.raises(BackendUnavailable, match="gso"):
+        open_device("udp", {"gso": "maybe"})
+    plugin = __import__("btlcore.backends.udp.plugin", fromlist=["x"])
+    with pytest.raises(ConfigError, match="'mtu'"):
+        plugin.btl_device_open(options={"mtu": 5})
+
+
+def test_option_values_as_strings():
+    o = _options.parse({"bind": "[::1]:0", "mtu": "9000", "rcvbuf": "8M", "sndbuf": "512KiB",
+                        "busy_poll": "yes", "gso": "OFF", "seed": 7}, environ={})
+    assert (o.host, o.port, o.data_port, o.mtu) == ("::1", 0, 0, 9000)
+    assert (o.rcvbuf, o.sndbuf, o.busy_poll, o.gso) == (8 << 20, 512 << 10, True, "off")
+    o = _options.parse({"port": 7000, "mtu": "auto"}, environ={})
+    assert (o.port, o.data_port, o.mtu) == (7000, 7001, 0)
+    o = _options.parse({"host": "0.0.0.0", "advertise": "127.0.0.1"}, environ={})
+    assert o.advertise == "127.0.0.1"
+
+
+def test_options_from_environment():
+    o = _options.parse({}, environ={"BTL_UDP_MTU": "2000", "BTL_UDP_BIND": "127.0.0.1:0"})
+    assert o.mtu == 2000
+    o = _options.parse({"mtu": 3000, "host": "::1"}, environ={"BTL_UDP_MTU": "2000",
+                                                               "BTL_UDP_BIND": "127.0.0.1:0"})
+    assert (o.mtu, o.host) == (3000, "::1")  # explicit options win
+    with pytest.raises(ConfigError, match="BTL_UDP_COLOUR"):
+        _options.parse({}, environ={"BTL_UDP_COLOUR": "red"})
+
+
+def test_explicit_ports(open_udp):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # ports + 1 may be taken by someone else; then the test tells, rather than flakes
+    try:
+        a = open_udp(bind=f"127.0.0.1:{port}", data_port=0)
+    except OSError as exc:
+        pytest.skip(f"port {port} taken meanwhile: {exc}")
+    assert a.device.local_sockaddrs[0][1] == port
+    assert _address.decode(a.local_address())[2] == port
+
+
+def test_socket_buffers_granted_are_reported(open_udp):
+    a = open_udp(rcvbuf="1M", sndbuf="256K")
+    st = a.device.stats()
+    assert st["rcvbuf_requested"] == 1 << 20 and 0 < st["rcvbuf_granted"] <= 1 << 20
+    assert st["sndbuf_requested"] == 256 << 10 and 0 < st["sndbuf_granted"] <= 256 << 10
+
+
+# -- send-queue pushback, errors ---------------------------------------------------------
+
+
+class _FullSocket:
+    """A socket whose send queue is always full."""
+
+    def __init__(self, err: int) -> None:
+        self.err = err
+
+    def sendto(self, *_a):
+        raise OSError(self.err, os.strerror(self.err))
+
+    def sendmsg(self, *_a):
+        raise OSError(self.err, os.strerror(self.err))
+
+
+@pytest.mark.parametrize("err", [errno.EAGAIN, errno.ENOBUFS])
+def test_full_send_queue_returns_false(open_udp, err):
+    a = open_udp()
+    dest = a.resolve(a.local_address())
+    real = a.device._socks
+    a.device._socks = (_FullSocket(err), _FullSocket(err))
+    try:
+        assert a.post_send(Channel.DATA, dest, b"x") is False
+        assert a.device.post_send_batch(Channel.DATA, dest, [b"x" * 100] * 5) == 0
+        assert a.device.post_send_batch(Channel.DATA, dest, [b"x" * 100]) == 0
+    finally:
+        a.device._socks = real
+    assert a.device.stats()["tx_pushbacks"] == 3
+    assert a.device.stats()["tx_datagrams"] == 0
+
+
+def test_unreachable_counts_as_loss(open_udp):
+    a = open_udp()
+    dest = a.resolve(a.local_address())
+    real = a.device._socks
+    a.device._socks = (_FullSocket(errno.EPERM), _FullSocket(errno.EPERM))
+    try:
+        assert a.post_send(Channel.DATA, dest, b"x") is True  # lost, as on a wire
+    finally:
+        a.device._socks = real
+    assert a.device.stats()["tx_errors"] == 1
+
+
+# -- batch send (GSO) --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gso", ["auto", "off"])
+def test_post_send_batch(open_udp, host, gso):
+    a, b, to_b, _ = pair(open_udp, host=host, gso=gso)
+    batch = [bytes([i % 256]) * 1472 for i in range(100)] + [b"tail" * 10]
+    batch += [b"m" * 9000, b"n" * 9000, b"o" * 200, b"p" * 8000]  # sizes vary: several runs
+    assert a.device.post_send_batch(Channel.DATA, to_b, batch) == len(batch)
+    assert recv_n(b, len(batch)) == batch
+    st = a.device.stats()
+    assert st["tx_datagrams"] == len(batch)
+    assert st["tx_bytes"] == sum(map(len, batch))
+    if gso == "off":
+        assert st["tx_gso_sends"] == 0
+    elif st["gso"]:
+        assert 0 < st["tx_gso_sends"] < 10
+
+
+def test_gso_fallback_in_auto_mode(open_udp):
+    a, b, to_b, _ = pair(open_udp)
+    if not a.device.stats()["gso"]:
+        pytest.skip("this kernel has no UDP GSO")
+    real = a.device._socks
+
+    class NoGso:
+        def __init__(self, sock):
+            self.sock = sock
+
+        def sendmsg(self, *_a):
+            raise OSError(errno.EIO, "no checksum offload")
+
+        def sendto(self, *a_):
+            return self.sock.sendto(*a_)
+
+    a.device._socks = (NoGso(real[0]), NoGso(real[1]))
+    try:
+        for _ in range(3):
+            assert a.device.post_send_batch(Channel.DATA, to_b, [b"q" * 100] * 4) == 4
+    finally:
+        a.device._socks = real
+    assert recv_n(b, 12) == [b"q" * 100] * 12
+    st = a.device.stats()
+    assert st["gso_fallbacks"] == 3 and st["gso"] is False
+
+
+# -- waiting -----------------------------------------------------------------------------
+
+
+def _send_later(ops: DeviceOps, dest, delay: float) -> threading.Thread:
+    def run() -> None:
+        time.sleep(delay)
+        ops.post_send(Channel.DATA, dest, b"wake up")
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("busy_poll", [False, True])
+@pytest.mark.parametrize("deadline_kind", ["far", "none"])
+def test_wait_blocks_until_data(open_udp, busy_poll, deadline_kind):
+    a, b, to_b, _ = pair(open_udp, busy_poll=busy_poll)
+    t = _send_later(a, to_b, 0.2)
+    start = time.monotonic()
+    b.wait(None if deadline_kind == "none" else start + 5.0)
+    elapsed = time.monotonic() - start
+    t.join(5)
+    assert 0.15 <= elapsed < 3.0
+    assert [bytes(m) for m in b.poll_recv(10)] == [b"wake up"]
+
+
+@pytest.mark.parametrize("busy_poll", [False, True])
+def test_wait_returns_at_deadline(open_udp, busy_poll):
+    b = open_udp(busy_poll=busy_poll)
+    start = time.monotonic()
+    b.wait(start + 0.1)
+    elapsed = time.monotonic() - start
+    assert 0.099 <= elapsed < 1.0
+    start = time.monotonic()
+    b.wait(start - 1.0)  # a past deadline returns at once
+    assert time.monotonic() - start < 0.05
+
+
+def test_wait_returns_at_once_if_data_is_queued(open_udp):
+    a, b, to_b, _ = pair(open_udp)
+    a.post_send(Channel.PRIORITY, to_b, b"ready")
+    time.sleep(0.02)
+    start = time.monotonic()
+    b.wait(None)
+    assert time.monotonic() - start < 0.5
+    assert [bytes(m) for m in b.poll_recv(1)] == [b"ready"]
+
+
+def test_busy_poll_exchange(open_udp):
+    a, b, to_b, to_a = pair(open_udp, busy_poll=True)
+    assert a.device.stats()["busy_poll"] is True
+    for i in range(200):  # ping-pong
+        a.post_send(Channel.PRIORITY, to_b, b"ping%d" % i)
+        assert recv_n(b, 1, timeout=2) == [b"ping%d" % i]
+        b.post_send(Channel.PRIORITY, to_a, b"pong%d" % i)
+        assert recv_n(a, 1, timeout=2) == [b"pong%d" % i]
+
+
+def test_fds_are_the_sockets_and_become_readable(open_udp):
+    import select
+
+    a, b, to_b, _ = pair(open_udp)
+    fds = b.fds()
+    assert len(fds) == 2 and len(set(fds)) == 2
+    a.post_send(Channel.DATA, to_b, b"x")
+    readable, _, _ = select.select(fds, [], [], 2.0)
+    assert readable == [fds[Channel.DATA]]
+
+
+# -- close -------------------------------------------------------------------------------
+
+
+def test_close_is_idempotent(open_udp):
+    a, b, to_b, _ = pair(open_udp)
+    b.close()
+    b.close()
+    assert b.fds() == []
+    assert b.poll_recv(10) == []
+    b.wait(time.monotonic() + 0.01)
+    with pytest.raises(OSError, match="closed"):
+        b.post_send(Channel.DATA, to_b, b"x")
+    assert "closed" in repr(b.device)
+
+
+# -- two processes -----------------------------------------------------------------------
+
+ECHO_CHILD = r"""
+import sys
+from btlcore.registry import open_device
+from btlcore.device import Channel
+import time
+ops = open_device("udp", {"host": sys.argv[1]})
+print(ops.local_address().hex(), flush=True)
+peer = ops.resolve(bytes.fromhex(sys.stdin.readline().strip()))
+want = int(sys.argv[2])
+echoed = 0
+deadline = time.monotonic() + 20
+while echoed < want and time.monotonic() < deadline:
+    ops.wait(deadline)
+    for m in ops.poll_recv(64):
+        ch = Channel.PRIORITY if len(m) < 768 else Channel.DATA
+        while not ops.post_send(ch, peer, bytes(m)[::-1]):
+            ops.wait(time.monotonic() + 0.001)
+        echoed += 1
+print("echoed", echoed, flush=True)
+ops.close()
+"""
+
+
+def test_two_process_exchange(open_udp, host):
+    n = 300
+    child = subprocess.Popen([sys.executable, "-c", ECHO_CHILD, host, str(n)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        a = open_udp(host=host)
+        peer = a.resolve(bytes.fromhex(child.stdout.readline().strip()))
+        child.stdin.write(a.local_address().hex() + "\n")
+        child.stdin.flush()
+        sent = []
+        got: list[bytes] = []
+        for i in range(n):  # one at a time: loopback UDP loses nothing at this pace
+            data = (b"%05d" % i) * (1 + (i * 37) % 2000)
+            ch = Channel.PRIORITY if len(data) < 768 else Channel.DATA
+            assert a.post_send(ch, peer, data)
+            sent.append(data)
+            reply = recv_n(a, 1, timeout=5)
+            assert len(reply) == 1, f"no echo of datagram {i} within 5 s"
+            got.extend(reply)
+        assert got == [d[::-1] for d in sent]
+        out, _ = child.communicate(timeout=20)
+        assert f"echoed {n}" in out
+        assert child.returncode == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(5)
