@@ -149,6 +149,8 @@ def _child(fn: Callable[..., Any], cpu: int | None, ctl: Any, out: Any, kwargs: 
         pin(cpu)
         value = fn(ctl, **kwargs)
         out.send(("ok", value))
+    except Skip as exc:
+        out.send(("skip", str(exc)))
     except BaseException as exc:  # report everything to the parent, then exit
         out.send(("err", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=6)}"))
     finally:
@@ -192,6 +194,8 @@ def run_pair(server: Callable[..., Any], client: Callable[..., Any], *,
                 except EOFError:
                     results[who] = ("err", f"the {who} process died (exit code "
                                            f"{(ps if who == 'server' else pc).exitcode})")
+                if results[who][0] == "skip":
+                    raise Skip(results[who][1])
                 if results[who][0] == "err":
                     raise BenchError(f"{who} failed: {results[who][1]}")
         if "server" not in results and out_s_r.poll(grace):
@@ -214,11 +218,41 @@ def run_pair(server: Callable[..., Any], client: Callable[..., Any], *,
     return (sv[1] if sv and sv[0] == "ok" else None), results["client"][1]
 
 
+def _alone(ctl: Any, fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
+    return fn(**kwargs)
+
+
+def _idle(ctl: Any) -> None:
+    return None
+
+
+def run_alone(fn: Callable[..., Any], kwargs: Mapping[str, Any] | None = None, *, deadline: float = 60.0) -> Any:
+    """Run ``fn(**kwargs)`` in a child process pinned to one core, killed after ``deadline``
+    seconds (BenchError).  For in-process measurements (the simulator, scale), so that a
+    livelock or a heap grown by one measurement cannot reach the next one or the caller."""
+    _, value = run_pair(_idle, _alone, client_kw={"fn": fn, "kwargs": dict(kwargs or {})},
+                        deadline=deadline, grace=0.1)
+    return value
+
+
 def wait_msg(ctl: Any, timeout: float = 10.0) -> Any:
     """Receive one control message from the other side, or raise after ``timeout``."""
     if not ctl.poll(timeout):
         raise BenchError(f"no control message from the other side within {timeout:g} s")
     return ctl.recv()
+
+
+def add_samples(out: dict[str, list[float]], samples: Sequence[float]) -> None:
+    """Append one trial's median, mean and 99th percentile of per-iteration times to ``out``."""
+    xs = sorted(samples)
+    out["median"].append(statistics.median(xs))
+    out["mean"].append(sum(xs) / len(xs))
+    out["p99"].append(xs[min(len(xs) - 1, int(len(xs) * 0.99))])
+
+
+def rtt_extras(r: Mapping[str, list[float]]) -> dict[str, float]:
+    """The medians over trials of the per-trial mean and p99, for a round-trip result."""
+    return {"mean": statistics.median(r["mean"]), "p99": statistics.median(r["p99"])}
 
 
 def timed_trials(trial: Callable[[], float], trials: int, warmup: int = 1) -> list[float]:

@@ -71,7 +71,7 @@ TINY = Profile(
     btl_bulk_seconds=0.05, btl_bulk_max_messages=4,
     sim_bytes=1 << 20, loss_bytes=256 << 10,
     loss_rates=(0.05,), scale_peers=(1, 10), memory_peers=10, progress_calls=20,
-    deadline=30.0, datagram_sizes=(1472,), message_sizes=(64,),
+    deadline=20.0, datagram_sizes=(1472,), message_sizes=(64,),
 )
 
 PROFILES = {p.name: p for p in (FULL, QUICK, TINY)}

@@ -8,7 +8,8 @@ size, which is set to the size compared (1472 B or 8972 B).
 * Bulk: one stream per trial on one connection; the client writes the whole trial's bytes and
   EOF, the server reads to EOF and answers with the count; goodput is bytes over the time to
   that answer.  The client's CPU time per full datagram is reported beside it.
-* Echo: 64 B written on one stream and read back, repeated; a trial's figure is its mean.
+* Echo: 64 B written on one stream and read back, repeated; a trial's figure is its median
+  (mean and p99 kept beside it).
 
 Skipped, with the reason, where aioquic is not installed.
 """
@@ -21,7 +22,7 @@ import ipaddress
 import time
 from typing import Any
 
-from .harness import LOOPBACK_V4, Result, Skip, loopback, measured, run_pair, wait_msg
+from .harness import LOOPBACK_V4, Result, Skip, add_samples, loopback, measured, rtt_extras, run_pair, wait_msg
 from .profiles import Profile
 
 SECTION = "quic"
@@ -109,7 +110,7 @@ def quic_server(ctl: Any, mode: str, datagram: int, host: str = LOOPBACK_V4) -> 
 
 
 def quic_client(ctl: Any, mode: str, datagram: int, nbytes: int, iters: int, trials: int, warmup: int,
-                timeout: float, host: str = LOOPBACK_V4) -> dict[str, list[float]]:
+                timeout: float, host: str = LOOPBACK_V4) -> dict[str, Any]:
     import asyncio
     import ssl
 
@@ -122,6 +123,7 @@ def quic_client(ctl: Any, mode: str, datagram: int, nbytes: int, iters: int, tri
     pc = time.perf_counter
     values: list[float] = []
     cpu: list[float] = []
+    echo: dict[str, list[float]] = {"median": [], "mean": [], "p99": []}
 
     async def bulk_trial(proto: Any, payload: bytes) -> tuple[float, float]:
         reader, writer = await proto.create_stream()
@@ -135,14 +137,16 @@ def quic_client(ctl: Any, mode: str, datagram: int, nbytes: int, iters: int, tri
             raise RuntimeError(f"aioquic bulk: server counted {got} B of {len(payload)} B")
         return len(payload) / dt, dc / (len(payload) / datagram)
 
-    async def echo_trial(proto: Any, reader: Any, writer: Any, payload: bytes) -> float:
-        t0 = pc()
+    async def echo_trial(proto: Any, reader: Any, writer: Any, payload: bytes) -> list[float]:
+        samples = []
         for _ in range(iters):
+            t0 = pc()
             writer.write(payload)
             back = await reader.readexactly(len(payload))
+            samples.append(pc() - t0)
             if len(back) != len(payload):
                 raise RuntimeError("short echo")
-        return (pc() - t0) / iters
+        return samples
 
     async def main() -> None:
         async with connect(loopback(host), port, configuration=cfg) as proto:
@@ -159,15 +163,15 @@ def quic_client(ctl: Any, mode: str, datagram: int, nbytes: int, iters: int, tri
                 for i in range(warmup + trials):
                     v = await asyncio.wait_for(echo_trial(proto, reader, writer, payload), timeout)
                     if i >= warmup:
-                        values.append(v)
+                        add_samples(echo, v)
                 writer.write_eof()
 
     asyncio.run(main())
     ctl.send("stop")
-    return {"values": values, "cpu_per_datagram": cpu}
+    return {"values": values, "cpu_per_datagram": cpu, **echo}
 
 
-def _run(profile: Profile, mode: str, datagram: int, nbytes: int, host: str) -> dict[str, list[float]]:
+def _run(profile: Profile, mode: str, datagram: int, nbytes: int, host: str) -> dict[str, Any]:
     why = available()
     if why:
         raise Skip(why)
@@ -190,5 +194,5 @@ def bulk(profile: Profile, datagram: int, host: str = LOOPBACK_V4) -> Result:
 
 def echo(profile: Profile, host: str = LOOPBACK_V4) -> Result:
     r = _run(profile, "echo", 1472, 0, host)
-    return measured("ref.quic_echo.64", SECTION, f"aioquic {version()} 64 B echo", "s", r["values"],
-                    better="lower", iters=profile.quic_echo_iters)
+    return measured("ref.quic_echo.64", SECTION, f"aioquic {version()} 64 B echo", "s", r["median"],
+                    better="lower", iters=profile.quic_echo_iters, **rtt_extras(r))

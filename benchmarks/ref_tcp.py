@@ -4,7 +4,8 @@
   per trial, then shuts down; the receiver reads into a 1 MiB buffer until EOF.  Goodput is
   bytes over the span from the first byte read to EOF.
 * Ping-pong with TCP_NODELAY: 64 B or 8 KiB to an echo server and back, reading exactly the
-  message length; blocking sockets, or both sides busy-polling non-blocking ones.
+  message length; blocking sockets, or both sides busy-polling non-blocking ones.  A trial's
+  figure is its median round trip (mean and p99 kept beside it).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import socket
 import time
 from typing import Any
 
-from .harness import LOOPBACK_V4, Result, loopback, measured, run_pair, wait_msg
+from .harness import LOOPBACK_V4, Result, add_samples, loopback, measured, rtt_extras, run_pair, wait_msg
 from .profiles import Profile
 
 SECTION = "tcp"
@@ -139,7 +140,7 @@ def echo_server(ctl: Any, size: int, busy: bool, host: str = LOOPBACK_V4) -> int
 
 
 def pingpong_client(ctl: Any, size: int, busy: bool, seconds: float, max_iters: int, trials: int,
-                    warmup: int, host: str = LOOPBACK_V4) -> list[float]:
+                    warmup: int, host: str = LOOPBACK_V4) -> dict[str, list[float]]:
     port = wait_msg(ctl)
     s = _connect(host, port)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -150,26 +151,26 @@ def pingpong_client(ctl: Any, size: int, busy: bool, seconds: float, max_iters: 
     mv = memoryview(buf)
     send, recv_into = s.send, s.recv_into
     pc = time.perf_counter
-    out: list[float] = []
+    out: dict[str, list[float]] = {"median": [], "mean": [], "p99": []}
     for i in range(warmup + trials):
-        n = 0
-        t0 = pc()
-        end = t0 + seconds
-        while n < max_iters:
-            for _ in range(8):
-                sent = 0
-                while sent < size:
-                    try:
-                        sent += send(payload[sent:])
-                    except BlockingIOError:
-                        pass
-                if _recv_exact(recv_into, mv, size, busy) != size:
-                    raise RuntimeError("the echo server closed the connection")
-            n += 8
-            if pc() >= end:
+        samples: list[float] = []
+        end = pc() + seconds
+        while len(samples) < max_iters:
+            t0 = pc()
+            sent = 0
+            while sent < size:
+                try:
+                    sent += send(payload[sent:])
+                except BlockingIOError:
+                    pass
+            if _recv_exact(recv_into, mv, size, busy) != size:
+                raise RuntimeError("the echo server closed the connection")
+            t1 = pc()
+            samples.append(t1 - t0)
+            if t1 >= end:
                 break
         if i >= warmup:
-            out.append((pc() - t0) / n)
+            add_samples(out, samples)
     s.close()
     return out
 
@@ -182,4 +183,4 @@ def pingpong(profile: Profile, size: int, busy: bool, host: str = LOOPBACK_V4) -
                                "warmup": profile.warmup, "host": host},
                     deadline=profile.deadline)
     return measured(f"ref.tcp_rtt.{size}.{mode}", SECTION, f"TCP_NODELAY ping-pong {size} B, {mode}", "s",
-                    r, better="lower", size=size, mode=mode)
+                    r["median"], better="lower", size=size, mode=mode, **rtt_extras(r))

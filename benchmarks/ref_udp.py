@@ -6,7 +6,8 @@
   when the receiver falls behind).  The receive buffer is 64 MiB (SO_RCVBUFFORCE when allowed,
   else SO_RCVBUF, capped by net.core.rmem_max; the granted size is reported).
 * Ping-pong: one message of 64 B or 8 KiB to an echo server and back, blocking sockets or both
-  sides busy-polling non-blocking ones.  A trial's figure is its mean round trip.
+  sides busy-polling non-blocking ones.  A trial's figure is its median round trip (mean
+  and p99 kept beside it).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import socket
 import time
 from typing import Any
 
-from .harness import LOOPBACK_V4, Result, loopback, measured, run_pair, wait_msg
+from .harness import LOOPBACK_V4, Result, add_samples, loopback, measured, rtt_extras, run_pair, wait_msg
 from .profiles import Profile
 
 SECTION = "raw_udp"
@@ -178,7 +179,7 @@ def echo_server(ctl: Any, busy: bool, host: str = LOOPBACK_V4) -> int:
 
 
 def pingpong_client(ctl: Any, size: int, busy: bool, seconds: float, max_iters: int, trials: int,
-                    warmup: int, host: str = LOOPBACK_V4) -> list[float]:
+                    warmup: int, host: str = LOOPBACK_V4) -> dict[str, list[float]]:
     port = wait_msg(ctl)
     s = udp_socket(host)
     s.connect((loopback(host), port))
@@ -188,30 +189,30 @@ def pingpong_client(ctl: Any, size: int, busy: bool, seconds: float, max_iters: 
     pc = time.perf_counter
     if busy:
         s.setblocking(False)
-    out: list[float] = []
+    out: dict[str, list[float]] = {"median": [], "mean": [], "p99": []}
     for i in range(warmup + trials):
-        n = 0
-        t0 = pc()
-        end = t0 + seconds
-        while n < max_iters:
-            for _ in range(8):
-                send(payload)
-                if busy:
-                    while True:
-                        try:
-                            got = recv_into(buf)
-                            break
-                        except BlockingIOError:
-                            pass
-                else:
-                    got = recv_into(buf)
-                if got != size:
-                    raise RuntimeError(f"echo returned {got} B, sent {size} B")
-            n += 8
-            if pc() >= end:
+        samples: list[float] = []
+        end = pc() + seconds
+        while len(samples) < max_iters:
+            t0 = pc()
+            send(payload)
+            if busy:
+                while True:
+                    try:
+                        got = recv_into(buf)
+                        break
+                    except BlockingIOError:
+                        pass
+            else:
+                got = recv_into(buf)
+            t1 = pc()
+            if got != size:
+                raise RuntimeError(f"echo returned {got} B, sent {size} B")
+            samples.append(t1 - t0)
+            if t1 >= end:
                 break
         if i >= warmup:
-            out.append((pc() - t0) / n)
+            add_samples(out, samples)
     for _ in range(3):
         try:
             s.send(b"")
@@ -228,5 +229,5 @@ def pingpong(profile: Profile, size: int, busy: bool, host: str = LOOPBACK_V4) -
                                "max_iters": profile.rtt_max_iters, "trials": profile.trials,
                                "warmup": profile.warmup, "host": host},
                     deadline=profile.deadline)
-    return measured(f"ref.udp_rtt.{size}.{mode}", SECTION, f"UDP ping-pong {size} B, {mode}", "s", r,
-                    better="lower", size=size, mode=mode)
+    return measured(f"ref.udp_rtt.{size}.{mode}", SECTION, f"UDP ping-pong {size} B, {mode}", "s",
+                    r["median"], better="lower", size=size, mode=mode, **rtt_extras(r))

@@ -1,0 +1,119 @@
+"""Scale: memory per idle peer, and what progress costs as the number of peers grows.
+
+Both on the simulator, in this process.
+
+* Memory per idle peer: one transport connects to N others, each connection is used once (so
+  the handshake is done and both ends hold an established, idle peer), then ``tracemalloc``
+  measures what was allocated and is still held.  Each connection leaves a peer at both ends,
+  so the figure is the growth divided by 2N.  The N transports are made before the first
+  snapshot and are not counted, nor are the simulator's link objects between them (made
+  beforehand).
+* Progress cost: with 1, 100 and 1000 idle connected peers, the time of one
+  ``progress(timeout=0)`` call with nothing to do, and of one small message exchange with one
+  active peer.  The target is a cost that grows with active peers, not with all peers.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+import tracemalloc
+from typing import Any
+
+from . import btl_adapter as A
+from .harness import BenchError, Result, measured
+from .profiles import Profile
+
+SECTION = "btl_scale"
+TAG = 1
+
+
+def _mesh(n: int) -> tuple[Any, Any, list[Any]]:
+    """A fabric, a hub transport and ``n`` others (not yet connected)."""
+    fab = A.fabric(seed=7, loss=0.0, delay=0.0001, rate_mbps=10_000.0)
+    hub = A.open_sim(fab, name="hub")
+    others = [A.open_sim(fab, name=f"p{i}") for i in range(n)]
+    return fab, hub, others
+
+
+def _connect_all(hub: Any, others: list[Any], timeout: float) -> list[Any]:
+    done = [0]
+
+    def cb(exc: BaseException | None) -> None:
+        done[0] += 1
+
+    for o in others:
+        A.on(o, TAG, lambda p, t, d: None)
+    peers = [A.connect(hub, A.address(o)) for o in others]
+    for p in peers:
+        A.send(hub, p, TAG, b"x", callback=cb)
+    A.run_until([hub, *others], lambda: done[0] >= len(peers), timeout, wall=0.9 * timeout)
+    if done[0] < len(peers):
+        raise BenchError(f"only {done[0]} of {len(peers)} simulated peers answered")
+    A.run_until([hub, *others], lambda: False, 0.01, wall=0.9 * timeout)  # let the last ACKs settle
+    return peers
+
+
+def memory_per_peer(profile: Profile) -> Result:
+    A.require("simulator")
+    values = []
+    n = profile.memory_peers
+    for _ in range(max(1, min(profile.trials, 3))):
+        fab, hub, others = _mesh(n)
+        primed = A.prime_links(fab, [("hub", f"p{i}") for i in range(n)])
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            peers = _connect_all(hub, others, profile.deadline)
+            gc.collect()
+            after = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        values.append((after - before) / (2 * n))
+        del peers
+        for t in (hub, *others):
+            A.close(t)
+    return measured("btl.mem_per_peer", SECTION, f"memory per idle peer ({n} peers)", "B", values,
+                    better="lower", peers=n, method="tracemalloc growth / (2 x connections)",
+                    sim_links_excluded=primed)
+
+
+def progress_cost(profile: Profile, n: int) -> list[Result]:
+    A.require("simulator")
+    fab, hub, others = _mesh(n)
+    peers = _connect_all(hub, others, profile.deadline)
+    pc = time.perf_counter
+    idle: list[float] = []
+    exchange: list[float] = []
+    calls = profile.progress_calls
+    got = [0]
+
+    def cb(exc: BaseException | None) -> None:
+        got[0] += 1
+
+    for i in range(profile.warmup + profile.trials):
+        samples = []
+        for _ in range(calls):
+            t0 = pc()
+            A.progress(hub, 0.0)
+            samples.append(pc() - t0)
+        k = max(1, calls // 20)
+        t0 = pc()
+        for _ in range(k):
+            want = got[0] + 1
+            A.send(hub, peers[0], TAG, b"ping", callback=cb)
+            A.run_until([hub, others[0]], lambda: got[0] >= want, 5.0, wall=0.9 * profile.deadline)
+        ex = (pc() - t0) / k
+        if i >= profile.warmup:
+            idle.append(statistics.median(samples))
+            exchange.append(ex)
+    for t in (hub, *others):
+        A.close(t)
+    return [
+        measured(f"btl.progress_idle.{n}", SECTION, f"progress(0), nothing to do, {n} idle peers", "s", idle,
+                 better="lower", peers=n),
+        measured(f"btl.progress_active.{n}", SECTION, f"one message exchange with 1 active of {n} peers", "s",
+                 exchange, better="lower", peers=n),
+    ]

@@ -1,0 +1,220 @@
+"""The entry point of ``btl bench``.
+
+From the CLI::
+
+    from benchmarks.runner import main      # the repository root must be on sys.path
+    sys.exit(main(["--quick", "--json"]))
+
+or from code::
+
+    report = run(quick=True, json=False, sections=None)   # prints the table, returns a dict
+
+``report`` holds ``meta`` (machine, profile, timing), ``results`` (one dict per figure: id,
+section, name, unit, values, stats {median,min,max,q1,q3,n}, extra, skipped, error),
+``ratios`` (btlcore / reference) and ``targets`` (issue 6's goals with PASS/FAIL/n/a).
+Values are in base units: bytes/s, seconds, bytes, 1/s, or plain numbers ("x").
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from . import btl_adapter, btl_scale, btl_sim, btl_udp, ref_quic, ref_tcp, ref_udp, report
+from . import harness
+from .harness import Result, Skip, failed, machine, skipped
+from .profiles import PROFILES, QUICK, Profile
+
+SECTIONS = ("raw_udp", "tcp", "quic", "btl_udp", "btl_sim", "btl_scale")
+GROUPS = {"refs": ("raw_udp", "tcp", "quic"), "btl": ("btl_udp", "btl_sim", "btl_scale"), "all": SECTIONS}
+
+
+@dataclass
+class Item:
+    """One measurement: the figures it yields (id, name, unit, better) and how to get them."""
+
+    section: str
+    specs: list[tuple[str, str, str, str]]
+    fn: Callable[[], Result | list[Result]]
+
+    def run(self) -> list[Result]:
+        try:
+            out = self.fn()
+            return out if isinstance(out, list) else [out]
+        except Skip as exc:
+            return [skipped(i, self.section, n, u, str(exc), better=b) for i, n, u, b in self.specs]
+        except Exception as exc:  # one broken measurement must not stop the run
+            msg = f"{type(exc).__name__}: {exc}"
+            return [failed(i, self.section, n, u, msg, better=b) for i, n, u, b in self.specs]
+
+
+def alone(piece: str, fn: Callable[..., Any], deadline: float, **kwargs: Any) -> Any:
+    """``fn(**kwargs)`` in a pinned child process with a hard deadline: the simulator and
+    scale measurements run in one process; this bounds them in real time and keeps their
+    heap away from the next one and from the caller."""
+    btl_adapter.require(piece)
+    return harness.run_alone(fn, kwargs, deadline=deadline)
+
+
+def plan(p: Profile) -> list[Item]:
+    items: list[Item] = []
+    add = lambda sec, specs, fn: items.append(Item(sec, specs, fn))  # noqa: E731
+    modes = ((False, "blocking"), (True, "busy"))
+
+    for s in p.datagram_sizes:
+        add("raw_udp", [(f"ref.udp_blast.{s}", f"raw UDP blast, {s} B datagrams", "B/s", "higher")],
+            lambda s=s: ref_udp.blast(p, s))
+    for m in p.message_sizes:
+        for busy, mode in modes:
+            add("raw_udp", [(f"ref.udp_rtt.{m}.{mode}", f"UDP ping-pong {m} B, {mode}", "s", "lower")],
+                lambda m=m, busy=busy: ref_udp.pingpong(p, m, busy))
+
+    add("tcp", [("ref.tcp_stream", "kernel TCP stream, 1 MiB sends", "B/s", "higher")], lambda: ref_tcp.stream(p))
+    for m in p.message_sizes:
+        for busy, mode in modes:
+            add("tcp", [(f"ref.tcp_rtt.{m}.{mode}", f"TCP_NODELAY ping-pong {m} B, {mode}", "s", "lower")],
+                lambda m=m, busy=busy: ref_tcp.pingpong(p, m, busy))
+
+    for s in (1472, 8972):
+        add("quic", [(f"ref.quic_bulk.{s}", f"aioquic one-stream bulk, {s} B datagrams", "B/s", "higher")],
+            lambda s=s: ref_quic.bulk(p, s))
+    add("quic", [("ref.quic_echo.64", "aioquic 64 B echo", "s", "lower")], lambda: ref_quic.echo(p))
+
+    for s in p.datagram_sizes:
+        add("btl_udp", [(f"btl.udp_bulk.{s}", f"btlcore UDP bulk, 1 MiB messages, {s} B datagrams", "B/s", "higher")],
+            lambda s=s: btl_udp.bulk(p, s))
+    for m in p.message_sizes:
+        for busy, mode in modes:
+            add("btl_udp", [(f"btl.udp_rtt.{m}.{mode}", f"btlcore UDP round trip {m} B, {mode}", "s", "lower")],
+                lambda m=m, busy=busy: btl_udp.rtt(p, m, busy))
+
+    add("btl_sim", [("btl.sim_rate", "simulator, lossless: data segments per wall-second", "1/s", "higher")],
+        lambda: alone("simulator", btl_sim.segment_rate, p.deadline, profile=p))
+    models: list[tuple[float, float | None]] = [(x, None) for x in p.loss_rates] + [(btl_sim.BURST_LOSS, btl_sim.BURST_LENGTH)]
+    for loss, burst in models:
+        key = f"burst{round(loss * 100)}" if burst else f"random{round(loss * 100)}"
+        label = f"{loss:.0%} burst loss" if burst else f"{loss:.0%} random loss"
+        specs = [(f"btl.loss.{key}.tx_per_loss", f"{label}: transmissions per lost segment", "x", "lower"),
+                 (f"btl.loss.{key}.acks_per_seg", f"{label}: standalone ACKs per data segment", "x", "lower"),
+                 (f"btl.loss.{key}.goodput_frac", f"{label}: goodput / link rate", "x", "higher"),
+                 (f"btl.loss.{key}.rtts", f"{label}: completion time in RTTs", "x", "lower")]
+        add("btl_sim", specs, lambda loss=loss, burst=burst: alone("simulator", btl_sim.efficiency, p.deadline,
+                                                                 profile=p, loss=loss, burst=burst))
+
+    add("btl_scale", [("btl.mem_per_peer", "memory per idle peer", "B", "lower")], lambda: alone("simulator", btl_scale.memory_per_peer, p.deadline, profile=p))
+    for n in p.scale_peers:
+        add("btl_scale", [(f"btl.progress_idle.{n}", f"progress(0), nothing to do, {n} idle peers", "s", "lower"),
+                          (f"btl.progress_active.{n}", f"one message exchange with 1 active of {n} peers", "s", "lower")],
+            lambda n=n: alone("simulator", btl_scale.progress_cost, p.deadline, profile=p, n=n))
+    return items
+
+
+def select_sections(sections: Iterable[str] | str | None) -> tuple[str, ...]:
+    if sections is None:
+        return SECTIONS
+    if isinstance(sections, str):
+        sections = [x for x in sections.split(",") if x]
+    chosen: list[str] = []
+    for s in sections:
+        s = s.strip()
+        group = GROUPS.get(s, (s,))
+        for g in group:
+            if g not in SECTIONS:
+                raise ValueError(f"unknown benchmark section {s!r}; known: {', '.join((*SECTIONS, *GROUPS))}")
+            if g not in chosen:
+                chosen.append(g)
+    return tuple(chosen)
+
+
+def run(quick: bool = True, json: bool = False, sections: Iterable[str] | str | None = None, *,
+        profile: Profile | str | None = None, out: TextIO | None | str = "stdout", log: TextIO | None | str = "stderr",
+        docs: str | None = None, trials: int | None = None) -> dict[str, Any]:
+    """Run the benchmarks and return the report; print the table (or JSON if ``json``) to ``out``.
+
+    ``profile`` overrides ``quick`` ("tiny", "quick" or "full"); ``sections`` is a list or a
+    comma-separated string of section names or groups (refs, btl, all); ``docs`` is a
+    repository root whose docs/benchmarks.md and docs/benchmarks-loss.png are rewritten;
+    ``out`` (default sys.stdout) gets the table or JSON and ``log`` (default sys.stderr) a
+    line per figure as it is measured; None silences either."""
+    if out == "stdout":
+        out = sys.stdout
+    if log == "stderr":
+        log = sys.stderr
+    if isinstance(profile, str):
+        profile = PROFILES[profile]
+    p = profile or (QUICK if quick else PROFILES["full"])
+    if trials:
+        from dataclasses import replace
+        p = replace(p, trials=trials)
+    chosen = select_sections(sections)
+    t_start = time.monotonic()
+    results: list[Result] = []
+    for item in plan(p):
+        if item.section not in chosen:
+            continue
+        t0 = time.monotonic()
+        got = item.run()
+        results.extend(got)
+        if log is not None:
+            for r in got:
+                if r.ok:
+                    s = r.stats
+                    shown = (f"{report.fmt(s['median'], r.unit)}  [{report.fmt(s['min'], r.unit)} … "
+                             f"{report.fmt(s['max'], r.unit)}]")
+                else:
+                    shown = f"skipped: {r.skipped}" if r.skipped else f"ERROR: {(r.error or '').splitlines()[0]}"
+                print(f"[{time.monotonic() - t_start:6.1f}s] {r.name}: {shown}  ({time.monotonic() - t0:.1f}s)",
+                      file=log, flush=True)
+    meta = machine()
+    meta.update(profile=p.name, trials=p.trials, warmup=p.warmup, sections=list(chosen),
+                elapsed=time.monotonic() - t_start, aioquic=ref_quic.version() if not ref_quic.available() else None,
+                btlcore=btl_adapter.availability())
+    dicts = [r.to_json() for r in results]
+    rep = {"meta": meta, "results": dicts, "ratios": report.ratios(dicts), "targets": report.targets(dicts)}
+    if docs is not None:
+        from . import docs as docs_mod
+        docs_mod.write(rep, docs)
+    if out is not None:
+        print(report.render_json(rep) if json else report.render_text(rep), file=out, flush=True)
+    return rep
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="btl bench", description=(
+        "Measure btlcore side by side with raw UDP, kernel TCP and aioquic on loopback "
+        "(two processes pinned to different cores), print the ratios and issue 6's targets."))
+    ap.add_argument("--quick", action="store_true", help="short trials: about a minute in all")
+    ap.add_argument("--profile", choices=sorted(PROFILES), help="tiny | quick | full (default full, or quick with --quick)")
+    ap.add_argument("--json", action="store_true", help="print the report as JSON instead of the table")
+    ap.add_argument("--only", metavar="SECTIONS", default=None,
+                    help=f"comma-separated sections or groups: {', '.join((*SECTIONS, *GROUPS))}")
+    ap.add_argument("--trials", type=int, default=None, help="trials per figure (after one warm-up)")
+    ap.add_argument("--output", metavar="FILE", help="also write the JSON report to FILE")
+    ap.add_argument("--docs", metavar="ROOT", nargs="?", const=".", default=None,
+                    help="rewrite ROOT/docs/benchmarks.md and ROOT/docs/benchmarks-loss.png (ROOT defaults to .)")
+    ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        sections = select_sections(args.only)
+    except ValueError as exc:
+        print(f"btl bench: {exc}", file=sys.stderr)
+        return 2
+    rep = run(quick=args.quick, json=args.json, sections=sections, profile=args.profile,
+              log=None if args.quiet else "stderr", docs=args.docs, trials=args.trials)
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(report.render_json(rep))
+    errors = [r for r in rep["results"] if r.get("error")]
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
