@@ -28,6 +28,7 @@ import errno
 import select
 import socket
 import struct
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -40,6 +41,9 @@ from ._options import MAX_PAYLOAD, UdpOptions
 
 UDP_SEGMENT = getattr(socket, "UDP_SEGMENT", 103)  # Python 3.11 has no name for it
 GSO_MAX_SEGMENTS = 64  # UDP_MAX_SEGMENTS in kernels before 6.9 (128 since); stay safe
+UDP_GRO = getattr(socket, "UDP_GRO", 104)
+GRO_BUFFER = 65536  # a GRO read may return up to 64 KiB of glued datagrams
+GRO_CMSG_SPACE = socket.CMSG_SPACE(4)
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
 ARENA_BYTES = 4 << 20
@@ -153,43 +157,94 @@ def post_send_batch(device: UdpDevice, channel: Channel, dest: Any, datagrams: S
     return total
 
 
-def poll_recv(device: UdpDevice, budget: int) -> list[memoryview]:
-    """Up to ``budget`` datagrams, the priority socket drained first."""
-    out: list[memoryview] = []
-    if budget <= 0 or device.closed:
-        return out
+def _drain(device: UdpDevice, sock: socket.socket, out: list[Any], budget: int, off: int) -> int:
+    """``recv_into`` datagrams back to back into the arena from ``off``; return the new
+    offset.  Stops when the socket is empty, ``out`` holds ``budget``, or the arena is full."""
     arena = device._arena
     limit = device._arena_limit
     size = device._recv_size
     mtu = device._recv_mtu
-    off = 0
-    nbytes = 0
-    for sock in device._socks:
-        recv_into = sock.recv_into
-        while True:
-            try:
-                n = recv_into(arena[off:], size)
-            except BlockingIOError:
-                break
-            except OSError:
-                device.rx_errors += 1
-                break
-            if n > mtu:
-                device.rx_oversize += 1
-                continue
-            out.append(arena[off:off + n])
+    recv_into = sock.recv_into
+    append = out.append
+    while len(out) < budget and off <= limit:
+        try:
+            n = recv_into(arena[off:], size)
+        except BlockingIOError:
+            break
+        except OSError:
+            device.rx_errors += 1
+            break
+        if n > mtu:
+            device.rx_oversize += 1
+            continue
+        append(arena[off:off + n])
+        off += n
+    return off
+
+
+def _drain_gro(device: UdpDevice, sock: socket.socket, out: list[Any], budget: int, off: int) -> int:
+    """Like :func:`_drain`, for a socket with UDP_GRO on: one ``recvmsg_into`` may return many
+    datagrams glued together, with their size in a control message.  Those beyond the budget
+    are copied to ``device._pending`` and delivered first by the next ``poll_recv``."""
+    arena = device._arena
+    limit = device._arena_gro_limit
+    mtu = device._recv_mtu
+    recvmsg_into = sock.recvmsg_into
+    append = out.append
+    while len(out) < budget and off <= limit:
+        try:
+            n, anc, flags, _ = recvmsg_into([arena[off:off + GRO_BUFFER]], GRO_CMSG_SPACE)
+        except BlockingIOError:
+            break
+        except OSError:
+            device.rx_errors += 1
+            break
+        seg = n
+        for level, kind, data in anc:
+            if level == socket.IPPROTO_UDP and kind == UDP_GRO:
+                seg = int.from_bytes(data, sys.byteorder) or n
+        if seg > mtu or flags & socket.MSG_TRUNC:
+            device.rx_oversize += -(-n // seg) if seg else 1
+            continue
+        if seg == n:
+            append(arena[off:off + n])
             off += n
-            nbytes += n
-            if len(out) >= budget or off > limit:
-                if sock is device._prio_sock:
-                    device.rx_priority += len(out)
-                device.rx_datagrams += len(out)
-                device.rx_bytes += nbytes
-                return out
-        if sock is device._prio_sock:
-            device.rx_priority += len(out)
+            continue
+        device.rx_gro_reads += 1
+        end = off + n
+        p = off
+        while p < end:
+            q = p + seg if p + seg < end else end
+            if len(out) < budget:
+                append(arena[p:q])
+            else:
+                device._pending.append(bytes(arena[p:q]))
+                device.rx_bytes -= q - p  # counted when delivered
+            p = q
+        off = end
+    return off
+
+
+def poll_recv(device: UdpDevice, budget: int) -> list[Any]:
+    """Up to ``budget`` datagrams, the priority socket drained first."""
+    out: list[Any] = []
+    if budget <= 0 or device.closed:
+        return out
+    off = _drain(device, device._prio_sock, out, budget, 0)
+    device.rx_priority += len(out)
+    pending_bytes = 0
+    if device._pending:  # left over from a GRO read: they come before newer data
+        pending = device._pending
+        take = pending[:budget - len(out)]
+        del pending[:len(take)]
+        out.extend(take)
+        pending_bytes = sum(map(len, take))
+    if device._gro:
+        off = _drain_gro(device, device._data_sock, out, budget, off)
+    else:
+        off = _drain(device, device._data_sock, out, budget, off)
     device.rx_datagrams += len(out)
-    device.rx_bytes += nbytes
+    device.rx_bytes += off + pending_bytes
     return out
 
 
@@ -223,12 +278,22 @@ class UdpDevice:
             if opts.gso == "on" and not has_gso:
                 raise ConfigError("udp option 'gso' is 'on' but this kernel has no UDP_SEGMENT "
                                   "(Linux >= 4.18 needed); allowed is one of auto, on, off")
+            if opts.gro:
+                try:
+                    socks[1].setsockopt(socket.IPPROTO_UDP, UDP_GRO, 1)
+                except OSError as exc:
+                    raise ConfigError(f"udp option 'gro' is on but this kernel refuses UDP_GRO "
+                                      f"({exc.strerror}; Linux >= 5.0 needed); allowed is true "
+                                      "or false") from None
         except BaseException:
             for s in socks:
                 s.close()
             raise
         self._socks: tuple[socket.socket, socket.socket] = (socks[0], socks[1])
         self._prio_sock = socks[0]
+        self._data_sock = socks[1]
+        self._gro = opts.gro
+        self._pending: list[bytes] = []
         self._gso = has_gso and opts.gso != "off"
         self._gso_mode = opts.gso
         self._gso_failures = 0
@@ -241,9 +306,10 @@ class UdpDevice:
         self._mtus = [self.mtu, self.mtu]  # per channel; create_channel may lower them
         self._recv_mtu = self.mtu
         self._recv_size = self.mtu + 1  # one byte more, to see (and drop) oversize datagrams
-        arena_len = max(ARENA_BYTES, 8 * self._recv_size)
+        arena_len = max(ARENA_BYTES, 8 * max(self._recv_size, GRO_BUFFER))
         self._arena = memoryview(bytearray(arena_len))
         self._arena_limit = arena_len - self._recv_size
+        self._arena_gro_limit = arena_len - GRO_BUFFER
         scope = self.local_sockaddrs[0][3] if family == socket.AF_INET6 else 0
         self._address = _address.encode(family, opts.advertise, self.local_sockaddrs[0][1],
                                          self.local_sockaddrs[1][1], scope)
@@ -261,6 +327,7 @@ class UdpDevice:
         self.tx_datagrams = self.tx_bytes = self.tx_pushbacks = self.tx_errors = 0
         self.tx_gso_sends = self.gso_fallbacks = 0
         self.rx_datagrams = self.rx_bytes = self.rx_priority = self.rx_errors = self.rx_oversize = 0
+        self.rx_gro_reads = 0
 
     # -- errors on the send path (rare: kept out of the per-datagram functions) -----------
 
@@ -364,9 +431,11 @@ class UdpDevice:
             "rx_priority": self.rx_priority,
             "rx_errors": self.rx_errors,
             "rx_oversize": self.rx_oversize,
+            "rx_gro_reads": self.rx_gro_reads,
             "mtu": self.mtu,
             "mtu_source": self.mtu_source,
             "gso": self._gso,
+            "gro": self._gro,
             "busy_poll": self._busy_poll,
             "rcvbuf_requested": self.options.rcvbuf,
             "rcvbuf_granted": self.rcvbuf_granted[1],

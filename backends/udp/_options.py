@@ -47,6 +47,7 @@ ALLOWED = {
     "sndbuf": f"a byte count from {MIN_BUF} to {MAX_BUF} (suffixes K, M, G allowed)",
     "busy_poll": "true or false",
     "gso": "one of " + ", ".join(TRISTATE),
+    "gro": "true or false (receive GSO-sent runs glued, in one read, on the data socket)",
     "seed": "an integer (ignored: the UDP device needs no randomness)",
 }
 
@@ -65,6 +66,7 @@ class UdpOptions:
     sndbuf: int
     busy_poll: bool
     gso: str
+    gro: bool = False
 
 
 def _fail(name: str, value: Any) -> ConfigError:
@@ -212,4 +214,5 @@ def parse(options: Mapping[str, Any], environ: Mapping[str, str] | None = None) 
         sndbuf=_int("sndbuf", opts.get("sndbuf", DEFAULT_SNDBUF), MIN_BUF, MAX_BUF),
         busy_poll=_bool("busy_poll", opts.get("busy_poll", False)),
         gso=gso.strip().lower(),
+        gro=_bool("gro", opts.get("gro", False)),
     )

@@ -541,3 +541,54 @@ def test_two_process_exchange(open_udp, host):
         if child.poll() is None:
             child.kill()
             child.wait(5)
+
+
+# -- receive with GRO --------------------------------------------------------------------
+
+
+def _gro_pair(open_udp, host="127.0.0.1", **rx_options):
+    a = open_udp(host=host, gso="auto")
+    try:
+        b = open_udp(host=host, gro=True, **rx_options)
+    except ConfigError as exc:
+        pytest.skip(f"no UDP GRO here: {exc}")
+    if not a.device.stats()["gso"]:
+        pytest.skip("no UDP GSO here")
+    return a, b, a.resolve(b.local_address()), b.resolve(a.local_address())
+
+
+def test_gro_receives_gso_runs_intact(open_udp, host):
+    a, b, to_b, _ = _gro_pair(open_udp, host)
+    batch = [bytes([i]) * 1472 for i in range(130)] + [b"short"] + [b"k" * 9000] * 3
+    assert a.device.post_send_batch(Channel.DATA, to_b, batch) == len(batch)
+    a.post_send(Channel.DATA, to_b, b"plain")  # not glued: one datagram per read
+    a.post_send(Channel.PRIORITY, to_b, b"ack")
+    got = recv_n(b, len(batch) + 2)
+    assert got[0] == b"ack" and got[1:] == batch + [b"plain"]
+    st = b.device.stats()
+    assert st["rx_gro_reads"] > 0 and st["rx_datagrams"] == len(batch) + 2
+    assert st["rx_bytes"] == sum(map(len, batch)) + len(b"plain") + len(b"ack")
+
+
+def test_gro_respects_the_budget(open_udp):
+    a, b, to_b, _ = _gro_pair(open_udp)
+    batch = [b"%04d" % i * 100 for i in range(40)]  # one glued read of 40
+    assert a.device.post_send_batch(Channel.DATA, to_b, batch) == 40
+    time.sleep(0.05)
+    got: list[bytes] = []
+    for _ in range(20):
+        part = b.poll_recv(7)
+        assert len(part) <= 7
+        got.extend(bytes(m) for m in part)
+        if len(got) == 40:
+            break
+    assert got == batch
+    assert b.device.stats()["rx_bytes"] == sum(map(len, batch))
+
+
+def test_gro_drops_glued_datagrams_over_the_mtu(open_udp):
+    a, b, to_b, _ = _gro_pair(open_udp, mtu=1000)
+    a.device.post_send_batch(Channel.DATA, to_b, [b"o" * 1200] * 4)
+    a.post_send(Channel.DATA, to_b, b"fine")
+    assert recv_n(b, 1) == [b"fine"]
+    assert b.device.stats()["rx_oversize"] == 4
