@@ -19,15 +19,16 @@ MD = "benchmarks.md"
 PNG = "benchmarks-loss.png"
 
 
-def loss_points(results: Sequence[Mapping[str, Any]]) -> dict[str, list[tuple[float, float, float, float]]]:
-    """{"random": [(loss, median, min, max)], "burst": [...]} of goodput / link rate."""
-    out: dict[str, list[tuple[float, float, float, float]]] = {"random": [], "burst": []}
+def loss_points(results: Sequence[Mapping[str, Any]]) -> dict[str, list[tuple[float, ...]]]:
+    """{"random": [(loss, median, min, max, ideal)], "burst": [...]} of goodput / link rate."""
+    out: dict[str, list[tuple[float, ...]]] = {"random": [], "burst": []}
     for r in results:
         if not r["id"].endswith(".goodput_frac") or r.get("skipped") or r.get("error") or not r.get("stats"):
             continue
         ex, s = r.get("extra", {}), r["stats"]
         kind = "burst" if ex.get("burst") else "random"
-        out[kind].append((float(ex.get("loss", 0.0)), s["median"], s["min"], s["max"]))
+        loss = float(ex.get("loss", 0.0))
+        out[kind].append((loss, s["median"], s["min"], s["max"], float(ex.get("ideal", 1.0 - loss))))
     for v in out.values():
         v.sort()
     return out
@@ -42,12 +43,14 @@ def plot(rep: Mapping[str, Any], path: str) -> None:
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
     xs = [0.0, 0.12]
     ax.plot([x * 100 for x in xs], [1 - x for x in xs], ls="--", color="grey", lw=1,
-            label="ideal: 1 − loss")
+            label="limit for a long transfer: 1 − loss")
     if pts["random"]:
         lx = [p[0] * 100 for p in pts["random"]]
         med = [p[1] for p in pts["random"]]
         err = [[p[1] - p[2] for p in pts["random"]], [p[3] - p[1] for p in pts["random"]]]
         ax.errorbar(lx, med, yerr=err, marker="o", capsize=3, label="btlcore, random loss")
+        ax.plot(lx, [p[4] for p in pts["random"]], ls=":", marker=".", color="grey",
+                label="ideal for this transfer (1 RTT + bytes / (1 − loss))")
     if pts["burst"]:
         lx = [p[0] * 100 for p in pts["burst"]]
         med = [p[1] for p in pts["burst"]]
@@ -87,6 +90,7 @@ def markdown(rep: Mapping[str, Any]) -> str:
         "Each figure is the median of its trials; the spread is min … max and the inter-quartile range.",
         "",
     ]
+    lines[-1:-1] = [f"**Warning:** {w}.\n" for w in meta.get("warnings", [])]
     for title, body in R.rows(rep["results"]):
         lines += [f"## {title}", "", R.md_table(R.HEADER, body), ""]
     rat = rep.get("ratios", [])

@@ -262,6 +262,32 @@ def timed_trials(trial: Callable[[], float], trials: int, warmup: int = 1) -> li
     return [trial() for _ in range(trials)]
 
 
+def _cpu_times() -> tuple[int, int] | None:
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return sum(fields[:8]), fields[3] + fields[4]  # total, idle + iowait
+
+
+def contention(window: float = 0.3) -> str | None:
+    """A warning if other processes keep the CPUs busy (more than a quarter of their time over
+    ``window`` seconds, while this run is idle): figures are then low and noisy, ratios less
+    so.  None if the machine is quiet (or /proc/stat cannot be read)."""
+    a = _cpu_times()
+    time.sleep(window)
+    b = _cpu_times()
+    if a is None or b is None or b[0] == a[0]:
+        return None
+    busy = 1.0 - (b[1] - a[1]) / (b[0] - a[0])
+    if busy > 0.25:
+        n = os.cpu_count() or 1
+        return (f"other processes kept the {n} CPUs {busy:.0%} busy just before or after the run; "
+                "absolute figures are low and noisy, compare ratios within this run only")
+    return None
+
+
 def machine() -> dict[str, Any]:
     """What the figures were measured on."""
     import platform
@@ -276,7 +302,7 @@ def machine() -> dict[str, Any]:
                     break
     except OSError:
         pass
-    return {"python": platform.python_version(), "implementation": platform.python_implementation(),
+    return {"python": platform.python_version(), "load": list(os.getloadavg()), "implementation": platform.python_implementation(),
             "platform": platform.platform(), "cpus": cpus, "cpu_model": model,
             "pinned_cores": list(core_pair()), "hostname": socket.gethostname(),
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

@@ -222,6 +222,7 @@ def render_text(report: Mapping[str, Any]) -> str:
     meta = report.get("meta", {})
     out = [f"btl bench ({meta.get('profile', '?')}): {meta.get('time', '')}, Python {meta.get('python', '')}, "
            f"cores {meta.get('pinned_cores', '')} of {meta.get('cpus', '')}, {meta.get('elapsed', 0):.1f} s"]
+    out += [f"WARNING: {w}" for w in meta.get("warnings", [])]
     for title, body in rows(report["results"]):
         out += ["", title, text_table(HEADER, body)]
     rat = [[r["label"], fmt(r["btlcore_value"], r["unit"]), fmt(r["reference_value"], r["unit"]),

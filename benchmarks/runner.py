@@ -151,6 +151,9 @@ def run(quick: bool = True, json: bool = False, sections: Iterable[str] | str | 
         from dataclasses import replace
         p = replace(p, trials=trials)
     chosen = select_sections(sections)
+    busy_before = harness.contention()
+    if busy_before and log is not None:
+        print(f"btl bench: warning: {busy_before}", file=log, flush=True)
     t_start = time.monotonic()
     results: list[Result] = []
     for item in plan(p):
@@ -170,7 +173,8 @@ def run(quick: bool = True, json: bool = False, sections: Iterable[str] | str | 
                 print(f"[{time.monotonic() - t_start:6.1f}s] {r.name}: {shown}  ({time.monotonic() - t0:.1f}s)",
                       file=log, flush=True)
     meta = machine()
-    meta.update(profile=p.name, trials=p.trials, warmup=p.warmup, sections=list(chosen),
+    busy_after = harness.contention()
+    meta.update(warnings=[w for w in (busy_before, busy_after) if w][:1],profile=p.name, trials=p.trials, warmup=p.warmup, sections=list(chosen),
                 elapsed=time.monotonic() - t_start, aioquic=ref_quic.version() if not ref_quic.available() else None,
                 btlcore=btl_adapter.availability())
     dicts = [r.to_json() for r in results]
