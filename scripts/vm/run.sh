@@ -66,7 +66,7 @@ console=$out/console.log
 start=$(date +%s.%N)
 set +e
 timeout -k 10 "$timeout_s" qemu-system-x86_64 \
-    -machine q35,accel=tcg -cpu max -smp 1 -m "$mem" \
+    -machine q35,accel=tcg -cpu "${BTL_VM_CPU:-max}" -smp 1 -m "$mem" \
     -nodefaults -no-user-config -display none -no-reboot -serial stdio \
     -kernel "$BTL_VM_DIR/vmlinux" -initrd "$BTL_VM_DIR/initramfs.cpio" \
     -append "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init" \
