@@ -4,7 +4,8 @@
   for every completion callback (a completion means the last byte was ACKed); goodput is
   completed bytes over that time, so reliability is paid for in full.  The datagram size is
   set with ``Config(mtu=...)``.  From the counters of both ends: transmissions per data segment
-  and standalone ACKs per data segment.
+  and standalone ACKs per data segment; and each end's CPU time per data segment (the
+  receiver's includes its idle polling: it never sleeps longer than 1 ms).
 * Round trip: 64 B or 8 KiB to an echo handler and back, one at a time; blocking is
   ``progress(timeout>0)`` (the transport sleeps in epoll until a datagram comes), busy-poll
   is the same on a device opened with ``busy_poll=True`` (it spins on a zero-timeout poll),
@@ -64,7 +65,7 @@ def bulk_receiver(ctl: Any, mtu: int, limit: float, host: str = LOOPBACK_V4) -> 
 
     def on_ctrl(peer: Any, tag: int, data: Any) -> None:
         if bytes(data) == b"stats":
-            ctl.send((got[0], A.stats(t)))
+            ctl.send((got[0], A.stats(t), time.process_time()))
         else:
             stop[0] = True
 
@@ -93,7 +94,7 @@ def bulk_sender(ctl: Any, mtu: int, seconds: float, max_messages: int, trials: i
         else:
             state["errors"] += 1
 
-    def ask_stats() -> tuple[int, dict[str, float]]:
+    def ask_stats() -> tuple[int, dict[str, float], float]:
         A.send(t, peer, TAG_CTRL, b"stats")
         end = time.monotonic() + 10
         while not ctl.poll():
@@ -106,9 +107,12 @@ def bulk_sender(ctl: Any, mtu: int, seconds: float, max_messages: int, trials: i
     tx_per_seg: list[float] = []
     acks_per_seg: list[float] = []
     resends: list[float] = []
+    send_cpu: list[float] = []
+    recv_cpu: list[float] = []
     for i in range(warmup + trials):
-        r0_bytes, r0 = ask_stats()
+        r0_bytes, r0, rc0 = ask_stats()
         s0 = A.stats(t)
+        c0 = time.process_time()
         state.update(done=0, errors=0)
         posted = 0
         t0 = pc()
@@ -126,9 +130,10 @@ def bulk_sender(ctl: Any, mtu: int, seconds: float, max_messages: int, trials: i
             if now > hard:
                 raise BenchError(f"btlcore bulk trial did not complete within {limit:g} s")
         dt = pc() - t0
+        cpu = time.process_time() - c0
         if state["errors"]:
             raise BenchError(f"{state['errors']} btlcore sends failed")
-        r1_bytes, r1 = ask_stats()
+        r1_bytes, r1, rc1 = ask_stats()
         s = A.delta(A.stats(t), s0)
         r = A.delta(r1, r0)
         if r1_bytes - r0_bytes < state["done"] * MESSAGE:
@@ -140,8 +145,11 @@ def bulk_sender(ctl: Any, mtu: int, seconds: float, max_messages: int, trials: i
             tx_per_seg.append(segs / first if first else 0.0)
             acks_per_seg.append(r.get("num_ack_sends", 0) / segs if segs else 0.0)
             resends.append(s.get("num_resends", 0))
+            send_cpu.append(cpu / segs if segs else 0.0)
+            recv_cpu.append((rc1 - rc0) / segs if segs else 0.0)
     _stop(t, peer)
-    return {"goodput": goodput, "tx_per_seg": tx_per_seg, "acks_per_seg": acks_per_seg, "resends": resends}
+    return {"goodput": goodput, "tx_per_seg": tx_per_seg, "acks_per_seg": acks_per_seg, "resends": resends,
+            "send_cpu": send_cpu, "recv_cpu": recv_cpu}
 
 
 def bulk(profile: Profile, mtu: int, host: str = LOOPBACK_V4) -> Result:
@@ -156,7 +164,8 @@ def bulk(profile: Profile, mtu: int, host: str = LOOPBACK_V4) -> Result:
     return measured(f"btl.udp_bulk.{mtu}", SECTION, f"btlcore UDP bulk, 1 MiB messages, {mtu} B datagrams",
                     "B/s", r["goodput"], datagram=mtu, depth=DEPTH,
                     tx_per_segment=med(r["tx_per_seg"]), acks_per_segment=med(r["acks_per_seg"]),
-                    resends=r["resends"])
+                    resends=r["resends"], send_cpu_per_datagram=med(r["send_cpu"]),
+                    recv_cpu_per_datagram=med(r["recv_cpu"]))
 
 
 def echo_server(ctl: Any, busy: bool, limit: float, host: str = LOOPBACK_V4) -> int:

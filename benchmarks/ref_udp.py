@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import select
 import socket
+import statistics
 import time
 from typing import Any
 
@@ -69,6 +70,7 @@ def blast_receiver(ctl: Any, size: int, rcvbuf: int, host: str = LOOPBACK_V4) ->
             break
         _drain(s, buf)
         ctl.send("ready")
+        c0 = time.process_time()
         count = nbytes = first_n = 0
         t_first = t_last = 0.0
         done = None
@@ -93,7 +95,7 @@ def blast_receiver(ctl: Any, size: int, rcvbuf: int, host: str = LOOPBACK_V4) ->
                 done = ctl.recv()
         span = t_last - t_first
         goodput = (nbytes - first_n) / span if span > 0 else 0.0
-        ctl.send((count, nbytes, goodput, span))
+        ctl.send((count, nbytes, goodput, span, (time.process_time() - c0) / count if count else 0.0))
     s.close()
 
 
@@ -108,10 +110,13 @@ def blast_sender(ctl: Any, size: int, seconds: float, max_count: int, trials: in
     goodput: list[float] = []
     loss: list[float] = []
     send_rate: list[float] = []
+    send_cpu: list[float] = []
+    recv_cpu: list[float] = []
     for i in range(warmup + trials):
         ctl.send("trial")
         wait_msg(ctl)
         sent = failed = 0
+        c0 = time.process_time()
         t0 = pc()
         end = t0 + seconds
         while sent < max_count:
@@ -124,16 +129,20 @@ def blast_sender(ctl: Any, size: int, seconds: float, max_count: int, trials: in
             if pc() >= end:
                 break
         t1 = pc()
+        cpu = time.process_time() - c0
         sent -= failed
         ctl.send(("done", sent))
-        count, nbytes, gput, span = wait_msg(ctl, 30.0)
+        count, nbytes, gput, span, rcpu = wait_msg(ctl, 30.0)
         if i >= warmup:
+            send_cpu.append(cpu / sent if sent else 0.0)
+            recv_cpu.append(rcpu)
             goodput.append(gput)
             loss.append(1.0 - count / sent if sent else 0.0)
             send_rate.append(sent * size / (t1 - t0))
     ctl.send("stop")
     s.close()
-    return {"goodput": goodput, "loss": loss, "send_rate": send_rate, "rcvbuf": granted}
+    return {"goodput": goodput, "loss": loss, "send_rate": send_rate, "rcvbuf": granted,
+            "send_cpu": send_cpu, "recv_cpu": recv_cpu}
 
 
 def blast(profile: Profile, size: int, host: str = LOOPBACK_V4) -> Result:
@@ -145,7 +154,9 @@ def blast(profile: Profile, size: int, host: str = LOOPBACK_V4) -> Result:
                     deadline=profile.deadline)
     return measured(f"ref.udp_blast.{size}", SECTION, f"raw UDP blast, {size} B datagrams", "B/s",
                     r["goodput"], loss=r["loss"], loss_median=sorted(r["loss"])[len(r["loss"]) // 2],
-                    send_rate=r["send_rate"], rcvbuf=r["rcvbuf"], datagram=size)
+                    send_rate=r["send_rate"], rcvbuf=r["rcvbuf"], datagram=size,
+                    send_cpu_per_datagram=statistics.median(r["send_cpu"]),
+                    recv_cpu_per_datagram=statistics.median(r["recv_cpu"]))
 
 
 # -- ping-pong ------------------------------------------------------------------------------

@@ -58,6 +58,9 @@ def _note(r: Mapping[str, Any]) -> str:
         parts.append(f"mean {fmt(ex['mean'], 's')}, p99 {fmt(ex['p99'], 's')}")
     if "loss_median" in ex:
         parts.append(f"loss {ex['loss_median']:.2%}")
+    if "send_cpu_per_datagram" in ex:
+        parts.append(f"CPU/datagram send {ex['send_cpu_per_datagram'] * 1e6:.2g} µs, "
+                     f"recv {ex['recv_cpu_per_datagram'] * 1e6:.2g} µs")
     if ex.get("cpu_per_datagram"):
         parts.append(f"client CPU {ex['cpu_per_datagram'] * 1e6:.0f} µs/datagram")
     if "tx_per_segment" in ex:

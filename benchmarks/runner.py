@@ -187,10 +187,12 @@ def run(quick: bool = True, json: bool = False, sections: Iterable[str] | str | 
     return rep
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="btl bench", description=(
-        "Measure btlcore side by side with raw UDP, kernel TCP and aioquic on loopback "
-        "(two processes pinned to different cores), print the ratios and issue 6's targets."))
+DESCRIPTION = ("Measure btlcore side by side with raw UDP, kernel TCP and aioquic on loopback "
+               "(two processes pinned to different cores); print the ratios and issue 6's targets.")
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add ``btl bench``'s options to ``ap`` (for a CLI that builds its own subparser)."""
     ap.add_argument("--quick", action="store_true", help="short trials: about a minute in all")
     ap.add_argument("--profile", choices=sorted(PROFILES), help="tiny | quick | full (default full, or quick with --quick)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON instead of the table")
@@ -204,8 +206,13 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+def parser() -> argparse.ArgumentParser:
+    return add_arguments(argparse.ArgumentParser(prog="btl bench", description=DESCRIPTION))
+
+
+def run_args(args: argparse.Namespace) -> int:
+    """Run from parsed options (see :func:`add_arguments`); the exit status: 0, 1 if a
+    measurement failed (an error, not a skip and not a missed target), 2 on bad options."""
     try:
         sections = select_sections(args.only)
     except ValueError as exc:
@@ -218,6 +225,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             f.write(report.render_json(rep))
     errors = [r for r in rep["results"] if r.get("error")]
     return 1 if errors else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``btl bench [--quick] [--json] ...``; returns the exit status."""
+    return run_args(parser().parse_args(argv))
 
 
 if __name__ == "__main__":
