@@ -4,7 +4,7 @@ The payload MTU is the interface MTU less the IP and UDP headers (28 bytes for I
 IPv6), capped by the largest UDP payload there is (65507 / 65527): so 65507 on loopback
 (MTU 65536) and 1472 on a 1500-byte Ethernet.  A wildcard address takes the smallest MTU of
 the interfaces that are up, loopback excepted, since a peer may be behind any of them.
-The interface MTU comes from ``/sys/class/net/<if>/mtu``, or the SIOCGIFMTU ioctl.
+The interface MTU comes from the SIOCGIFMTU ioctl, or ``/sys/class/net/<if>/mtu``.
 """
 
 from __future__ import annotations
@@ -23,16 +23,18 @@ FALLBACK_MTU = 1500
 
 
 def interface_mtu(ifname: str) -> int | None:
-    try:
-        with open(f"/sys/class/net/{ifname}/mtu") as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        pass
+    """The ioctl first: it asks the network namespace of the calling thread, where sysfs
+    shows the namespace it was mounted in (they differ after ``setns``)."""
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             req = struct.pack("16si", ifname.encode()[:15], 0)
             return int(struct.unpack("16si", fcntl.ioctl(s, SIOCGIFMTU, req))[1])
     except OSError:
+        pass
+    try:
+        with open(f"/sys/class/net/{ifname}/mtu") as f:
+            return int(f.read())
+    except (OSError, ValueError):
         return None
 
 
