@@ -255,13 +255,6 @@ def rtt_extras(r: Mapping[str, list[float]]) -> dict[str, float]:
     return {"mean": statistics.median(r["mean"]), "p99": statistics.median(r["p99"])}
 
 
-def timed_trials(trial: Callable[[], float], trials: int, warmup: int = 1) -> list[float]:
-    """Run ``warmup`` + ``trials`` trials; return the figures of the counted ones."""
-    for _ in range(warmup):
-        trial()
-    return [trial() for _ in range(trials)]
-
-
 def _cpu_times() -> tuple[int, int] | None:
     try:
         with open("/proc/stat") as f:

@@ -35,8 +35,9 @@ class Profile:
     scale_peers: tuple[int, ...] = (1, 100, 1000)
     memory_peers: int = 1000
     progress_calls: int = 2000
-    # hard limit for one process pair, seconds
+    # hard limit for one process pair, seconds; and for the whole run (later items are skipped)
     deadline: float = 60.0
+    budget: float = 1200.0
     datagram_sizes: tuple[int, ...] = (1472, 8972, 65000)
     message_sizes: tuple[int, ...] = (64, 8192)
     extra: dict[str, float] = field(default_factory=dict)
@@ -60,7 +61,7 @@ QUICK = Profile(
     btl_bulk_seconds=0.3, btl_bulk_max_messages=5_000,
     sim_bytes=8 << 20, loss_bytes=4 << 20,
     memory_peers=300, progress_calls=500,
-    deadline=60.0,
+    deadline=30.0, budget=120.0,
 )
 
 TINY = Profile(
@@ -71,7 +72,7 @@ TINY = Profile(
     btl_bulk_seconds=0.05, btl_bulk_max_messages=4,
     sim_bytes=1 << 20, loss_bytes=256 << 10,
     loss_rates=(0.05,), scale_peers=(1, 10), memory_peers=10, progress_calls=20,
-    deadline=20.0, datagram_sizes=(1472,), message_sizes=(64,),
+    deadline=20.0, budget=120.0, datagram_sizes=(1472,), message_sizes=(64,),
 )
 
 PROFILES = {p.name: p for p in (FULL, QUICK, TINY)}

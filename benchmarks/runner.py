@@ -160,7 +160,11 @@ def run(quick: bool = True, json: bool = False, sections: Iterable[str] | str | 
         if item.section not in chosen:
             continue
         t0 = time.monotonic()
-        got = item.run()
+        if t0 - t_start > p.budget:
+            why = f"the run's time budget ({p.budget:g} s, profile {p.name}) was spent"
+            got = [skipped(i, item.section, n, u, why, better=b) for i, n, u, b in item.specs]
+        else:
+            got = item.run()
         results.extend(got)
         if log is not None:
             for r in got:
