@@ -60,37 +60,40 @@ def alone(piece: str, fn: Callable[..., Any], deadline: float, **kwargs: Any) ->
     return harness.run_alone(fn, kwargs, deadline=deadline)
 
 
-def plan(p: Profile) -> list[Item]:
+def plan(p: Profile, host: str = harness.LOOPBACK_V4) -> list[Item]:
+    """Every measurement of profile ``p``, in the order they run; ``host`` is the loopback
+    address the process pairs use (127.0.0.1 or ::1)."""
+    harness.loopback(host)
     items: list[Item] = []
     add = lambda sec, specs, fn: items.append(Item(sec, specs, fn))  # noqa: E731
     modes = ((False, "blocking"), (True, "busy"))
 
     for s in p.datagram_sizes:
         add("raw_udp", [(f"ref.udp_blast.{s}", f"raw UDP blast, {s} B datagrams", "B/s", "higher")],
-            lambda s=s: ref_udp.blast(p, s))
+            lambda s=s: ref_udp.blast(p, s, host))
     for m in p.message_sizes:
         for busy, mode in modes:
             add("raw_udp", [(f"ref.udp_rtt.{m}.{mode}", f"UDP ping-pong {m} B, {mode}", "s", "lower")],
-                lambda m=m, busy=busy: ref_udp.pingpong(p, m, busy))
+                lambda m=m, busy=busy: ref_udp.pingpong(p, m, busy, host))
 
-    add("tcp", [("ref.tcp_stream", "kernel TCP stream, 1 MiB sends", "B/s", "higher")], lambda: ref_tcp.stream(p))
+    add("tcp", [("ref.tcp_stream", "kernel TCP stream, 1 MiB sends", "B/s", "higher")], lambda: ref_tcp.stream(p, host))
     for m in p.message_sizes:
         for busy, mode in modes:
             add("tcp", [(f"ref.tcp_rtt.{m}.{mode}", f"TCP_NODELAY ping-pong {m} B, {mode}", "s", "lower")],
-                lambda m=m, busy=busy: ref_tcp.pingpong(p, m, busy))
+                lambda m=m, busy=busy: ref_tcp.pingpong(p, m, busy, host))
 
     for s in (1472, 8972):
         add("quic", [(f"ref.quic_bulk.{s}", f"aioquic one-stream bulk, {s} B datagrams", "B/s", "higher")],
-            lambda s=s: ref_quic.bulk(p, s))
-    add("quic", [("ref.quic_echo.64", "aioquic 64 B echo", "s", "lower")], lambda: ref_quic.echo(p))
+            lambda s=s: ref_quic.bulk(p, s, host))
+    add("quic", [("ref.quic_echo.64", "aioquic 64 B echo", "s", "lower")], lambda: ref_quic.echo(p, host))
 
     for s in p.datagram_sizes:
         add("btl_udp", [(f"btl.udp_bulk.{s}", f"btlcore UDP bulk, 1 MiB messages, {s} B datagrams", "B/s", "higher")],
-            lambda s=s: btl_udp.bulk(p, s))
+            lambda s=s: btl_udp.bulk(p, s, host))
     for m in p.message_sizes:
         for busy, mode in modes:
             add("btl_udp", [(f"btl.udp_rtt.{m}.{mode}", f"btlcore UDP round trip {m} B, {mode}", "s", "lower")],
-                lambda m=m, busy=busy: btl_udp.rtt(p, m, busy))
+                lambda m=m, busy=busy: btl_udp.rtt(p, m, busy, host))
 
     add("btl_sim", [("btl.sim_rate", "simulator, lossless: data segments per wall-second", "1/s", "higher")],
         lambda: alone("simulator", btl_sim.segment_rate, p.deadline, profile=p))
@@ -132,7 +135,7 @@ def select_sections(sections: Iterable[str] | str | None) -> tuple[str, ...]:
 
 def run(quick: bool = True, json: bool = False, sections: Iterable[str] | str | None = None, *,
         profile: Profile | str | None = None, out: TextIO | None | str = "stdout", log: TextIO | None | str = "stderr",
-        docs: str | None = None, trials: int | None = None) -> dict[str, Any]:
+        docs: str | None = None, trials: int | None = None, host: str = harness.LOOPBACK_V4) -> dict[str, Any]:
     """Run the benchmarks and return the report; print the table (or JSON if ``json``) to ``out``.
 
     ``profile`` overrides ``quick`` ("tiny", "quick" or "full"); ``sections`` is a list or a
@@ -156,7 +159,7 @@ def run(quick: bool = True, json: bool = False, sections: Iterable[str] | str | 
         print(f"btl bench: warning: {busy_before}", file=log, flush=True)
     t_start = time.monotonic()
     results: list[Result] = []
-    for item in plan(p):
+    for item in plan(p, host):
         if item.section not in chosen:
             continue
         t0 = time.monotonic()
@@ -178,7 +181,7 @@ def run(quick: bool = True, json: bool = False, sections: Iterable[str] | str | 
                       file=log, flush=True)
     meta = machine()
     busy_after = harness.contention()
-    meta.update(warnings=[w for w in (busy_before, busy_after) if w][:1],profile=p.name, trials=p.trials, warmup=p.warmup, sections=list(chosen),
+    meta.update(host=host, warnings=[w for w in (busy_before, busy_after) if w][:1],profile=p.name, trials=p.trials, warmup=p.warmup, sections=list(chosen),
                 elapsed=time.monotonic() - t_start, aioquic=ref_quic.version() if not ref_quic.available() else None,
                 btlcore=btl_adapter.availability())
     dicts = [r.to_json() for r in results]
@@ -206,6 +209,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
     ap.add_argument("--output", metavar="FILE", help="also write the JSON report to FILE")
     ap.add_argument("--docs", metavar="ROOT", nargs="?", const=".", default=None,
                     help="rewrite ROOT/docs/benchmarks.md and ROOT/docs/benchmarks-loss.png (ROOT defaults to .)")
+    ap.add_argument("--host", default=harness.LOOPBACK_V4, choices=(harness.LOOPBACK_V4, harness.LOOPBACK_V6),
+                    help="the loopback address to measure on (default 127.0.0.1)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return ap
 
@@ -223,7 +228,7 @@ def run_args(args: argparse.Namespace) -> int:
         print(f"btl bench: {exc}", file=sys.stderr)
         return 2
     rep = run(quick=args.quick, json=args.json, sections=sections, profile=args.profile,
-              log=None if args.quiet else "stderr", docs=args.docs, trials=args.trials)
+              log=None if args.quiet else "stderr", docs=args.docs, trials=args.trials, host=args.host)
     if args.output:
         with open(args.output, "w") as f:
             f.write(report.render_json(rep))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import socket
 import sys
 import time
 import warnings
@@ -85,9 +86,24 @@ def test_raw_udp_blast() -> None:
     assert 0.0 <= r.extra["loss_median"] <= 1.0
 
 
+def _ipv6() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
 @pytest.mark.parametrize("busy", [False, True])
 def test_udp_pingpong(busy: bool) -> None:
     _check(ref_udp.pingpong(TINY, 64, busy), "s")
+
+
+@pytest.mark.skipif(not _ipv6(), reason="no IPv6 loopback")
+def test_ipv6_loopback() -> None:
+    _check(ref_udp.pingpong(TINY, 64, False, host="::1"), "s")
+    _check(ref_tcp.stream(TINY, host="::1"), "B/s")
 
 
 def test_tcp_stream() -> None:
