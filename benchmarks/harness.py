@@ -144,10 +144,36 @@ def _context() -> Any:
     return mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
 
 
+CPROFILE_ENV = "BTL_BENCH_CPROFILE"
+"""A directory: the btlcore sides of each measurement write cProfile stats there (``--cprofile``)."""
+LABEL_ENV = "BTL_BENCH_LABEL"
+
+
+def _profiled(fn: Callable[..., Any], ctl: Any, kwargs: Mapping[str, Any]) -> Any:
+    """``fn(ctl, **kwargs)``, under cProfile if asked to and ``fn`` measures btlcore."""
+    where = os.environ.get(CPROFILE_ENV)
+    target = kwargs.get("fn", fn)
+    if not where or not getattr(target, "__module__", "").startswith("benchmarks.btl_"):
+        return fn(ctl, **kwargs)
+    import cProfile
+    import pstats
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        return fn(ctl, **kwargs)
+    finally:
+        prof.disable()
+        os.makedirs(where, exist_ok=True)
+        base = os.path.join(where, f"{os.environ.get(LABEL_ENV, 'btl')}.{target.__name__}")
+        prof.dump_stats(base + ".prof")
+        with open(base + ".txt", "w") as f:
+            pstats.Stats(prof, stream=f).sort_stats("tottime").print_stats(30)
+
+
 def _child(fn: Callable[..., Any], cpu: int | None, ctl: Any, out: Any, kwargs: Mapping[str, Any]) -> None:
     try:
         pin(cpu)
-        value = fn(ctl, **kwargs)
+        value = _profiled(fn, ctl, kwargs)
         out.send(("ok", value))
     except Skip as exc:
         out.send(("skip", str(exc)))

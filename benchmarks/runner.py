@@ -18,6 +18,7 @@ Values are in base units: bytes/s, seconds, bytes, 1/s, or plain numbers ("x").
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -135,14 +136,17 @@ def select_sections(sections: Iterable[str] | str | None) -> tuple[str, ...]:
 
 def run(quick: bool = True, json: bool = False, sections: Iterable[str] | str | None = None, *,
         profile: Profile | str | None = None, out: TextIO | None | str = "stdout", log: TextIO | None | str = "stderr",
-        docs: str | None = None, trials: int | None = None, host: str = harness.LOOPBACK_V4) -> dict[str, Any]:
+        docs: str | None = None, trials: int | None = None, host: str = harness.LOOPBACK_V4,
+        cprofile: str | None = None) -> dict[str, Any]:
     """Run the benchmarks and return the report; print the table (or JSON if ``json``) to ``out``.
 
     ``profile`` overrides ``quick`` ("tiny", "quick" or "full"); ``sections`` is a list or a
     comma-separated string of section names or groups (refs, btl, all); ``docs`` is a
     repository root whose docs/benchmarks.md and docs/benchmarks-loss.png are rewritten;
     ``out`` (default sys.stdout) gets the table or JSON and ``log`` (default sys.stderr) a
-    line per figure as it is measured; None silences either."""
+    line per figure as it is measured; None silences either.  ``cprofile``: a directory where
+    each btlcore side writes its cProfile stats (``<figure id>.<side>.prof`` and a ``.txt``
+    of the top functions by own time)."""
     if out == "stdout":
         out = sys.stdout
     if log == "stderr":
@@ -167,7 +171,14 @@ def run(quick: bool = True, json: bool = False, sections: Iterable[str] | str | 
             why = f"the run's time budget ({p.budget:g} s, profile {p.name}) was spent"
             got = [skipped(i, item.section, n, u, why, better=b) for i, n, u, b in item.specs]
         else:
-            got = item.run()
+            if cprofile:
+                os.environ[harness.CPROFILE_ENV] = os.path.abspath(cprofile)
+                os.environ[harness.LABEL_ENV] = item.specs[0][0]
+            try:
+                got = item.run()
+            finally:
+                os.environ.pop(harness.CPROFILE_ENV, None)
+                os.environ.pop(harness.LABEL_ENV, None)
         results.extend(got)
         if log is not None:
             for r in got:
@@ -211,6 +222,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
                     help="rewrite ROOT/docs/benchmarks.md and ROOT/docs/benchmarks-loss.png (ROOT defaults to .)")
     ap.add_argument("--host", default=harness.LOOPBACK_V4, choices=(harness.LOOPBACK_V4, harness.LOOPBACK_V6),
                     help="the loopback address to measure on (default 127.0.0.1)")
+    ap.add_argument("--cprofile", metavar="DIR", default=None,
+                    help="write cProfile stats of every btlcore side to DIR (figures are then slower)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return ap
 
@@ -228,7 +241,8 @@ def run_args(args: argparse.Namespace) -> int:
         print(f"btl bench: {exc}", file=sys.stderr)
         return 2
     rep = run(quick=args.quick, json=args.json, sections=sections, profile=args.profile,
-              log=None if args.quiet else "stderr", docs=args.docs, trials=args.trials, host=args.host)
+              log=None if args.quiet else "stderr", docs=args.docs, trials=args.trials, host=args.host,
+              cprofile=args.cprofile)
     if args.output:
         with open(args.output, "w") as f:
             f.write(report.render_json(rep))
