@@ -52,6 +52,13 @@ _PUSHBACK = (errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS)
 #: errors that mean GSO cannot be used on this path (no checksum offload, segment > MTU)
 _GSO_UNSUPPORTED = (errno.EIO, errno.EINVAL, errno.ENOPROTOOPT, errno.EOPNOTSUPP)
 _GSO_FAILURES_BEFORE_OFF = 3
+IP_RECVERR = getattr(socket, "IP_RECVERR", 11)
+IPV6_RECVERR = getattr(socket, "IPV6_RECVERR", 25)
+MSG_ERRQUEUE = getattr(socket, "MSG_ERRQUEUE", 0x2000)
+ERRQUEUE_BATCH = 64
+MAX_ERRORS_PER_POLL = 8
+POLL_ERR = getattr(select, "EPOLLERR", select.POLLERR)  # the same bit (8) in both
+ERRQUEUE_BUFFER = 512
 
 
 def _set_buffer(sock: socket.socket, opt: int, force_opt: int, want: int) -> int:
@@ -90,7 +97,7 @@ def post_send(device: UdpDevice, channel: Channel, dest: Any, data: Any) -> bool
     try:
         device._socks[channel].sendto(data, dest[channel])
     except OSError as exc:
-        return device._send_error(exc, n, dest[channel])
+        return device._send_error(exc, device._socks[channel], data, dest[channel])
     device.tx_datagrams += 1
     device.tx_bytes += n
     return True
@@ -123,7 +130,7 @@ def post_send_batch(device: UdpDevice, channel: Channel, dest: Any, datagrams: S
             try:
                 sock.sendto(datagrams[i], addr)
             except OSError as exc:
-                if not device._send_error(exc, size, addr):
+                if not device._send_error(exc, sock, datagrams[i], addr):
                     return i
                 i = j
                 continue
@@ -166,14 +173,19 @@ def _drain(device: UdpDevice, sock: socket.socket, out: list[Any], budget: int, 
     mtu = device._recv_mtu
     recv_into = sock.recv_into
     append = out.append
+    errors = 0
     while len(out) < budget and off <= limit:
         try:
             n = recv_into(arena[off:], size)
         except BlockingIOError:
             break
-        except OSError:
+        except OSError:  # an ICMP error reported by this call (IP_RECVERR)
             device.rx_errors += 1
-            break
+            device._drain_errqueue(sock)
+            errors += 1
+            if errors >= MAX_ERRORS_PER_POLL:
+                break
+            continue
         if n > mtu:
             device.rx_oversize += 1
             continue
@@ -191,6 +203,7 @@ def _drain_gro(device: UdpDevice, sock: socket.socket, out: list[Any], budget: i
     mtu = device._recv_mtu
     recvmsg_into = sock.recvmsg_into
     append = out.append
+    errors = 0
     while len(out) < budget and off <= limit:
         try:
             n, anc, flags, _ = recvmsg_into([arena[off:off + GRO_BUFFER]], GRO_CMSG_SPACE)
@@ -198,7 +211,11 @@ def _drain_gro(device: UdpDevice, sock: socket.socket, out: list[Any], budget: i
             break
         except OSError:
             device.rx_errors += 1
-            break
+            device._drain_errqueue(sock)
+            errors += 1
+            if errors >= MAX_ERRORS_PER_POLL:
+                break
+            continue
         seg = n
         for level, kind, data in anc:
             if level == socket.IPPROTO_UDP and kind == UDP_GRO:
@@ -272,6 +289,11 @@ class UdpDevice:
                 except OSError as exc:
                     raise OSError(exc.errno, f"udp: cannot bind {opts.host} port {port}: "
                                   f"{exc.strerror}") from exc
+            if opts.recverr:  # ENOBUFS from a full qdisc becomes back-pressure, not silent loss
+                level, opt = ((socket.IPPROTO_IPV6, IPV6_RECVERR) if family == socket.AF_INET6
+                              else (socket.IPPROTO_IP, IP_RECVERR))
+                for s in socks:
+                    s.setsockopt(level, opt, 1)
             self.rcvbuf_granted = [_set_buffer(s, socket.SO_RCVBUF, SO_RCVBUFFORCE, opts.rcvbuf) for s in socks]
             self.sndbuf_granted = [_set_buffer(s, socket.SO_SNDBUF, SO_SNDBUFFORCE, opts.sndbuf) for s in socks]
             has_gso = gso_supported(socks[1])
@@ -327,23 +349,48 @@ class UdpDevice:
         self.tx_datagrams = self.tx_bytes = self.tx_pushbacks = self.tx_errors = 0
         self.tx_gso_sends = self.gso_fallbacks = 0
         self.rx_datagrams = self.rx_bytes = self.rx_priority = self.rx_errors = self.rx_oversize = 0
-        self.rx_gro_reads = 0
+        self.rx_gro_reads = self.icmp_errors = 0
 
     # -- errors on the send path (rare: kept out of the per-datagram functions) -----------
 
-    def _send_error(self, exc: OSError, size: int, addr: Any) -> bool:
+    def _send_error(self, exc: OSError, sock: socket.socket, data: Any, addr: Any) -> bool:
+        """The send of ``data`` failed with ``exc``: True if it was sent after all or is to be
+        counted as lost, False if the queue is full (the caller posts it again later)."""
         if self.closed:
             raise OSError(errno.EBADF, "udp: device is closed") from exc
+        if exc.errno not in _PUSHBACK:
+            # With IP_RECVERR an ICMP error (a peer's closed port, a smaller path MTU) is
+            # reported once, by whichever call comes next: clear it and try again, once.
+            self._drain_errqueue(sock)
+            try:
+                sock.sendto(data, addr)
+                self.tx_datagrams += 1
+                self.tx_bytes += len(data)
+                return True
+            except OSError as again:
+                exc = again
         if exc.errno in _PUSHBACK:
             self.tx_pushbacks += 1
             return False
         if exc.errno == errno.EMSGSIZE:
-            raise OSError(errno.EMSGSIZE, f"udp: the kernel refused a {size}-byte datagram to "
-                          f"{addr} as too large for the path; lower the 'mtu' option") from exc
+            raise OSError(errno.EMSGSIZE, f"udp: the kernel refused a {len(data)}-byte datagram "
+                          f"to {addr} as too large for the path; lower the 'mtu' option") from exc
         # Unreachable network, a firewall's EPERM: the datagram is lost as on a wire, and the
         # core's retransmission and peer timeout deal with it.
         self.tx_errors += 1
         return True
+
+    def _drain_errqueue(self, sock: Any) -> None:
+        """Read and count the socket's queued ICMP errors (IP_RECVERR): left there, they take
+        receive-buffer space and keep epoll reporting EPOLLERR."""
+        for _ in range(ERRQUEUE_BATCH):
+            try:
+                sock.recvmsg(ERRQUEUE_BUFFER, ERRQUEUE_BUFFER, MSG_ERRQUEUE)
+            except (BlockingIOError, AttributeError):
+                return
+            except OSError:
+                continue  # a pending error reported by this call: it is cleared now
+            self.icmp_errors += 1
 
     def _gso_failed(self, exc: OSError) -> None:
         self.gso_fallbacks += 1
@@ -396,15 +443,16 @@ class UdpDevice:
         poll = self._poller.poll
         if self._busy_poll:
             monotonic = time.monotonic
-            while not poll(0):
+            while not (events := poll(0)):
                 if deadline is not None and monotonic() >= deadline:
                     return
-            return
-        if deadline is None:
-            poll(-1)
-            return
-        timeout = deadline - time.monotonic()
-        poll(max(timeout, 0.0) * self._poll_scale)
+        elif deadline is None:
+            events = poll(-1)
+        else:
+            events = poll(max(deadline - time.monotonic(), 0.0) * self._poll_scale)
+        for fd, mask in events:
+            if mask & POLL_ERR:  # queued ICMP errors: read them, or epoll never sleeps again
+                self._drain_errqueue(self._socks[0] if fd == self._socks[0].fileno() else self._socks[1])
 
     def fds(self) -> list[int]:
         return [] if self.closed else [s.fileno() for s in self._socks]
@@ -432,10 +480,12 @@ class UdpDevice:
             "rx_errors": self.rx_errors,
             "rx_oversize": self.rx_oversize,
             "rx_gro_reads": self.rx_gro_reads,
+            "icmp_errors": self.icmp_errors,
             "mtu": self.mtu,
             "mtu_source": self.mtu_source,
             "gso": self._gso,
             "gro": self._gro,
+            "recverr": self.options.recverr,
             "busy_poll": self._busy_poll,
             "rcvbuf_requested": self.options.rcvbuf,
             "rcvbuf_granted": self.rcvbuf_granted[1],

@@ -48,6 +48,8 @@ ALLOWED = {
     "busy_poll": "true or false",
     "gso": "one of " + ", ".join(TRISTATE),
     "gro": "true or false (receive GSO-sent runs glued, in one read, on the data socket)",
+    "recverr": "true or false (default true): IP_RECVERR, so that a full queue on the way "
+    "out (a rate-limited link) returns ENOBUFS, i.e. back-pressure, instead of dropping",
     "seed": "an integer (ignored: the UDP device needs no randomness)",
 }
 
@@ -67,6 +69,7 @@ class UdpOptions:
     busy_poll: bool
     gso: str
     gro: bool = False
+    recverr: bool = True
 
 
 def _fail(name: str, value: Any) -> ConfigError:
@@ -215,4 +218,5 @@ def parse(options: Mapping[str, Any], environ: Mapping[str, str] | None = None) 
         busy_poll=_bool("busy_poll", opts.get("busy_poll", False)),
         gso=gso.strip().lower(),
         gro=_bool("gro", opts.get("gro", False)),
+        recverr=_bool("recverr", opts.get("recverr", True)),
     )

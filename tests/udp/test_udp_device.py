@@ -592,3 +592,41 @@ def test_gro_drops_glued_datagrams_over_the_mtu(open_udp):
     a.post_send(Channel.DATA, to_b, b"fine")
     assert recv_n(b, 1) == [b"fine"]
     assert b.device.stats()["rx_oversize"] == 4
+
+
+# -- ICMP errors (IP_RECVERR) ------------------------------------------------------------
+
+
+def _dead_handle(host: str):
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:  # a port nobody listens on
+        s.bind((host, 0))
+        port = s.getsockname()[1]
+    return _address.to_handle(family, host, port, port)
+
+
+def test_icmp_errors_neither_break_sends_nor_spin_wait(open_udp, host):
+    a, b, to_b, _ = pair(open_udp, host=host)
+    dead = _dead_handle(host)
+    for i in range(5):
+        assert a.post_send(Channel.DATA, dead, b"into the void")
+        assert a.post_send(Channel.DATA, to_b, b"live %d" % i)  # a pending error is retried past
+        assert a.post_send(Channel.PRIORITY, dead, b"into the void")
+    assert recv_n(b, 5) == [b"live %d" % i for i in range(5)]
+    time.sleep(0.02)
+    assert a.poll_recv(16) == []
+    start = time.monotonic()
+    a.wait(start + 0.2)  # the first wait may be woken by a queued error and drain it
+    a.wait(start + 0.2)
+    assert time.monotonic() - start >= 0.19, "wait() kept waking on queued ICMP errors"
+    st = a.device.stats()
+    assert st["icmp_errors"] >= 1 and st["tx_datagrams"] == 15
+    assert st["recverr"] is True
+
+
+def test_recverr_off(open_udp):
+    a = open_udp(recverr=False)
+    assert a.device.stats()["recverr"] is False
+    assert a.post_send(Channel.DATA, _dead_handle("127.0.0.1"), b"x")
+    a.wait(time.monotonic() + 0.05)
+    assert a.device.stats()["icmp_errors"] == 0

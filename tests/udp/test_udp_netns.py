@@ -166,3 +166,35 @@ def test_udp_devices_across_the_veth(link, open_udp):
     print(f"device across veth, 20% loss applied: measured {loss:.1%}")
     assert 0.14 <= loss <= 0.26
     assert a.device.stats()["tx_datagrams"] == n + 2
+
+
+@pytest.mark.parametrize("recverr", [True, False])
+def test_rate_limited_link_pushes_back(link, open_udp, recverr):
+    """Over a tbf-limited veth, IP_RECVERR turns the qdisc's drops into post_send() returning
+    False: whatever the device accepted arrives.  Without it, the excess vanishes silently."""
+    link.set_rate("20mbit", side="a", burst="32kb", latency="20ms")
+    with link.inside("a"):
+        a = open_udp(host=link.ip4["a"], recverr=recverr)
+    with link.inside("b"):
+        b = open_udp(host=link.ip4["b"])
+    to_b = a.resolve(b.local_address())
+    payload = b"p" * 1000
+    received = 0
+    end = time.monotonic() + 0.5
+    while time.monotonic() < end:
+        for _ in range(20):
+            a.post_send(Channel.DATA, to_b, payload)
+        received += len(b.poll_recv(256))
+    quiet_until = time.monotonic() + 0.2
+    while time.monotonic() < quiet_until:
+        b.wait(quiet_until)
+        received += len(b.poll_recv(256))
+    st = a.device.stats()
+    print(f"recverr={recverr}: accepted {st['tx_datagrams']}, pushed back {st['tx_pushbacks']}, "
+          f"received {received}")
+    if recverr:
+        assert st["tx_pushbacks"] > 0
+        assert received == st["tx_datagrams"]
+    else:
+        assert st["tx_pushbacks"] == 0
+        assert received < st["tx_datagrams"] / 2
