@@ -40,7 +40,7 @@ ALLOWED = {
     "recv_queue_depth": f"an integer from 2 to {MAX_QUEUE}: receive buffers per channel",
     "inline": "one of auto, on, off: small sends inline in the work request (on: fail if the "
     "device cannot)",
-    "seed": "an integer (ignored: the verbs device needs no randomness)",
+    "seed": "an integer or None (ignored: the verbs device needs no randomness)",
 }
 
 
@@ -117,7 +117,7 @@ def parse(options: Mapping[str, Any], environ: Mapping[str, str] | None = None) 
         inline = "auto" if low == "auto" else ("on" if low in _TRUE else "off")
     else:
         raise _fail("inline", inline)
-    if "seed" in opts:
+    if opts.get("seed") is not None:
         _int("seed", opts["seed"], -(1 << 63), (1 << 64) - 1)
     return VerbsOptions(
         device=device,

@@ -21,7 +21,6 @@ mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 results /newroot/btlvm
 mount -t proc proc /newroot/proc
 mount -t sysfs sys /newroot/sys
 mount -t devtmpfs dev /newroot/dev
-mount -t tmpfs tmp /newroot/tmp
 ip link set lo up
 t "root mounted"
 chroot /newroot /usr/bin/rdma link add rxe0 type rxe netdev lo || fail "rdma link add rxe0"

@@ -19,6 +19,7 @@ def test_strings_and_auto():
     o = _options.parse({"device": "rxe0", "port": "1", "gid_index": "3", "qkey": "0x1234",
                         "send_queue_depth": "16", "recv_queue_depth": "64", "inline": "off",
                         "seed": 7}, environ={})
+    assert _options.parse({"seed": None}, environ={}).device is None
     assert (o.device, o.port, o.gid_index, o.qkey) == ("rxe0", 1, 3, 0x1234)
     assert (o.send_queue_depth, o.recv_queue_depth, o.inline) == (16, 64, "off")
     o = _options.parse({"device": "auto", "port": "auto", "gid_index": "auto", "inline": True},
