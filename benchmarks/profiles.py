@@ -38,6 +38,8 @@ class Profile:
     # hard limit for one process pair, seconds; and for the whole run (later items are skipped)
     deadline: float = 60.0
     budget: float = 1200.0
+    # run each btlcore figure right after its references (False: all references first)
+    interleave: bool = True
     datagram_sizes: tuple[int, ...] = (1472, 8972, 65000)
     message_sizes: tuple[int, ...] = (64, 8192)
     extra: dict[str, float] = field(default_factory=dict)

@@ -114,7 +114,24 @@ def plan(p: Profile, host: str = harness.LOOPBACK_V4) -> list[Item]:
         add("btl_scale", [(f"btl.progress_idle.{n}", f"progress(0), nothing to do, {n} idle peers", "s", "lower"),
                           (f"btl.progress_active.{n}", f"one message exchange with 1 active of {n} peers", "s", "lower")],
             lambda n=n: alone("simulator", btl_scale.progress_cost, p.deadline, profile=p, n=n))
-    return items
+    return sorted(items, key=_run_order) if p.interleave else items
+
+
+def _run_order(item: Item) -> tuple[int, int, int]:
+    """Each btlcore figure runs right after the references it is compared with, so that a
+    ratio is taken under the same load even when the machine's load drifts during the run."""
+    parts = item.specs[0][0].split(".")
+    kind, what = parts[0], parts[1]
+    if what in ("udp_blast", "udp_bulk"):
+        return (0, int(parts[2]), 0 if kind == "ref" else 1)
+    if what in ("tcp_stream", "quic_bulk"):
+        return (1, int(parts[2]) if len(parts) > 2 else 0, 0)
+    if what in ("udp_rtt", "tcp_rtt"):
+        order = {"ref.udp_rtt": 0, "ref.tcp_rtt": 1, "btl.udp_rtt": 2}[f"{kind}.{what}"]
+        return (2, int(parts[2]) * 2 + (parts[3] == "busy"), order)
+    if what == "quic_echo":
+        return (3, 0, 0)
+    return (4, 0, 0)  # the simulator and scale: in-process, keep their order (sort is stable)
 
 
 def select_sections(sections: Iterable[str] | str | None) -> tuple[str, ...]:
@@ -196,6 +213,8 @@ def run(quick: bool = True, json: bool = False, sections: Iterable[str] | str | 
                 elapsed=time.monotonic() - t_start, aioquic=ref_quic.version() if not ref_quic.available() else None,
                 btlcore=btl_adapter.availability())
     dicts = [r.to_json() for r in results]
+    order = {sec: i for i, sec in enumerate(SECTIONS)}
+    dicts.sort(key=lambda r: order.get(r["section"], len(order)))  # stable: run order within a section
     rep = {"meta": meta, "results": dicts, "ratios": report.ratios(dicts), "targets": report.targets(dicts)}
     if docs is not None:
         from . import docs as docs_mod
