@@ -9,7 +9,7 @@ Layout, as ``wire.py`` documents it::
 
     BTL          the 36-byte header, then the chunk extension (if F_CHUNK) and the put
                  extension (if F_PUT) as conditional fields of the same layer
-    BTLAck       the T_ACK body: window, nranges, SACK ranges (BTLSackRange each)
+    BTLAck       the T_ACK body: window, nranges, ack_delay, SACK ranges (BTLSackRange each)
     BTLHello     the T_HELLO / T_HELLO_ACK body
     Raw          a T_DATA payload
 
@@ -106,13 +106,15 @@ class BTL(Packet):
 
 
 class BTLAck(Packet):
-    """The T_ACK body: the advertised window and the SACK ranges above the cumulative ACK."""
+    """The T_ACK body: the advertised window, the ACK delay (microseconds) and the SACK
+    ranges above the cumulative ACK."""
 
     name = "btlcore ACK"
     fields_desc = [
         IntField("window", 0),
         FieldLenField("nranges", None, fmt="B", count_of="ranges"),
         XBitField("reserved", 0, 24),
+        IntField("ack_delay", 0),
         PacketListField("ranges", [], BTLSackRange, count_from=lambda p: p.nranges),
     ]
 
@@ -146,7 +148,7 @@ def dissect(frame: bytes | bytearray | memoryview) -> BTL:
 
 def fields(pkt: Packet) -> dict[str, Any]:
     """The btlcore fields of a dissected packet, named as :class:`wire.Datagram` names them
-    (plus ``window``/``ranges`` for an ACK body and the HELLO body's fields)."""
+    (plus ``window``/``ack_delay``/``ranges`` for an ACK body, ``hello`` for a HELLO)."""
     btl = pkt[BTL]
     flags = int(btl.flags)
     out: dict[str, Any] = {
@@ -170,6 +172,7 @@ def fields(pkt: Packet) -> dict[str, Any]:
     if BTLAck in btl:
         ack = btl[BTLAck]
         out["window"] = ack.window
+        out["ack_delay"] = ack.ack_delay
         out["ranges"] = [(r.start, r.length) for r in ack.ranges]
     if BTLHello in btl:
         hello = btl[BTLHello]

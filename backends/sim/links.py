@@ -255,7 +255,8 @@ class Link:
         t = now
         if self.bytes_per_s:
             start = self.busy_until if self.busy_until > now else now
-            if self.queue_limit and (start - now) * self.bytes_per_s + n > self.queue_limit:
+            # backlog in bytes; the 1e-6 forgives float error in the accumulated busy time
+            if self.queue_limit and (start - now) * self.bytes_per_s + n > self.queue_limit + 1e-6:
                 self.src.completed += 1
                 return self.drop("queue", data, now)
             t = start + n / self.bytes_per_s
