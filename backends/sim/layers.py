@@ -9,7 +9,8 @@ Layout, as ``wire.py`` documents it::
 
     BTL          the 36-byte header, then the chunk extension (if F_CHUNK) and the put
                  extension (if F_PUT) as conditional fields of the same layer
-    BTLAck       the T_ACK body: window, nranges, ack_delay, SACK ranges (BTLSackRange each)
+    BTLAck       the T_ACK body: window, nranges, ack_flags, ack_delay, SACK ranges
+                 (BTLSackRange each)
     BTLHello     the T_HELLO / T_HELLO_ACK body
     Raw          a T_DATA payload
 
@@ -37,8 +38,8 @@ from scapy.fields import (
     PacketListField,
     ShortField,
     StrLenField,
-    XBitField,
     XIntField,
+    XShortField,
 )
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
@@ -46,6 +47,7 @@ from scapy.packet import Packet, bind_layers
 from btlcore import wire
 
 FLAG_NAMES = ["ACK", "CHUNK", "PUT", "CRC"]  # bit 0 first, matching wire.F_*
+ACK_FLAG_NAMES = ["TRUNCATED", "DUPLICATE"]  # wire.AF_*
 
 
 class BTLSackRange(Packet):
@@ -106,14 +108,15 @@ class BTL(Packet):
 
 
 class BTLAck(Packet):
-    """The T_ACK body: the advertised window, the ACK delay (microseconds) and the SACK
-    ranges above the cumulative ACK."""
+    """The T_ACK body: the advertised window, ACK flags, the ACK delay (microseconds) and
+    the SACK ranges above the cumulative ACK."""
 
     name = "btlcore ACK"
     fields_desc = [
         IntField("window", 0),
         FieldLenField("nranges", None, fmt="B", count_of="ranges"),
-        XBitField("reserved", 0, 24),
+        FlagsField("ack_flags", 0, 8, ACK_FLAG_NAMES),
+        XShortField("reserved", 0),
         IntField("ack_delay", 0),
         PacketListField("ranges", [], BTLSackRange, count_from=lambda p: p.nranges),
     ]
@@ -148,7 +151,8 @@ def dissect(frame: bytes | bytearray | memoryview) -> BTL:
 
 def fields(pkt: Packet) -> dict[str, Any]:
     """The btlcore fields of a dissected packet, named as :class:`wire.Datagram` names them
-    (plus ``window``/``ack_delay``/``ranges`` for an ACK body, ``hello`` for a HELLO)."""
+    (plus ``window``/``ack_flags``/``ack_delay``/``ranges`` for an ACK body, ``hello`` for
+    a HELLO)."""
     btl = pkt[BTL]
     flags = int(btl.flags)
     out: dict[str, Any] = {
@@ -173,6 +177,7 @@ def fields(pkt: Packet) -> dict[str, Any]:
         ack = btl[BTLAck]
         out["window"] = ack.window
         out["ack_delay"] = ack.ack_delay
+        out["ack_flags"] = int(ack.ack_flags)
         out["ranges"] = [(r.start, r.length) for r in ack.ranges]
     if BTLHello in btl:
         hello = btl[BTLHello]

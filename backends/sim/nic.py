@@ -129,6 +129,11 @@ class SimNIC:
         self.rx = [[], []]
         self.inflight = [[], []]
 
+    @property
+    def seed(self) -> int:
+        """The fabric's seed: the core seeds its own generator from it (see DeviceSpec)."""
+        return self.fabric.seed
+
     # -- control path -------------------------------------------------------------------
 
     def capabilities(self) -> Capabilities:

@@ -216,3 +216,9 @@ def test_wire_header_survives_the_fabric_untouched(make_pair) -> None:
     pair.a.post_send(Channel.DATA, pair.ab, sent)
     (got,) = pair.drain()
     assert got == sent and wire.crc_ok(got)
+
+
+def test_device_exposes_the_fabric_seed_for_the_core() -> None:
+    fabric = Fabric(seed=1234)
+    ops = fabric.open_device()
+    assert ops.device.seed == 1234 == ops.device.fabric.seed
