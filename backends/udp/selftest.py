@@ -216,6 +216,65 @@ def recv_alternatives(size: int = 1472, count: int = 2000, trials: int = 7) -> d
     return {k: round(statistics.median(v), 3) for k, v in results.items()}
 
 
+_ECHO = r"""
+import sys, time
+from btlcore.registry import open_device
+ops = open_device("udp", {"host": sys.argv[1], "busy_poll": sys.argv[2] == "1"})
+print(ops.local_address().hex(), flush=True)
+peer = ops.resolve(bytes.fromhex(sys.stdin.readline().strip()))
+deadline = time.monotonic() + float(sys.argv[3])
+done = False
+while not done and time.monotonic() < deadline:
+    ops.wait(deadline)
+    for m in ops.poll_recv(16):
+        if bytes(m) == b"stop":
+            done = True
+            break
+        ops.post_send(0, peer, m)
+ops.close()
+"""
+
+
+def latency(busy_poll: bool, rounds: int = 3000, size: int = 64, host: str = "127.0.0.1",
+            limit: float = 30.0) -> dict[str, float]:
+    """Round trip of a ``size``-byte datagram through an echoing second process, both ends
+    the UDP device (priority channel), blocking in epoll or busy-polling.  Microseconds."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", _ECHO, host, "1" if busy_poll else "0",
+                              str(limit)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    ops = open_device("udp", {"host": host, "busy_poll": busy_poll})
+    rtts: list[float] = []
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        peer = ops.resolve(bytes.fromhex(child.stdout.readline().strip()))
+        child.stdin.write(ops.local_address().hex() + "\n")
+        child.stdin.flush()
+        payload = b"l" * size
+        deadline = time.monotonic() + limit
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            ops.post_send(Channel.PRIORITY, peer, payload)
+            while not ops.poll_recv(1):
+                if time.monotonic() > deadline:
+                    raise TimeoutError("echo process stopped answering")
+                ops.wait(deadline)
+            rtts.append(time.perf_counter() - t0)
+        ops.post_send(Channel.PRIORITY, peer, b"stop")
+        child.wait(10)
+    finally:
+        ops.close()
+        if child.poll() is None:
+            child.kill()
+            child.wait(5)
+    rtts.sort()
+    body = rtts[rounds // 10:]  # the first tenth warms up
+    body.sort()
+    return {"median_us": round(body[len(body) // 2] * 1e6, 1),
+            "p99_us": round(body[int(len(body) * 0.99)] * 1e6, 1)}
+
+
 def main() -> None:
     figures = measure()
     print("us per datagram, loopback, one process (median of 7 trials of 2000)")
@@ -224,6 +283,8 @@ def main() -> None:
     print("pure-Python receive alternatives at 1472 B:")
     for key, value in recv_alternatives().items():
         print(f"  {key:28s} {value:8.3f}")
+    for busy in (False, True):
+        print(f"64 B round trip between two processes, busy_poll={busy}: {latency(busy)}")
 
 
 if __name__ == "__main__":
