@@ -4,7 +4,7 @@
 # under .vm/ (cached), boots it, runs pytest on tests/verbs in the guest, and prints the
 # results.  Prints "SKIPPED: <reason>" and exits 0 when the VM cannot run here.
 #
-#   scripts/vm/run-verbs-tests.sh [PYTEST ARGS...]     (default: tests/verbs)
+#   scripts/vm/run-verbs-tests.sh [PYTEST ARGS...]     (tests/verbs unless a path is given)
 #
 # Exit status: pytest's in the guest (0 passed, 1 failed...), 0 when skipped, 124 when the
 # guest ran past BTL_VM_TIMEOUT (default 900 s).
@@ -29,7 +29,10 @@ case $? in
     *) echo "run-verbs-tests: scripts/vm/build.sh failed" >&2; exit 1 ;;
 esac
 t1=$(date +%s)
-[ $# -gt 0 ] || set -- tests/verbs
+# Default to tests/verbs unless a test path is among the arguments.
+has_path=0
+for arg in "$@"; do [ -e "${arg%%::*}" ] && has_path=1; done
+[ "$has_path" = 1 ] || set -- "$@" tests/verbs
 mkdir -p "$BTL_VM_DIR/runs"
 out=$(mktemp -d "$BTL_VM_DIR/runs/tests.XXXXXX")
 # In the guest: /usr/bin/python3 (Debian's pyverbs) with the venv's packages; no pytest cache

@@ -203,10 +203,17 @@ def test_explicit_gid_index_and_bad_device(open_verbs):
         open_verbs(gid_index=4000)
 
 
-def test_qkey_mismatch_is_dropped(open_verbs):
-    a, b = open_verbs(qkey=1), open_verbs(qkey=2)
-    dest = a.resolve(b.local_address())
-    a.post_send(P, dest, b"right key")  # the address carries b's qkey: delivered
+def test_wrong_qkey_is_dropped(open_verbs):
+    from btlcore.backends.verbs import _address
+
+    a, b = open_verbs(), open_verbs(qkey=0x1234)
+    good = _address.decode(b.local_address())
+    assert good.qkey == 0x1234
+    bad = _address.VerbsAddress(good.lid, good.gid, 0x4321, good.priority_qpn, good.data_qpn,
+                                good.max_datagram)
+    a.post_send(P, a.resolve(bad.encode()), b"wrong key")
+    assert drain(b, 1, timeout=0.3) == []  # UD drops it silently
+    a.post_send(P, a.resolve(b.local_address()), b"right key")
     assert drain(b, 1) == [b"right key"]
 
 
