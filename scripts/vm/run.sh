@@ -46,6 +46,22 @@ rm -f "$out/rc" "$out/cmd.sh"
 shq() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
 
 venv_site=$(ls -d "$REPO"/.venv/lib/python3.*/site-packages 2>/dev/null | head -n1 || true)
+# The venv's packages serve the guest's /usr/bin/python3 only if both are the same CPython
+# minor version (same ABI and bytecode).  If not (another machine image), fall back to a venv
+# of /usr/bin/python3 itself, with Debian's site-packages (pyverbs) visible, built once.
+guest_minor=$("$VM_GUEST_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo none)
+venv_minor=$(sed -n 's/^version[_a-z]* *= *\([0-9]*\.[0-9]*\).*/\1/p' "$REPO/.venv/pyvenv.cfg" 2>/dev/null | head -n1)
+if [ -z "$venv_site" ] || [ "$venv_minor" != "$guest_minor" ] || [ -n "${BTL_VM_GUEST_VENV:-}" ]; then
+    gv=$BTL_VM_DIR/guest-venv
+    if [ ! -x "$gv/bin/python" ] || [ "$(cat "$gv/.stamp" 2>/dev/null)" != "$(sha256sum "$REPO/pyproject.toml" | cut -d' ' -f1)" ]; then
+        vm_log "the venv (Python ${venv_minor:-none}) does not match $VM_GUEST_PYTHON ($guest_minor): building $gv"
+        rm -rf "$gv"
+        "$VM_GUEST_PYTHON" -m venv --system-site-packages "$gv" >&2
+        "$gv/bin/python" -m pip install -q -e "$REPO[test]" >&2
+        sha256sum "$REPO/pyproject.toml" | cut -d' ' -f1 > "$gv/.stamp"
+    fi
+    venv_site=$(ls -d "$gv"/lib/python3.*/site-packages | head -n1)
+fi
 {
     echo "cd $(shq "$REPO") || exit 126"
     echo "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8"
