@@ -95,8 +95,10 @@ class DeviceSpec:
         """Open a device and return the backend's device object.
 
         Unknown or invalid options raise ``btlcore.ConfigError`` naming the option and the
-        allowed values.  ``options`` always holds ``"seed"`` (an int) for backends that need
-        randomness."""
+        allowed values.  ``options`` holds ``"seed"`` (an int) when the user gave one; a
+        backend whose randomness must be reproducible (the simulator) exposes it as the
+        device's ``seed`` (or its ``fabric.seed``) attribute, and the core seeds its own
+        generator from it."""
 
     @hookspec(firstresult=True)
     def btl_device_capabilities(self, device: Any) -> Capabilities:  # type: ignore[empty-body]

@@ -37,7 +37,7 @@ from .peer import Callback, OutMessage, Peer, PeerState, Reassembly, Segment
 from .rtt import RetransmitTimer
 from .stats import ModuleCounters, aggregate
 from .wire import (
-    ACK_BODY, CHUNK, CHUNK_LEN, CRC_OFFSET, F_ACK, F_CHUNK, F_CRC, F_PUT, HEADER, HEADER_LEN,
+    ACK_BODY, AF_DUPLICATE, AF_TRUNCATED, CHUNK, CHUNK_LEN, CRC_OFFSET, F_ACK, F_CHUNK, F_CRC, F_PUT, HEADER, HEADER_LEN,
     HELLO_BODY, KNOWN_FLAGS, MAX_SACK_RANGES, PUT, PUT_LEN, SACK_RANGE, SEQ_MASK, T_ACK, T_DATA,
     T_HELLO, T_HELLO_ACK, U32_MASK, WIRE_VERSION, Hello, MalformedDatagram, crc32c,
 )
@@ -59,6 +59,8 @@ _U64 = struct.Struct("!Q")
 _HALF = 1 << 63
 _WRAP = 1 << 64
 _HELLO_INTERVAL_MAX = 1.0
+LOST_FAST = 1  # Segment.lost: declared lost by the fast-retransmit rule
+LOST_TIMEOUT = 2  # ... by the retransmit timeout
 
 
 class Engine:
@@ -92,6 +94,10 @@ class Engine:
         self._max_sack = max(0, min(MAX_SACK_RANGES,
                                     ((self.priority_mtu if self.priority_limit else self.data_mtu)
                                      - HEADER_LEN - ACK_BODY.size) // SACK_RANGE.size))
+        self._granularity = 1e-6 if not config.ack_delay else config.ack_delay
+        # congestion control off: a window so large it never binds
+        self._cwnd_max = float(config.cwnd_max) if config.cwnd_max else float("inf")
+        self._cwnd_initial = float(min(config.cwnd_initial, config.cwnd_max)) if config.cwnd_max else float("inf")
         self._single_cap = self.data_mtu - HEADER_LEN  # payload of an unchunked message
         self._chunk_cap = self.data_mtu - HEADER_LEN - CHUNK_LEN
         self.peers_by_addr: dict[bytes, Peer] = {}
@@ -301,6 +307,7 @@ class Engine:
         if verdict != NEW:
             if verdict == DUPLICATE:
                 c.num_dup_recvs += 1
+                peer.dup_seen = True
             elif verdict == ABOVE_WINDOW:
                 c.num_oow_high_recvs += 1
             else:
@@ -381,9 +388,15 @@ class Engine:
         # ACK debt
         peer.ack_count += 1
         if seq != new_cum or new_cum > cum + 1:
-            # a new gap, or a gap filled: the sender's loss detection wants to know now
-            peer.ack_now = True
+            # a new gap, or a gap filled: the sender's loss detection wants to know soon,
+            # but under heavy reordering no more than one ACK per ack_delay
             peer.sack_dirty = True
+            if now - peer.last_ack_sent >= self.config.ack_delay:
+                peer.ack_now = True
+            else:
+                due = peer.last_ack_sent + self.config.ack_delay
+                if peer.ack_deadline is None or due < peer.ack_deadline:
+                    peer.ack_deadline = due
             depth = w.high - new_cum
             if depth > c.max_recv_window:
                 c.max_recv_window = depth
@@ -414,6 +427,8 @@ class Engine:
                 top = seg
         peer.snd_una = cum
         peer.scoreboard.prune(cum)
+        if peer.loss_seq_limit is not None and peer.loss_seq_limit < cum:
+            peer.loss_seq_limit = cum
         self._progress(peer, now)
         if top is None or top.seq != cum:
             return None
@@ -423,6 +438,14 @@ class Engine:
         """``seg`` is acknowledged: count it against its message, complete the message."""
         if seg.tx_serial > peer.largest_acked_serial:
             peer.largest_acked_serial = seg.tx_serial
+        if seg.tx_count > 1:
+            # Acked sooner after the retransmission than any round trip takes: the original
+            # arrived, it was only late.  Widen the reordering allowance (RACK's reo_wnd_mult).
+            min_rtt = peer.timer.min_rtt
+            if min_rtt is not None and self._now - seg.sent_at < min_rtt * 0.5 and peer.reo_mult < 16:
+                peer.reo_mult += 1
+        if peer.cwnd < self._cwnd_max:  # AIMD: slow start, then one segment per window
+            peer.cwnd += 1.0 if peer.cwnd < peer.ssthresh else 1.0 / peer.cwnd
         msg = seg.msg
         msg.outstanding -= 1
         if msg.cut_all and msg.outstanding == 0 and not msg.done:
@@ -445,7 +468,7 @@ class Engine:
         if n != HEADER_LEN + plen or plen < ACK_BODY.size:
             self.counters.num_malformed_recvs += 1
             return
-        window, nranges, ack_delay = ACK_BODY.unpack_from(data, HEADER_LEN)
+        window, nranges, ack_flags, ack_delay = ACK_BODY.unpack_from(data, HEADER_LEN)
         if nranges > MAX_SACK_RANGES or plen != ACK_BODY.size + nranges * SACK_RANGE.size:
             self.counters.num_malformed_recvs += 1
             return
@@ -453,6 +476,8 @@ class Engine:
         if not peer.confirmed:
             self._confirm(peer, now)
         peer.remote_window = max(8, window)
+        if ack_flags & AF_DUPLICATE and peer.reo_mult < 16 and peer.counters.num_resends:
+            peer.reo_mult += 1  # a resend was not needed: allow more reordering (RACK)
         una = peer.snd_una
         cum = una + ((ack_w - una) & SEQ_MASK)
         if cum - una >= _HALF:
@@ -470,6 +495,12 @@ class Engine:
                 start, length = SACK_RANGE.unpack_from(data, base + i * SACK_RANGE.size)
                 lo = max(cum + start, peer.snd_una + 1)
                 hi = min(cum + start + length - 1, top)
+                if ack_flags & AF_TRUNCATED and i == nranges - 1:
+                    # ranges were left out below this one: what lies between is unknown,
+                    # so no loss may be declared there
+                    peer.loss_seq_limit = largest
+                elif i == nranges - 1:
+                    peer.loss_seq_limit = None
                 largest = hi
                 for a, b in peer.scoreboard.add(lo, hi):
                     for s in range(a, b + 1):
@@ -490,26 +521,45 @@ class Engine:
         self._detect_losses(peer)
 
     def _detect_losses(self, peer: Peer) -> None:
-        """Fast retransmit: a segment is lost once ``fast_retransmit_threshold`` later
-        transmissions have been acknowledged (QUIC's packet threshold, on transmission
-        serials so that a retransmission is judged against what was sent after it)."""
+        """Fast retransmit, RACK-style (RFC 8985): a segment is lost once a transmission made
+        ``fast_retransmit_threshold`` or more sends after it was acknowledged (counted in
+        transmission serials, so a retransmission is judged against what was sent after it)
+        *and* it was sent longer ago than an RTT plus a reordering allowance.  The time
+        condition keeps reordering from looking like loss; :meth:`get_timer` arms the check
+        for a segment that meets only the first."""
         limit = peer.largest_acked_serial - self.config.fast_retransmit_threshold
-        if limit <= 0 or not peer.unacked:
+        if limit < 0 or not peer.unacked:
             return
+        reo = self._reorder_time(peer)
+        now = self._now
+        seq_limit = peer.loss_seq_limit
         lost = []
         for seg in peer.unacked.values():
-            if seg.tx_serial > limit:
+            # (the same expression as the timer in get_timer, so that the check it arms
+            # always finds the segment due: no float rounding between the two)
+            if seg.tx_serial > limit or seg.sent_at + reo > now:
                 break
-            if not seg.lost:
+            if not seg.lost and (seq_limit is None or seg.seq <= seq_limit):
                 lost.append(seg)
         if lost:
+            if lost[-1].tx_serial >= peer.recovery_serial:
+                # a new loss episode: halve once (losses of what was sent before now count
+                # against this same episode)
+                peer.ssthresh = peer.cwnd = max(peer.cwnd / 2, 2.0)
+                peer.recovery_serial = peer.tx_serial + 1
             unacked = peer.unacked
             for seg in lost:
-                seg.lost = True
+                seg.lost = LOST_FAST
                 unacked.move_to_end(seg.seq)
                 peer.resend.append(seg)
-            peer.counters.num_fast_retrans += len(lost)
             self._resending[peer] = None
+
+    def _reorder_time(self, peer: Peer) -> float:
+        """How long after its send a segment may still arrive late rather than be lost."""
+        srtt = peer.timer.srtt
+        if srtt is None:
+            return self.config.rto_initial
+        return srtt + srtt * 0.25 * peer.reo_mult + self._granularity
 
     # ------------------------------------------------------------------ handshake
 
@@ -519,6 +569,7 @@ class Engine:
         timer = RetransmitTimer(cfg.rto_mode == "adaptive", cfg.rto_initial, cfg.rto_min,
                                 cfg.rto_max, cfg.retrans_timeout)
         peer = Peer(address, dest, conn, self._rng.randrange(1, 1 << 62), timer, cfg.window)
+        peer.cwnd = self._cwnd_initial
         self.peers_by_addr[address] = peer
         self.peers_by_conn[conn] = peer
         return peer
@@ -583,6 +634,8 @@ class Engine:
             self._hello[peer] = None
         if hello.echo_incarnation == self.incarnation:
             first = not peer.confirmed
+            if first and typ == T_HELLO_ACK and peer.hello_count == 1 and peer.hello_sent_at is not None:
+                peer.timer.sample(now - peer.hello_sent_at)  # one HELLO, one answer: an RTT
             self._confirm(peer, now)
             if first and typ == T_HELLO_ACK:
                 # let the other side know at once that we know it (confirms it)
@@ -608,6 +661,7 @@ class Engine:
         Peer.__init__(peer, peer.address, peer.dest, conn, self._rng.randrange(1, 1 << 62),
                       timer, cfg.window)
         peer.counters, peer.user_data = counters, user_data
+        peer.cwnd = self._cwnd_initial
         self.peers_by_conn[conn] = peer
         self.events.append((EV_PEER_RESTARTED, peer))
 
@@ -657,6 +711,11 @@ class Engine:
                 front = self._rto_front(peer)
                 if front is not None:
                     t = max(front.sent_at, peer.rto_base) + peer.timer.rto
+                    if front.tx_serial <= peer.largest_acked_serial - cfg.fast_retransmit_threshold \
+                            and (peer.loss_seq_limit is None or front.seq <= peer.loss_seq_limit):
+                        loss_check = front.sent_at + self._reorder_time(peer)
+                        if loss_check < t:
+                            t = loss_check
                 death = peer.last_progress + cfg.peer_timeout
                 if t is None or death < t:
                     t = death
@@ -696,16 +755,20 @@ class Engine:
                     self._fail_peer(peer, PeerUnreachable(
                         f"peer {peer.address.hex()} acknowledged nothing for {cfg.peer_timeout:g} s"))
                     continue
+                self._detect_losses(peer)
                 front = self._rto_front(peer)
                 if front is not None and max(front.sent_at, peer.rto_base) + peer.timer.rto <= now:
                     # a timeout resends only the oldest segment (a probe); its ACK lets the
                     # packet-threshold rule find the rest without a storm
-                    front.lost = True
+                    front.lost = LOST_TIMEOUT
                     peer.unacked.move_to_end(front.seq)
                     peer.resend.append(front)
-                    peer.counters.num_timeout_retrans += 1
                     peer.timer.expired()
                     peer.rto_base = now  # the next timeout counts from this one
+                    if peer.tx_serial >= peer.recovery_serial:  # collapse: slow start again
+                        peer.ssthresh = max(peer.cwnd / 2, 2.0)
+                        peer.cwnd = min(2.0, self._cwnd_initial)
+                        peer.recovery_serial = peer.tx_serial + 1
                     self._resending[peer] = None
             if peer.hello_started is not None and peer.state is PeerState.CONNECTING \
                     and now - peer.hello_started >= cfg.handshake_timeout:
@@ -766,7 +829,11 @@ class Engine:
                         f"peer {peer.address.hex()}: segment {seg.seq} unacknowledged after "
                         f"{seg.tx_count} transmissions (max_retries={max_retries})"))
                     break
-                seg.lost = False
+                if seg.lost == LOST_FAST:
+                    c.num_fast_retrans += 1
+                else:
+                    c.num_timeout_retrans += 1
+                seg.lost = 0
                 peer.unacked.move_to_end(seg.seq)
                 self._stamp(peer, seg, now, out)
                 c.num_resends += 1
@@ -784,10 +851,12 @@ class Engine:
             limit = peer.snd_una + min(window, peer.remote_window)
             credits = credits_per_peer
             queue = peer.queue
-            while queue and credits and peer.next_seq <= limit and len(out) < budget:
+            unacked, resend, cwnd = peer.unacked, peer.resend, peer.cwnd
+            while queue and credits and peer.next_seq <= limit and len(out) < budget \
+                    and len(unacked) - len(resend) < cwnd:
                 self._cut_segment(peer, queue[0], now, out)
                 credits -= 1
-            if not queue or peer.next_seq > limit:
+            if not queue or peer.next_seq > limit or len(unacked) - len(resend) >= cwnd:
                 del self._sending[peer]  # re-added by a new send or an ACK that opens the window
             else:
                 del self._sending[peer]  # round robin: to the back of the line
@@ -849,6 +918,7 @@ class Engine:
             if peer.ack_now or (peer.ack_deadline is not None and peer.ack_deadline <= now):
                 if peer.remote_known:
                     out.append((self._ack_channel, peer.dest, self._build_ack(peer, now)))
+                    peer.last_ack_sent = now
                     peer.counters.num_ack_sends += 1
                     peer.counters.num_total_sends += 1
                 peer.ack_count = 0
@@ -862,6 +932,10 @@ class Engine:
     def _build_ack(self, peer: Peer, now: float) -> bytearray:
         w = peer.window
         ranges = w.sack_ranges(self._max_sack) if w.has_gaps else []
+        ack_flags = AF_TRUNCATED if ranges and w.sack_truncated(self._max_sack) else 0
+        if peer.dup_seen:
+            ack_flags |= AF_DUPLICATE
+            peer.dup_seen = False
         largest = w.cum + ranges[-1][0] + ranges[-1][1] - 1 if ranges else w.cum
         if largest == w.high:
             delay = min(int((now - peer.rx_high_time) * 1e6), U32_MASK - 1)
@@ -871,7 +945,7 @@ class Engine:
         buf = bytearray(HEADER_LEN + body)
         HEADER.pack_into(buf, 0, WIRE_VERSION, T_ACK, F_ACK | self._crc_flag, 0, peer.remote_conn,
                          self.incarnation, 0, 0, w.cum & SEQ_MASK, 0, body)
-        ACK_BODY.pack_into(buf, HEADER_LEN, self.config.window, len(ranges), delay)
+        ACK_BODY.pack_into(buf, HEADER_LEN, self.config.window, len(ranges), ack_flags, delay)
         pos = HEADER_LEN + ACK_BODY.size
         for start, length in ranges:
             SACK_RANGE.pack_into(buf, pos, start, length)
@@ -895,6 +969,8 @@ class Engine:
             if peer.hello_next is not None and peer.hello_next <= now and not peer.confirmed:
                 out.append((self._ack_channel, peer.dest, self._build_hello(peer, T_HELLO)))
                 peer.counters.num_hello_sends += 1
+                peer.hello_count += 1
+                peer.hello_sent_at = now
                 peer.hello_next = now + peer.hello_interval
                 peer.hello_interval = min(peer.hello_interval * 2, _HELLO_INTERVAL_MAX)
             if peer.hello_next is None or peer.confirmed:

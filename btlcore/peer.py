@@ -62,7 +62,7 @@ class Segment:
         self.sent_at = 0.0
         self.tx_count = 0
         self.tx_serial = 0
-        self.lost = False  # queued for retransmission
+        self.lost = 0  # queued for retransmission: 0 no, else engine.LOST_FAST/LOST_TIMEOUT
 
 
 class Reassembly:
@@ -87,14 +87,15 @@ class Peer:
     __slots__ = (
         # identity and handshake
         "address", "dest", "local_conn", "remote_conn", "remote_inc", "state", "confirmed",
-        "remote_known", "hello_next", "hello_interval", "hello_started", "hello_reply",
+        "remote_known", "hello_next", "hello_count", "hello_sent_at", "hello_interval", "hello_started", "hello_reply",
         "error", "user_data",
         # send side
         "isn", "next_seq", "snd_una", "queue", "unacked", "resend", "scoreboard",
-        "tx_serial", "largest_acked_serial", "timer", "last_progress", "rto_base", "msg_counter",
+        "tx_serial", "largest_acked_serial", "reo_mult", "loss_seq_limit", "cwnd", "ssthresh",
+        "recovery_serial", "timer", "last_progress", "rto_base", "msg_counter",
         "remote_window",
         # receive side
-        "window", "rx_high_time", "ready", "reassembly", "ack_count", "ack_deadline", "ack_now",
+        "window", "rx_high_time", "dup_seen", "last_ack_sent", "ready", "reassembly", "ack_count", "ack_deadline", "ack_now",
         "sack_dirty",
         "counters",
     )
@@ -111,6 +112,8 @@ class Peer:
         self.remote_known = False  # we know its incarnation, connection id and ISN
         self.hello_next: float | None = None  # when to (re)send a HELLO
         self.hello_interval = 0.0
+        self.hello_count = 0  # HELLOs sent (an RTT sample needs exactly one)
+        self.hello_sent_at: float | None = None
         self.hello_started: float | None = None
         self.hello_reply = False  # a HELLO_ACK is owed
         self.error: BaseException | None = None
@@ -125,6 +128,11 @@ class Peer:
         self.scoreboard = SackScoreboard()
         self.tx_serial = 0
         self.largest_acked_serial = 0
+        self.loss_seq_limit: int | None = None  # no loss declared above (truncated SACK)
+        self.cwnd = 0.0  # congestion window, segments (set by the engine)
+        self.ssthresh = float("inf")
+        self.recovery_serial = 0  # losses of segments sent before this serial: same episode
+        self.reo_mult = 1  # reordering allowance, in quarters of an RTT (grows on spurious resends)
         self.timer = timer
         self.last_progress = 0.0  # last time the peer acknowledged something new
         self.rto_base = 0.0  # the retransmit timer counts from max(this, oldest send)
@@ -132,6 +140,8 @@ class Peer:
         self.remote_window = window
 
         self.window = ReceiveWindow(0, window)  # rebased on the peer's ISN at handshake
+        self.last_ack_sent = -1.0
+        self.dup_seen = False  # a duplicate arrived since our last standalone ACK
         self.rx_high_time = 0.0  # when the highest sequence number so far arrived
         self.ready: dict[int, tuple[Any, ...]] = {}  # ordered mode: seq -> deliverable
         self.reassembly: dict[int, Reassembly] = {}

@@ -68,8 +68,10 @@ class Transport:
         prio_info = device.create_channel(Channel.PRIORITY, min(prio_want, data_info.mtu))
         use_crc = self.config.crc == "on" or (self.config.crc == "auto" and not caps.integrity)
         self.address: bytes = bytes(device.local_address())
-        if seed is None:
+        if seed is None:  # a device may carry a seed of its own (the simulator's fabric)
             seed = getattr(device.device, "seed", None)
+            if seed is None:
+                seed = getattr(getattr(device.device, "fabric", None), "seed", None)
             if seed is not None:  # virtual-time devices: reproducible, distinct per node
                 seed = int.from_bytes(hashlib.sha256(repr((seed, self.address)).encode()).digest()[:8], "big")
         self.seed = seed if seed is not None else int.from_bytes(os.urandom(8), "big")
@@ -323,7 +325,7 @@ def open(backend: str | None = None, *, config: Config | None = None, seed: int 
     party's; default ``$BTL_BACKEND`` or ``"sim"``).  ``options`` go to the backend;
     ``config`` defaults to :meth:`Config.build` (defaults plus ``BTL_*`` variables)."""
     name = backend or os.environ.get("BTL_BACKEND", "sim")
-    if "seed" not in options:
+    if seed is not None and "seed" not in options:
         options["seed"] = seed
     device = open_device(name, options)
     try:

@@ -90,11 +90,21 @@ class ReceiveWindow:
         i = bisect_right(self._starts, seq) - 1
         return i >= 0 and seq <= self._ends[i]
 
+    def sack_truncated(self, limit: int) -> bool:
+        return len(self._starts) > limit
+
     def sack_ranges(self, limit: int) -> list[tuple[int, int]]:
-        """Up to ``limit`` ranges as ``(start - cum, length)``, lowest first: the lowest
-        ranges matter most, they sit just above the holes the sender must fill."""
+        """Up to ``limit`` ranges as ``(start - cum, length)``, ascending.  When there are
+        more, the lowest ``limit - 1`` (just above the holes the sender must fill first) and
+        the highest (so that the ACK always reports the largest sequence number received,
+        which the sender's RTT sample and loss detection key on)."""
         cum = self.cum
-        return [(s - cum, e - s + 1) for s, e in zip(self._starts[:limit], self._ends[:limit])]
+        starts, ends = self._starts, self._ends
+        if len(starts) > limit >= 2:
+            picked = list(zip(starts[:limit - 1], ends[:limit - 1])) + [(starts[-1], ends[-1])]
+        else:
+            picked = list(zip(starts[:limit], ends[:limit]))
+        return [(s - cum, e - s + 1) for s, e in picked]
 
     def out_of_order_count(self) -> int:
         return sum(e - s + 1 for s, e in zip(self._starts, self._ends))

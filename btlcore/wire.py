@@ -36,7 +36,11 @@ T_ACK payload (selective ACK)::
 
      0   4   window           receive window (segments) the receiver advertises
      4   1   nranges          number of SACK ranges that follow (at most MAX_SACK_RANGES)
-     5   3   reserved
+     5   1   ack_flags        AF_TRUNCATED: more ranges existed than fit; those between
+                              the last two listed were left out (their status is unknown).
+                              AF_DUPLICATE: a duplicate segment arrived since the last ACK
+                              (DSACK-like: tells the sender a retransmission was spurious)
+     6   2   reserved
      8   4   ack_delay        microseconds between the arrival of the largest sequence
                               number this ACK acknowledges and the ACK's departure
                               (saturates at 2**32-1); the sender subtracts it from its RTT
@@ -83,7 +87,7 @@ KNOWN_FLAGS = F_ACK | F_CHUNK | F_PUT | F_CRC
 HEADER = struct.Struct("!BBBBIIIQQHH")
 CHUNK = struct.Struct("!III")
 PUT = struct.Struct("!IQ")
-ACK_BODY = struct.Struct("!IB3xI")
+ACK_BODY = struct.Struct("!IBB2xI")
 SACK_RANGE = struct.Struct("!II")
 HELLO_BODY = struct.Struct("!IIQIIH")
 
@@ -92,7 +96,9 @@ CHUNK_LEN = CHUNK.size  # 12
 PUT_LEN = PUT.size  # 12
 CRC_OFFSET = 12
 ACK_OFFSET = 24
-MAX_SACK_RANGES = 32
+MAX_SACK_RANGES = 64
+AF_TRUNCATED = 0x01
+AF_DUPLICATE = 0x02
 SEQ_MASK = (1 << 64) - 1
 U32_MASK = (1 << 32) - 1
 
@@ -232,23 +238,25 @@ def decode(buf: bytes | bytearray | memoryview) -> Datagram:
     return dg
 
 
-def ack_payload(window: int, ranges: list[tuple[int, int]], ack_delay_us: int = 0) -> bytes:
-    """The T_ACK payload: advertised window, ACK delay and SACK ranges relative to the ACK."""
-    out = bytearray(ACK_BODY.pack(window, len(ranges), min(ack_delay_us, U32_MASK)))
+def ack_payload(window: int, ranges: list[tuple[int, int]], ack_delay_us: int = 0,
+                ack_flags: int = 0) -> bytes:
+    """The T_ACK payload: advertised window, flags, ACK delay and SACK ranges relative to
+    the ACK."""
+    out = bytearray(ACK_BODY.pack(window, len(ranges), ack_flags, min(ack_delay_us, U32_MASK)))
     for start, length in ranges:
         out += SACK_RANGE.pack(start, length)
     return bytes(out)
 
 
-def parse_ack_payload(payload: bytes | memoryview) -> tuple[int, list[tuple[int, int]], int]:
-    """(window, ranges, ack_delay_us) of a T_ACK payload."""
+def parse_ack_payload(payload: bytes | memoryview) -> tuple[int, list[tuple[int, int]], int, int]:
+    """(window, ranges, ack_delay_us, ack_flags) of a T_ACK payload."""
     if len(payload) < ACK_BODY.size:
         raise MalformedDatagram("truncated ACK body")
-    window, n, delay = ACK_BODY.unpack_from(payload)
+    window, n, flags, delay = ACK_BODY.unpack_from(payload)
     if n > MAX_SACK_RANGES or len(payload) != ACK_BODY.size + n * SACK_RANGE.size:
         raise MalformedDatagram(f"ACK body claims {n} ranges in {len(payload)} bytes")
     ranges = [SACK_RANGE.unpack_from(payload, ACK_BODY.size + i * SACK_RANGE.size) for i in range(n)]
-    return window, ranges, delay
+    return window, ranges, delay, flags
 
 
 @attrs.define(slots=True, frozen=True)
