@@ -36,7 +36,7 @@ from typing import Any
 from btlcore.device import Capabilities, Channel, ChannelInfo
 from btlcore.errors import ConfigError
 
-from . import _address, _mtu
+from . import _address, _mmsg, _mtu
 from ._options import MAX_PAYLOAD, UdpOptions
 
 UDP_SEGMENT = getattr(socket, "UDP_SEGMENT", 103)  # Python 3.11 has no name for it
@@ -174,6 +174,7 @@ def _drain(device: UdpDevice, sock: socket.socket, out: list[Any], budget: int, 
     recv_into = sock.recv_into
     append = out.append
     errors = 0
+    start = off
     while len(out) < budget and off <= limit:
         try:
             n = recv_into(arena[off:], size)
@@ -191,7 +192,50 @@ def _drain(device: UdpDevice, sock: socket.socket, out: list[Any], budget: int, 
             continue
         append(arena[off:off + n])
         off += n
+    device.rx_bytes += off - start
     return off
+
+
+def _drain_mmsg(device: UdpDevice, sock: socket.socket, out: list[Any], budget: int, slot: int) -> int:
+    """Like :func:`_drain` with ``recvmmsg``: many datagrams per system call, each in its own
+    slot of ``device._batch`` from ``slot`` on; return the next free slot."""
+    batch = device._batch
+    recv = batch.recv
+    fd = sock.fileno()
+    view = batch.view
+    lens = batch._lens
+    stride = batch._stride
+    at = batch._len_at
+    size = batch.slot_size
+    slots = batch.slots
+    mtu = device._recv_mtu
+    append = out.append
+    nbytes = 0
+    errors = 0
+    while len(out) < budget and slot < slots:
+        want = min(budget - len(out), slots - slot)
+        try:
+            k = recv(fd, slot, want)
+        except OSError:  # an ICMP error reported by this call (IP_RECVERR)
+            device.rx_errors += 1
+            device._drain_errqueue(sock)
+            errors += 1
+            if errors >= MAX_ERRORS_PER_POLL:
+                break
+            continue
+        for i in range(slot, slot + k):
+            n = lens[i * stride + at]
+            if n > mtu:
+                device.rx_oversize += 1
+                continue
+            begin = i * size
+            append(view[begin:begin + n])
+            nbytes += n
+        slot += k
+        if k < want:  # the socket ran dry: spare the call that would say so
+            break
+    device.rx_bytes += nbytes
+    return slot
 
 
 def _drain_gro(device: UdpDevice, sock: socket.socket, out: list[Any], budget: int, off: int) -> int:
@@ -204,6 +248,7 @@ def _drain_gro(device: UdpDevice, sock: socket.socket, out: list[Any], budget: i
     recvmsg_into = sock.recvmsg_into
     append = out.append
     errors = 0
+    start = off
     while len(out) < budget and off <= limit:
         try:
             n, anc, flags, _ = recvmsg_into([arena[off:off + GRO_BUFFER]], GRO_CMSG_SPACE)
@@ -239,6 +284,7 @@ def _drain_gro(device: UdpDevice, sock: socket.socket, out: list[Any], budget: i
                 device.rx_bytes -= q - p  # counted when delivered
             p = q
         off = end
+    device.rx_bytes += off - start
     return off
 
 
@@ -247,21 +293,25 @@ def poll_recv(device: UdpDevice, budget: int) -> list[Any]:
     out: list[Any] = []
     if budget <= 0 or device.closed:
         return out
-    off = _drain(device, device._prio_sock, out, budget, 0)
+    batched = device._batch is not None
+    if batched:
+        slot = _drain_mmsg(device, device._prio_sock, out, budget, 0)
+    else:
+        off = _drain(device, device._prio_sock, out, budget, 0)
     device.rx_priority += len(out)
-    pending_bytes = 0
     if device._pending:  # left over from a GRO read: they come before newer data
         pending = device._pending
         take = pending[:budget - len(out)]
         del pending[:len(take)]
         out.extend(take)
-        pending_bytes = sum(map(len, take))
+        device.rx_bytes += sum(map(len, take))
     if device._gro:
-        off = _drain_gro(device, device._data_sock, out, budget, off)
+        _drain_gro(device, device._data_sock, out, budget, 0 if batched else off)
+    elif batched:
+        _drain_mmsg(device, device._data_sock, out, budget, slot)
     else:
-        off = _drain(device, device._data_sock, out, budget, off)
+        _drain(device, device._data_sock, out, budget, off)
     device.rx_datagrams += len(out)
-    device.rx_bytes += off + pending_bytes
     return out
 
 
@@ -273,6 +323,9 @@ class UdpDevice:
     poll_recv = poll_recv
 
     def __init__(self, opts: UdpOptions) -> None:
+        if opts.recvmmsg == "on" and not _mmsg.available():
+            raise ConfigError("udp option 'recvmmsg' is 'on' but libc has no recvmmsg; allowed "
+                              "is one of auto, on, off")
         self.options = opts
         self.closed = False
         family = opts.family
@@ -332,6 +385,8 @@ class UdpDevice:
         self._arena = memoryview(bytearray(arena_len))
         self._arena_limit = arena_len - self._recv_size
         self._arena_gro_limit = arena_len - GRO_BUFFER
+        use_mmsg = opts.recvmmsg == "on" or (opts.recvmmsg == "auto" and _mmsg.available())
+        self._batch = _mmsg.RecvBatch(self._recv_size) if use_mmsg else None
         scope = self.local_sockaddrs[0][3] if family == socket.AF_INET6 else 0
         self._address = _address.encode(family, opts.advertise, self.local_sockaddrs[0][1],
                                          self.local_sockaddrs[1][1], scope)
@@ -486,6 +541,7 @@ class UdpDevice:
             "gso": self._gso,
             "gro": self._gro,
             "recverr": self.options.recverr,
+            "recvmmsg": self._batch is not None,
             "busy_poll": self._busy_poll,
             "rcvbuf_requested": self.options.rcvbuf,
             "rcvbuf_granted": self.rcvbuf_granted[1],

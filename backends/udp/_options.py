@@ -50,6 +50,8 @@ ALLOWED = {
     "gro": "true or false (receive GSO-sent runs glued, in one read, on the data socket)",
     "recverr": "true or false (default true): IP_RECVERR, so that a full queue on the way "
     "out (a rate-limited link) returns ENOBUFS, i.e. back-pressure, instead of dropping",
+    "recvmmsg": "one of auto, on, off: receive with libc's recvmmsg through ctypes (many "
+    "datagrams per system call); auto uses it where libc has it",
     "seed": "an integer (ignored: the UDP device needs no randomness)",
 }
 
@@ -70,6 +72,7 @@ class UdpOptions:
     gso: str
     gro: bool = False
     recverr: bool = True
+    recvmmsg: str = "auto"
 
 
 def _fail(name: str, value: Any) -> ConfigError:
@@ -100,6 +103,14 @@ def _bool(name: str, value: Any) -> bool:
     if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
         return value.strip().lower() in _TRUE
     raise _fail(name, value)
+
+
+def _tristate(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if not isinstance(value, str) or value.strip().lower() not in TRISTATE:
+        raise _fail(name, value)
+    return value.strip().lower()
 
 
 def split_hostport(text: str) -> tuple[str, int]:
@@ -200,10 +211,7 @@ def parse(options: Mapping[str, Any], environ: Mapping[str, str] | None = None) 
     mtu = _int("mtu", mtu_value, 0, MAX_PAYLOAD[family])
     if 0 < mtu < MIN_MTU:
         raise _fail("mtu", mtu_value)
-    gso = opts.get("gso", "auto")
-    gso = {True: "on", False: "off"}.get(gso, gso) if isinstance(gso, bool) else gso
-    if not isinstance(gso, str) or gso.strip().lower() not in TRISTATE:
-        raise _fail("gso", gso)
+    gso = _tristate("gso", opts.get("gso", "auto"))
     if "seed" in opts:
         _int("seed", opts["seed"], -(1 << 63), (1 << 64) - 1)
     return UdpOptions(
@@ -216,7 +224,8 @@ def parse(options: Mapping[str, Any], environ: Mapping[str, str] | None = None) 
         rcvbuf=_int("rcvbuf", opts.get("rcvbuf", DEFAULT_RCVBUF), MIN_BUF, MAX_BUF),
         sndbuf=_int("sndbuf", opts.get("sndbuf", DEFAULT_SNDBUF), MIN_BUF, MAX_BUF),
         busy_poll=_bool("busy_poll", opts.get("busy_poll", False)),
-        gso=gso.strip().lower(),
+        gso=gso,
         gro=_bool("gro", opts.get("gro", False)),
         recverr=_bool("recverr", opts.get("recverr", True)),
+        recvmmsg=_tristate("recvmmsg", opts.get("recvmmsg", "auto")),
     )

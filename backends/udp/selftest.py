@@ -61,7 +61,8 @@ def measure(sizes: tuple[int, ...] = (1472, 8972), count: int = 2000, trials: in
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     tx = open_device("udp", {"host": host, "rcvbuf": RCVBUF, "gso": "auto"})
-    rx = open_device("udp", {"host": host, "rcvbuf": RCVBUF})
+    rx = open_device("udp", {"host": host, "rcvbuf": RCVBUF})  # recvmmsg where libc has it
+    rx_plain = open_device("udp", {"host": host, "rcvbuf": RCVBUF, "recvmmsg": "off"})
     try:
         rx_gro = open_device("udp", {"host": host, "rcvbuf": RCVBUF, "gro": True})
     except Exception:  # an old kernel: no GRO figures
@@ -112,6 +113,21 @@ def measure(sizes: tuple[int, ...] = (1472, 8972), count: int = 2000, trials: in
 
                 secs, got = _timed(drain_device)
                 record(f"recv.device.{size}", secs, max(got, 1))
+                plain_dest = tx.resolve(rx_plain.local_address())
+                for _ in range(count):
+                    post(Channel.DATA, plain_dest, payload)
+                poll_plain = rx_plain.poll_recv
+
+                def drain_plain() -> int:
+                    n = 0
+                    while True:
+                        got = poll_plain(256)
+                        if not got:
+                            return n
+                        n += len(got)
+
+                secs, got = _timed(drain_plain)
+                record(f"recv.device_recv_into.{size}", secs, max(got, 1))
                 # the device's batch send, GSO off then on
                 tx.device._gso = False
                 secs, _ = _timed(lambda: tx.device.post_send_batch(Channel.DATA, dest, batch))
@@ -143,9 +159,11 @@ def measure(sizes: tuple[int, ...] = (1472, 8972), count: int = 2000, trials: in
                     secs, got = _timed(drain_gro)
                     record(f"recv.device_gro_plain.{size}", secs, max(got, 1))
         lost = tx.device.stats()["tx_datagrams"] - rx.device.stats()["rx_datagrams"]
+        lost -= rx_plain.device.stats()["rx_datagrams"]
         if rx_gro is not None:
             lost -= rx_gro.device.stats()["rx_datagrams"]
     finally:
+        rx_plain.close()
         if rx_gro is not None:
             rx_gro.close()
         tx.close()

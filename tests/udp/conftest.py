@@ -30,12 +30,20 @@ HOSTS = [
 ]
 
 
+@pytest.fixture(params=["auto", "off"], ids=["recvmmsg", "recv_into"])
+def recv_mode(request: pytest.FixtureRequest) -> str:
+    """Both receive paths: recvmmsg through ctypes (the default), and a recv_into loop."""
+    return request.param
+
+
 @pytest.fixture
-def open_udp() -> Iterator[Callable[..., DeviceOps]]:
-    """``open_udp(**options)`` opens a UDP device; all are closed at teardown."""
+def open_udp(recv_mode: str) -> Iterator[Callable[..., DeviceOps]]:
+    """``open_udp(**options)`` opens a UDP device; all are closed at teardown.  Tests using
+    it run once per receive path (``recv_mode``)."""
     opened: list[DeviceOps] = []
 
     def _open(**options: Any) -> DeviceOps:
+        options.setdefault("recvmmsg", recv_mode)
         ops = open_device("udp", options)
         opened.append(ops)
         return ops

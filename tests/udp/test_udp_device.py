@@ -16,7 +16,7 @@ from btlcore.device import Capabilities, Channel, DeviceOps
 from btlcore.errors import ConfigError
 from btlcore.registry import open_device, probe
 
-from btlcore.backends.udp import _address, _mtu, _options
+from btlcore.backends.udp import _address, _mmsg, _mtu, _options
 from btlcore.backends.udp._device import UdpDevice
 
 pytestmark = pytest.mark.timeout(60)
@@ -38,6 +38,11 @@ def pair(open_udp, **options):
 
 
 # -- opening, capabilities ---------------------------------------------------------------
+
+
+def test_recvmmsg_option(open_udp, recv_mode):
+    a = open_udp()
+    assert a.device.stats()["recvmmsg"] is (recv_mode == "auto" and _mmsg.available())
 
 
 def test_registry_opens_udp_by_name():
@@ -123,14 +128,15 @@ def test_poll_recv_budget_and_views(open_udp):
     assert b.poll_recv(10) == []
 
 
-def test_large_datagrams_fill_the_arena_without_loss(open_udp):
-    a, b, to_b, _ = pair(open_udp)
-    payloads = [bytes([i]) * 65000 for i in range(100)]  # 6.5 MB: more than one arena
+def test_large_datagrams_fill_the_receive_buffers_without_loss(open_udp):
+    a, b, to_b, _ = pair(open_udp, rcvbuf="512M")
+    n = 300  # 19.5 MB: more than the arena (4 MiB) or the recvmmsg slots (256 of 64 KiB)
+    payloads = [bytes([i % 256]) * 65000 for i in range(n)]
     for p in payloads:
         assert a.post_send(Channel.DATA, to_b, p)
     first = b.poll_recv(1000)
-    assert 0 < len(first) < 100  # stopped when the arena was full
-    got = [bytes(m) for m in first] + recv_n(b, 100 - len(first))
+    assert 0 < len(first) < n  # stopped when the buffers were full
+    got = [bytes(m) for m in first] + recv_n(b, n - len(first))
     assert got == payloads
 
 
@@ -244,6 +250,9 @@ def test_address_of_other_family_refused(open_udp):
     ({"mtu": "big"}, ["'mtu'"]),
     ({"mtu": True}, ["'mtu'"]),
     ({"gso": "maybe"}, ["'gso'", "one of auto, on, off"]),
+    ({"recvmmsg": "sometimes"}, ["'recvmmsg'", "one of auto, on, off"]),
+    ({"recverr": "x"}, ["'recverr'", "true or false"]),
+    ({"gro": 2}, ["'gro'", "true or false"]),
     ({"busy_poll": "perhaps"}, ["'busy_poll'", "true or false"]),
     ({"rcvbuf": 10}, ["'rcvbuf'", "byte count"]),
     ({"sndbuf": "lots"}, ["'sndbuf'"]),
