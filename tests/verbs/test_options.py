@@ -81,3 +81,12 @@ def test_registered_backend_probe():
 
     status = registry.probe("verbs")
     assert status.name == "verbs" and status.reason
+
+
+def test_selftest_says_why_when_unavailable(verbs_probe, capsys):
+    from btlcore.backends.verbs import selftest
+
+    if verbs_probe.usable:
+        pytest.skip("verbs is usable here: the device tests cover the selftest's paths")
+    assert selftest.main([]) == 1
+    assert verbs_probe.reason in capsys.readouterr().out
