@@ -92,3 +92,23 @@ def test_peer_that_dies_is_declared_unreachable(transports):
     a.send(pa, 1, b"after" * 1000, callback=result.append)
     btlcore.run_until([a], lambda: result, timeout=20)
     assert isinstance(result[0], PeerUnreachable), result
+
+
+def test_many_peers_to_one(transports):
+    server = transports()
+    clients = [transports() for _ in range(3)]
+    got: dict[bytes, list[bytes]] = {}
+    server.on(9, lambda peer, tag, data: got.setdefault(peer.address, []).append(bytes(data)))
+    acked = []
+    for n, c in enumerate(clients):
+        p = c.connect(server.address)
+        for i in range(50):
+            c.send(p, 9, b"client %d message %d " % (n, i) + bytes(i * 97), callback=acked.append)
+    everyone = [server, *clients]
+    btlcore.run_until(everyone, lambda: len(acked) == 150 and sum(map(len, got.values())) == 150,
+                      timeout=60)
+    assert acked == [None] * 150
+    assert sorted(got) == sorted(c.address for c in clients)
+    for n, c in enumerate(clients):
+        assert got[c.address] == [b"client %d message %d " % (n, i) + bytes(i * 97) for i in range(50)]
+    assert server.device.device.stats()["address_handles"] == 3
