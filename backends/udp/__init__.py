@@ -4,14 +4,19 @@ Open it by name: ``btlcore.registry.open_device("udp", {"bind": "127.0.0.1:0"})`
 
 * Two sockets per device, one per channel (priority, data), as usnic had two QPs: ACKs wait
   neither behind bulk data in the kernel's receive buffer nor in ``poll_recv``.
-* The address (``local_address``) is 12 bytes for IPv4, 28 for IPv6: family, IP, both ports
-  (see ``_address``).
+* The address (``local_address``) is 12 bytes for IPv4, 28 for IPv6: magic, version,
+  family, both ports, IP (and scope) (see ``_address``).
 * The MTU is the bound interface's, less IP and UDP headers (65507 on loopback), or the
   ``mtu`` option.  Larger sends raise ``ValueError``; larger arrivals are dropped and counted.
-* Options (``_options.ALLOWED``): bind or host/port/data_port, advertise, mtu, rcvbuf,
-  sndbuf, busy_poll, gso; also as ``BTL_UDP_<NAME>`` environment variables.
-* Beyond the Device hooks: ``device.post_send_batch(channel, dest, datagrams)`` (UDP GSO for
-  runs of equal-size datagrams) and ``device.stats()``.
+* Receiving: ``recvmmsg`` through ctypes (many datagrams per system call), or a
+  ``recv_into`` loop; optionally UDP GRO on the data socket.  Sending: ``sendto``; with
+  ``IP_RECVERR`` a full queue on the way out returns ENOBUFS, which ``post_send`` reports as
+  back-pressure (False) rather than losing the datagram.
+* Options (``OPTIONS`` lists them with their allowed values): bind or host/port/data_port,
+  advertise, mtu, rcvbuf, sndbuf, busy_poll, gso, gro, recverr, recvmmsg; also as
+  ``BTL_UDP_<NAME>`` environment variables, which explicit options override.
+* Beyond the Device hooks: ``device.post_send_batch(channel, dest, datagrams) -> int`` (UDP
+  GSO for runs of equal-size datagrams; returns how many were taken) and ``device.stats()``.
 """
 
 from ._device import UdpDevice

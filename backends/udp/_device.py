@@ -11,15 +11,23 @@ plain functions taking the device first and installed both as the device's metho
 ``plugin.py``, as the hook implementations, so that the core's direct calls go straight into
 them with no wrapper in between (a wrapper is another 0.1 us per datagram).
 
-Receiving: ``recv_into`` a slice of one preallocated arena, packing datagrams back to back;
-each is returned as a memoryview of the arena, valid until the next ``poll_recv``.  (Python
-has no ``recvmmsg``; ``selftest.py`` measures the loop against the raw socket.)  A datagram
-longer than the MTU is dropped and counted, never delivered.
+Receiving, three ways, each datagram returned as a memoryview valid until the next
+``poll_recv``; a datagram longer than the MTU is dropped and counted, never delivered:
+
+* ``recvmmsg`` through ctypes (``_mmsg``; the default where libc has it): up to 256
+  datagrams per system call into fixed slots.  About a third cheaper per datagram than
+* a ``recv_into`` loop (``recvmmsg=off``), packing datagrams back to back in one arena;
+* with ``gro=true``, the data socket has UDP_GRO: a run the peer sent with GSO arrives glued
+  in one ``recvmsg_into`` and is cut at the size the kernel reports, for a quarter of the
+  cost; but each datagram that is not glued costs twice as much as with ``recv_into``.
 
 Sending: ``sendto`` on the channel's socket.  ``post_send_batch`` sends runs of equal-size
 datagrams to one destination as one ``sendmsg`` with UDP GSO (``UDP_SEGMENT``, given per call
 as a control message, so single sends are never segmented); the kernel splits it into
-datagrams, at a fraction of the per-datagram cost.
+datagrams, at a fraction of the per-datagram cost.  ``IP_RECVERR`` (option ``recverr``, on
+by default) makes a full queue on the way out (a rate-limited qdisc) fail the send with
+ENOBUFS, which ``post_send`` reports as back-pressure, instead of dropping it silently; the
+ICMP errors it also reports (a peer's closed port) are read and counted, never raised.
 """
 
 from __future__ import annotations
