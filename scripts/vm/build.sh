@@ -31,7 +31,13 @@ if [ -z "$deb" ]; then
     # apt's sandbox user cannot write into root's tree: download elsewhere, then move.
     tmp=$(mktemp -d)
     chmod 777 "$tmp"
-    (cd "$tmp" && apt-get download -q "$kpkg" >/dev/null 2>&1) || { rm -rf "$tmp"; echo "build: apt-get download $kpkg failed" >&2; exit 3; }
+    if ! (cd "$tmp" && apt-get download -q "$kpkg" >/dev/null 2>&1); then
+        # stale package lists (the archive moved on): refresh once and retry
+        DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null 2>&1 || true
+        (cd "$tmp" && apt-get download -q "$kpkg" >/dev/null 2>&1) \
+            || { rm -rf "$tmp"; echo "build: apt-get download $kpkg failed" >&2; exit 3; }
+    fi
+    rm -f "$BTL_VM_DIR"/dl/linux-image-*.deb  # keep only the current kernel package
     mv "$tmp"/*.deb "$BTL_VM_DIR/dl/"
     rm -rf "$tmp"
     deb=$(ls "$BTL_VM_DIR"/dl/"${kpkg}"_*.deb | head -n1)
