@@ -34,6 +34,8 @@ if [ -z "$deb" ]; then
     if ! (cd "$tmp" && apt-get download -q "$kpkg" >/dev/null 2>&1); then
         # stale package lists (the archive moved on): refresh once and retry
         DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null 2>&1 || true
+        kpkg=$(apt-cache depends "$BTL_VM_KERNEL_META" | awk '/Depends: linux-image-/ {print $2; exit}')
+        kver=${kpkg#linux-image-}
         (cd "$tmp" && apt-get download -q "$kpkg" >/dev/null 2>&1) \
             || { rm -rf "$tmp"; echo "build: apt-get download $kpkg failed" >&2; exit 3; }
     fi
