@@ -157,6 +157,20 @@ class Transport:
             raise ValueError("put offset must be >= 0")
         self.engine.send(peer, 0, data, callback, self.now(), put_key=key, put_offset=offset)
 
+    def add_send_filter(self, keep: Callable[[int, bytes], bool]) -> None:
+        """Fault injection on any backend: ``keep(channel, datagram)`` returning False drops
+        the datagram as if the network had lost it (it still counts as sent).  Used by the
+        conformance suite's loss tests and by fault-script plugins; costs nothing when no
+        filter is installed."""
+        post = self._post
+
+        def filtered(channel: int, dest: Any, data: Any, _post=post, _keep=keep) -> bool:
+            if not _keep(channel, data):
+                return True
+            return _post(channel, dest, data)
+
+        self._post = filtered
+
     @property
     def peers(self) -> list[Peer]:
         return list(self.engine.peers_by_addr.values())
