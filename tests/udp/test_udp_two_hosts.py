@@ -84,3 +84,67 @@ def test_exactly_once_over_lossy_link(link, loss, rate):
     finally:
         ta.close(flush=False)
         tb.close(flush=False)
+
+
+RECEIVER = r"""
+import hashlib, sys, time
+from btlcore.config import Config
+from btlcore.registry import open_device
+from btlcore.transport import Transport, run_until
+want, limit = int(sys.argv[2]), float(sys.argv[3])
+t = Transport(open_device("udp", {"host": sys.argv[1]}),
+              Config(peer_timeout=60.0, handshake_timeout=30.0, max_retries=200))
+print(t.address.hex(), flush=True)
+digests = []
+t.on(7, lambda peer, tag, data: digests.append(hashlib.sha256(data).hexdigest()))
+try:
+    run_until([t], lambda: len(digests) >= want, timeout=limit)
+except TimeoutError:
+    pass
+linger = time.monotonic() + 1.0  # keep ACKing retransmissions; a duplicate would show now
+while time.monotonic() < linger:
+    t.progress(0.05)
+print("\n".join(digests))
+print("received", len(digests), flush=True)
+t.close(flush=False)
+"""
+
+
+def test_exactly_once_between_two_processes(link):
+    """Sender in namespace A (this process), receiver in namespace B (another process, on
+    its own CPU): 10% loss each way and a 100 Mbit/s limit on A's side."""
+    import select
+    import subprocess
+    import sys
+
+    link.set_loss(10, side="a")
+    link.set_loss(10, side="b")
+    link.set_rate("100mbit", side="a", burst="64kb", latency="20ms")
+    messages = _messages(120, seed=99)
+    child = subprocess.Popen(
+        link.exec_argv("b", sys.executable, "-c", RECEIVER, link.ip4["b"], str(len(messages)), "90"),
+        stdout=subprocess.PIPE, text=True)
+    ta = None
+    try:
+        ready, _, _ = select.select([child.stdout], [], [], 30)
+        assert ready, "the receiver did not start within 30 s"
+        address = bytes.fromhex(child.stdout.readline().strip())
+        config = Config(rto_initial=0.05, peer_timeout=60.0, handshake_timeout=30.0, max_retries=200)
+        ta = _transport(link, "a", config)
+        peer = ta.connect(address)
+        done: list[BaseException | None] = []
+        for m in messages:
+            ta.send(peer, TAG, m, callback=done.append)
+        transport.run_until([ta], lambda: len(done) == len(messages), timeout=90)
+        assert done == [None] * len(messages)
+        out, _ = child.communicate(timeout=60)
+        lines = out.split()
+        assert lines[-2:] == ["received", str(len(messages))], out[-300:]
+        assert lines[:-2] == [hashlib.sha256(m).hexdigest() for m in messages]
+        print(f"two processes, 10% loss each way, 100 Mbit/s: a {ta.stats_line()}")
+    finally:
+        if ta is not None:
+            ta.close(flush=False)
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
