@@ -35,12 +35,14 @@ def _allowed(field: attrs.Attribute) -> str:  # type: ignore[type-arg]
         return "one of " + ", ".join(md["choices"])
     if field.type in ("bool", bool):
         return "true or false"
-    kind = "an integer" if field.type in ("int", int) else "a number"
+    is_int = field.type in ("int", int)
+    kind = "an integer" if is_int else "a number"
     lo, hi = md.get("lo"), md.get("hi")
+    fmt = (lambda v: str(int(v))) if is_int else (lambda v: f"{v:g}")
     if lo is not None and hi is not None:
-        return f"{kind} from {lo:g} to {hi:g}"
+        return f"{kind} from {fmt(lo)} to {fmt(hi)}"
     if lo is not None:
-        return f"{kind} >= {lo:g}"
+        return f"{kind} >= {fmt(lo)}"
     return kind
 
 
