@@ -1,5 +1,21 @@
-"""Two engines joined by a scriptable in-memory link on a virtual clock (no device at all):
-the sans-I/O core tested on its own, as aioquic's tests drive two connections by hand."""
+"""Engines joined by a scriptable in-memory link on a virtual clock (no device at all): the
+sans-I/O core tested on its own, as aioquic's tests drive two connections by hand.
+
+:class:`EngineNet` joins any number of engines (addresses ``b"A"``, ``b"B"``, ``b"C"``...);
+:class:`EnginePair` is the two-engine case with ``a`` and ``b``.  Every datagram an engine
+wants sent goes through the *fate* hooks (``net.hooks``, first non-None answer wins) and then
+lands after ``delay`` seconds of virtual time.  A fate is one of::
+
+    DELIVER                     deliver after ``delay``
+    DROP                        lose it
+    ("dup", n)                  deliver it n + 1 times
+    ("delay", extra)            deliver after ``delay + extra``
+    ("corrupt", bit)            flip bit number ``bit`` (mod the datagram's length in bits)
+
+Hooks are ``hook(src, dst, data, k) -> fate | None`` where ``src``/``dst`` are engine indices
+and ``k`` counts datagrams from ``src`` to ``dst`` (from 0).  Helpers build the usual ones
+(:meth:`drop_nth`, :meth:`drop_where`, :meth:`silence`).
+"""
 
 from __future__ import annotations
 
@@ -10,67 +26,213 @@ from typing import Any
 
 from btlcore import Config
 from btlcore.engine import EV_COMPLETE, EV_MESSAGE, Engine
+from btlcore.peer import PeerState
+from btlcore.wire import Datagram, MalformedDatagram, decode
 
-Drop = Callable[[int, bytes], bool]  # (direction, datagram) -> drop it?
+DELIVER = "deliver"
+DROP = "drop"
+Fate = Any
+Hook = Callable[[int, int, bytes, int], Fate]
 
 
-class EnginePair:
-    """Engines ``a`` and ``b``; ``run()`` moves datagrams between them with a fixed delay,
-    optional drop/duplicate/reorder decisions, and advances virtual time to the next event."""
+def safe_decode(data: bytes) -> Datagram | None:
+    try:
+        return decode(data)
+    except MalformedDatagram:
+        return None
 
-    def __init__(self, config: Config | None = None, *, mtu: int = 1500, seed: int = 1,
-                 delay: float = 0.001, drop: Drop | None = None, crc: bool = True,
-                 config_b: Config | None = None) -> None:
+
+class EngineNet:
+    """``n`` engines, every pair joined by a link of ``delay`` seconds, on virtual time."""
+
+    def __init__(self, n: int = 2, config: Config | None = None, *, configs: list[Config] | None = None,
+                 mtu: int = 1500, priority_mtu: int = 768, seed: int = 1, delay: float = 0.001,
+                 crc: bool = True, max_steps: int = 200_000) -> None:
         self.now = 0.0
         self.delay = delay
-        self.drop = drop
-        self.rng = random.Random(seed)
-        self.sent = [0, 0]
-        self.log: list[tuple[float, int, bytes]] = []
-        self._flight: list[tuple[float, int, int, bytes]] = []
+        self.seed = seed
+        self.mtu = mtu
+        self.priority_mtu = priority_mtu
+        self.crc = crc
+        self.max_steps = max_steps
+        self.hooks: list[Hook] = []
+        self.configs = configs or [config or Config()] * n
+        self.engines: list[Engine] = [self._make(i, seed + i) for i in range(n)]
+        self.addresses = [e.address for e in self.engines]
+        self.sent_count: dict[tuple[int, int], int] = {}
+        self.log: list[tuple[float, int, int, bytes]] = []  # (time, src, dst, datagram as sent)
+        self.batches: list[tuple[float, int, list[bytes]]] = []  # one per non-empty send pass
+        self.arrivals: list[tuple[float, int, int, bytes]] = []  # (time, src, dst, as received)
+        self._flight: list[tuple[float, int, int, int, bytes]] = []
         self._n = 0
-        cfg_a = config or Config()
-        cfg_b = config_b or cfg_a
-        self.a = Engine(cfg_a, address=b"A", resolve=lambda addr: addr, data_mtu=mtu,
-                        priority_mtu=768, crc=crc, rng=random.Random(seed), now=0.0)
-        self.b = Engine(cfg_b, address=b"B", resolve=lambda addr: addr, data_mtu=mtu,
-                        priority_mtu=768, crc=crc, rng=random.Random(seed + 1), now=0.0)
-        self.delivered: dict[str, list[tuple[int, bytes]]] = {"a": [], "b": []}
-        self.completed: list[BaseException | None] = []
-        self.other_events: list[tuple[Any, ...]] = []
+        self.delivered: list[list[tuple[bytes, int, bytes]]] = [[] for _ in range(n)]
+        self.completions: dict[Any, list[BaseException | None]] = {}
+        self.other_events: list[list[tuple[Any, ...]]] = [[] for _ in range(n)]
+        self.steps = 0
 
-    def engines(self) -> list[tuple[int, Engine]]:
-        return [(0, self.a), (1, self.b)]
+    def _make(self, i: int, seed: int) -> Engine:
+        return Engine(self.configs[i], address=bytes([65 + i]), resolve=lambda addr: bytes(addr),
+                      data_mtu=self.mtu, priority_mtu=self.priority_mtu, crc=self.crc,
+                      rng=random.Random(seed), now=self.now)
 
-    def _collect(self, name: str, eng: Engine) -> None:
-        for ev in eng.drain_events():
-            if ev[0] == EV_MESSAGE:
-                self.delivered[name].append((ev[2], bytes(ev[3])))
-            elif ev[0] == EV_COMPLETE:
-                ev[1](ev[2])
-            else:
-                self.other_events.append(ev)
+    # ------------------------------------------------------------------ helpers
+
+    def restart(self, i: int, seed: int | None = None) -> Engine:
+        """Replace engine ``i`` with a fresh one at the same address (a new incarnation)."""
+        eng = self._make(i, seed if seed is not None else self.seed + 1000 + i)
+        self.engines[i] = eng
+        return eng
+
+    def cb(self, key: Any) -> Callable[[BaseException | None], None]:
+        """A completion callback recording into ``self.completions[key]``."""
+        self.completions.setdefault(key, [])
+
+        def callback(exc: BaseException | None) -> None:
+            self.completions[key].append(exc)
+        return callback
+
+    def index(self, address: bytes) -> int:
+        return self.addresses.index(bytes(address))
+
+    def peer(self, i: int, j: int) -> Any:
+        """Engine i's peer object for engine j (None if it has none)."""
+        return self.engines[i].peers_by_addr.get(self.addresses[j])
+
+    def connect(self, i: int, j: int) -> Any:
+        return self.engines[i].connect(self.addresses[j], self.now)
+
+    def send(self, i: int, j: int, tag: int, data: bytes, key: Any = None, **kw: Any) -> Any:
+        peer = self.engines[i].connect(self.addresses[j], self.now)
+        return self.engines[i].send(peer, tag, data, self.cb(key) if key is not None else None,
+                                    self.now, **kw)
+
+    def established(self, i: int, j: int) -> bool:
+        p, q = self.peer(i, j), self.peer(j, i)
+        return (p is not None and q is not None and p.state is PeerState.ESTABLISHED
+                and q.state is PeerState.ESTABLISHED)
+
+    def handshake(self, i: int = 0, j: int = 1) -> float:
+        self.connect(i, j)
+        t = self.run(lambda: self.established(i, j), max_time=self.now + 5)
+        self.run_idle()
+        return t
+
+    def run_idle(self, max_time: float | None = None) -> float:
+        """Run until nothing is in flight and no engine has a timer due before ``max_time``
+        (default: now + 1 s)."""
+        limit = self.now + 1.0 if max_time is None else max_time
+        while self.steps < self.max_steps:
+            timers = [t for e in self.engines if (t := e.get_timer()) is not None]
+            if not self._flight and (not timers or min(timers) > limit):
+                return self.now
+            if not self.step():
+                return self.now
+        raise AssertionError("step limit reached (livelock?)")
+
+    def add_hook(self, hook: Hook) -> Hook:
+        self.hooks.append(hook)
+        return hook
+
+    def drop_nth(self, src: int, dst: int, n: int) -> None:
+        """Drop the n-th (from 0) datagram sent from ``src`` to ``dst``."""
+        self.add_hook(lambda s, d, data, k: DROP if (s, d, k) == (src, dst, n) else None)
+
+    def drop_where(self, pred: Callable[[Datagram], bool], count: int | None = None,
+                   src: int | None = None) -> list[Datagram]:
+        """Drop datagrams whose decoded form satisfies ``pred`` (at most ``count`` of them);
+        returns the list of what was dropped."""
+        dropped: list[Datagram] = []
+
+        def hook(s: int, d: int, data: bytes, k: int) -> Fate:
+            if src is not None and s != src:
+                return None
+            if count is not None and len(dropped) >= count:
+                return None
+            dg = safe_decode(data)
+            if dg is not None and pred(dg):
+                dropped.append(dg)
+                return DROP
+            return None
+        self.add_hook(hook)
+        return dropped
+
+    def silence(self, i: int) -> None:
+        """Engine ``i`` goes silent: nothing it sends arrives, nothing reaches it."""
+        self.add_hook(lambda s, d, data, k: DROP if i in (s, d) else None)
+
+    def sent(self, src: int | None = None, type: int | None = None) -> list[tuple[float, Datagram]]:
+        """(time, decoded datagram) of what was sent, filtered."""
+        out = []
+        for t, s, _d, data in self.log:
+            if src is not None and s != src:
+                continue
+            dg = safe_decode(data)
+            if dg is not None and (type is None or dg.type == type):
+                out.append((t, dg))
+        return out
+
+    # ------------------------------------------------------------------ the loop
+
+    def _collect(self) -> None:
+        for i, eng in enumerate(self.engines):
+            for ev in eng.drain_events():
+                if ev[0] == EV_MESSAGE:
+                    self.delivered[i].append((ev[1].address, ev[2], bytes(ev[3])))
+                elif ev[0] == EV_COMPLETE:
+                    if ev[1] is not None:
+                        ev[1](ev[2])
+                else:
+                    self.other_events[i].append(ev)
+
+    def _fate(self, src: int, dst: int, data: bytes, k: int) -> Fate:
+        for hook in self.hooks:
+            f = hook(src, dst, data, k)
+            if f is not None:
+                return f
+        return DELIVER
+
+    def _post(self, src: int, dest: Any, data: bytes) -> None:
+        dst = self.index(dest)
+        k = self.sent_count.get((src, dst), 0)
+        self.sent_count[src, dst] = k + 1
+        self.log.append((self.now, src, dst, data))
+        fate = self._fate(src, dst, data, k)
+        copies, when = 1, self.now + self.delay
+        if fate == DROP:
+            return
+        if isinstance(fate, tuple):
+            if fate[0] == "dup":
+                copies += fate[1]
+            elif fate[0] == "delay":
+                when += fate[1]
+            elif fate[0] == "corrupt":
+                b = bytearray(data)
+                bit = fate[1] % (len(b) * 8)
+                b[bit // 8] ^= 1 << (bit % 8)
+                data = bytes(b)
+        for _ in range(copies):
+            self._n += 1
+            heapq.heappush(self._flight, (when, self._n, src, dst, data))
 
     def step(self) -> bool:
-        """One round: send what is due, deliver what landed, advance time.  False when
-        nothing at all is left to happen."""
-        for direction, eng in self.engines():
+        """One round: run due timers, send what is due, deliver what landed, advance time.
+        False when nothing at all is left to happen."""
+        self.steps += 1
+        for src, eng in enumerate(self.engines):
             t = eng.get_timer()
             if t is not None and t <= self.now:
                 eng.handle_timer(self.now)
-            for _ch, dest, buf in eng.datagrams_to_send(self.now):
-                data = bytes(buf)
-                self.sent[direction] += 1
-                self.log.append((self.now, direction, data))
-                if self.drop is not None and self.drop(direction, data):
-                    continue
-                self._n += 1
-                heapq.heappush(self._flight, (self.now + self.delay, self._n, direction, data))
-        self._collect("a", self.a)
-        self._collect("b", self.b)
-        # advance to the next event
+            out = eng.datagrams_to_send(self.now)
+            if out:
+                batch = []
+                for _ch, dest, buf in out:
+                    data = bytes(buf)
+                    batch.append(data)
+                    self._post(src, dest, data)
+                self.batches.append((self.now, src, batch))
+        self._collect()
         nexts = [f[0] for f in self._flight[:1]]
-        for _d, eng in self.engines():
+        for eng in self.engines:
             t = eng.get_timer()
             if t is not None:
                 nexts.append(max(t, self.now))
@@ -78,18 +240,48 @@ class EnginePair:
             return False
         self.now = max(self.now, min(nexts))
         while self._flight and self._flight[0][0] <= self.now:
-            _t, _n, direction, data = heapq.heappop(self._flight)
-            (self.b if direction == 0 else self.a).receive_datagram(data, self.now)
-        self._collect("a", self.a)
-        self._collect("b", self.b)
+            _t, _n, src, dst, data = heapq.heappop(self._flight)
+            self.arrivals.append((self.now, src, dst, data))
+            self.engines[dst].receive_datagram(data, self.now)
+        self._collect()
         return True
 
     def run(self, until: Callable[[], bool] | None = None, max_time: float = 60.0) -> float:
+        start_steps = self.steps
         while self.now < max_time:
             if until is not None and until():
                 return self.now
             if not self.step():
                 break
+            if self.steps - start_steps > self.max_steps:
+                raise AssertionError(f"step limit reached at t={self.now!r} (livelock?)")
         if until is not None and not until():
             raise AssertionError(f"condition not reached by t={self.now:.3f}")
         return self.now
+
+
+class EnginePair(EngineNet):
+    """Engines ``a`` (index 0, address b"A") and ``b`` (index 1, address b"B")."""
+
+    def __init__(self, config: Config | None = None, *, config_b: Config | None = None,
+                 **kw: Any) -> None:
+        cfg_a = config or Config()
+        super().__init__(2, configs=[cfg_a, config_b or cfg_a], **kw)
+
+    @property
+    def a(self) -> Engine:
+        return self.engines[0]
+
+    @property
+    def b(self) -> Engine:
+        return self.engines[1]
+
+    @property
+    def pa(self) -> Any:
+        """a's peer object for b."""
+        return self.peer(0, 1)
+
+    @property
+    def pb(self) -> Any:
+        """b's peer object for a."""
+        return self.peer(1, 0)
