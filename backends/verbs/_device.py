@@ -61,6 +61,9 @@ SPIN_SECONDS = 50e-6  # wait(): busy-poll this long before sleeping
 SLEEP_MIN, SLEEP_MAX = 20e-6, 1e-3  # wait(): sleeps between polls, doubling
 
 
+_PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
+
+
 class Unavailable(Exception):
     """No usable RDMA device/port here; the message says why (a probe reason)."""
 
@@ -194,7 +197,8 @@ def find_port(pv: dict[str, Any], opts: VerbsOptions) -> tuple[Any, str, int, An
                 attr = ctx.query_port(port)
                 if int(attr.state) == active:
                     return ctx, name, port, attr
-                seen.append(f"{name} port {port} is {attr.state!s}".replace("ibv_port_state.", ""))
+                state = _PORT_STATES.get(int(attr.state), str(int(attr.state)))
+                seen.append(f"{name} port {port} is {state}")
         except BaseException:
             ctx.close()
             raise

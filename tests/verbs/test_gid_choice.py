@@ -77,3 +77,35 @@ def test_no_devices_reasons():
         _device.list_devices({"get_device_list": boom})
     with pytest.raises(_device.Unavailable, match="no RDMA devices"):
         _device.list_devices({"get_device_list": lambda: []})
+
+
+def test_no_active_port_reason(monkeypatch):
+    from btlcore.backends.verbs._options import parse
+
+    class Port:
+        state, gid_tbl_len = 1, 4
+
+    class Dev:
+        phys_port_cnt = 2
+
+    class Context:
+        def __init__(self, name):
+            self.name = name
+
+        def query_device(self):
+            return Dev()
+
+        def query_port(self, port):
+            return Port()
+
+        def close(self):
+            pass
+
+    pv = {"e": E, "Context": Context,
+          "get_device_list": lambda: [types.SimpleNamespace(name=b"rxe0")]}
+    with pytest.raises(_device.Unavailable, match="rxe0 port 1 is DOWN; rxe0 port 2 is DOWN"):
+        _device.find_port(pv, parse({}, environ={}))
+    with pytest.raises(ConfigError, match="'port'.*rxe0 has 2 port"):
+        _device.find_port(pv, parse({"port": 3}, environ={}))
+    with pytest.raises(ConfigError, match="'device'.*devices here: rxe0"):
+        _device.find_port(pv, parse({"device": "mlx5_0"}, environ={}))
