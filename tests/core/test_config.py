@@ -48,8 +48,6 @@ def test_bad_value_names_parameter_and_allowed(name: str, value: object, allowed
     assert isinstance(ei.value, ValueError)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: config _allowed() formats bounds with :g, so "
-                   "window's upper bound 1048576 reads '1.04858e+06' (and 2**32-1 '4.29497e+09')")
 @pytest.mark.parametrize("name,value,allowed", [
     ("window", 2**20 + 1, "an integer from 8 to 1048576"),
     ("max_message_size", 2**32, "an integer from 1 to 4294967295"),
