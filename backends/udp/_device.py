@@ -121,6 +121,7 @@ def post_send_batch(device: UdpDevice, channel: Channel, dest: Any, datagrams: S
     sock = device._socks[channel]
     addr = dest[channel]
     total = len(datagrams)
+    plain_until = 0  # datagrams before this index go one by one (after a GSO failure)
     i = 0
     while i < total:
         size = len(datagrams[i])
@@ -128,7 +129,7 @@ def post_send_batch(device: UdpDevice, channel: Channel, dest: Any, datagrams: S
             raise ValueError(f"udp: datagram {i} of the batch has {size} bytes, more than the "
                              f"{Channel(channel).name} channel MTU of {mtu} bytes")
         j = i + 1
-        if device._gso:
+        if device._gso and size and i >= plain_until:
             limit = min(total, i + min(GSO_MAX_SEGMENTS, device._max_payload // size))
             while j < limit and len(datagrams[j]) == size:
                 j += 1
@@ -153,21 +154,17 @@ def post_send_batch(device: UdpDevice, channel: Channel, dest: Any, datagrams: S
         try:
             nbytes = sock.sendmsg(run, cmsg, 0, addr)
         except OSError as exc:
-            if exc.errno in _PUSHBACK:
-                device.tx_pushbacks += 1
+            sent = device._gso_error(exc, sock, run, cmsg, addr)
+            if sent is None:  # queue full
                 return i
-            if exc.errno in _GSO_UNSUPPORTED and device._gso_mode == "auto":
-                device._gso_failed(exc)
-                continue  # this run again, datagram by datagram
-            if exc.errno == errno.EMSGSIZE or exc.errno in _GSO_UNSUPPORTED:
-                raise OSError(exc.errno, f"udp: GSO send of {j - i} x {size} bytes to {addr} "
-                              f"failed: {exc.strerror} (try gso=off or a smaller mtu)") from exc
-            device.tx_errors += j - i  # lost as on a wire: the core retransmits
-            i = j
-            continue
-        device.tx_datagrams += j - i
-        device.tx_bytes += nbytes
-        device.tx_gso_sends += 1
+            if sent < 0:  # GSO refused here: this run again, datagram by datagram
+                plain_until = j
+                continue
+            nbytes = sent
+        if nbytes:
+            device.tx_datagrams += j - i
+            device.tx_bytes += nbytes
+            device.tx_gso_sends += 1
         i = j
     return total
 
@@ -455,11 +452,35 @@ class UdpDevice:
                 continue  # a pending error reported by this call: it is cleared now
             self.icmp_errors += 1
 
-    def _gso_failed(self, exc: OSError) -> None:
-        self.gso_fallbacks += 1
-        self._gso_failures += 1
-        if self._gso_failures >= _GSO_FAILURES_BEFORE_OFF:
-            self._gso = False
+    def _gso_error(self, exc: OSError, sock: socket.socket, run: Sequence[Any], cmsg: Any,
+                   addr: Any) -> int | None:
+        """A GSO send of ``run`` failed with ``exc``.  Returns the bytes sent after all, 0 if
+        the run is lost (as on a wire), -1 if the caller should send it datagram by datagram,
+        None if the send queue is full."""
+        for attempt in range(2):
+            if exc.errno in _PUSHBACK:
+                self.tx_pushbacks += 1
+                return None
+            if exc.errno in _GSO_UNSUPPORTED and self._gso_mode == "auto":
+                self.gso_fallbacks += 1
+                self._gso_failures += 1
+                if self._gso_failures >= _GSO_FAILURES_BEFORE_OFF:
+                    self._gso = False
+                return -1
+            if exc.errno == errno.EMSGSIZE or exc.errno in _GSO_UNSUPPORTED:
+                raise OSError(exc.errno, f"udp: GSO send of {len(run)} datagrams of "
+                              f"{len(run[0])} bytes to {addr} failed: {exc.strerror} (try "
+                              "gso=off or a smaller mtu)") from exc
+            if self.closed:
+                raise OSError(errno.EBADF, "udp: device is closed") from exc
+            if attempt == 0:  # perhaps an ICMP error reported by this call: clear it, retry
+                self._drain_errqueue(sock)
+                try:
+                    return int(sock.sendmsg(run, cmsg, 0, addr))
+                except OSError as again:
+                    exc = again
+        self.tx_errors += len(run)  # lost as on a wire: the core retransmits
+        return 0
 
     # -- the rest of the Device interface ---------------------------------------------
 

@@ -647,3 +647,38 @@ def test_recverr_off(open_udp):
     assert a.post_send(Channel.DATA, _dead_handle("127.0.0.1"), b"x")
     a.wait(time.monotonic() + 0.05)
     assert a.device.stats()["icmp_errors"] == 0
+
+
+def test_batch_with_empty_and_tiny_datagrams(open_udp):
+    a, b, to_b, _ = pair(open_udp)
+    batch = [b"", b"", b"a", b"a", b"", b"bb" * 700, b"bb" * 700, b"c"]
+    assert a.device.post_send_batch(Channel.DATA, to_b, batch) == len(batch)
+    assert recv_n(b, len(batch)) == batch
+
+
+def test_gso_run_retried_after_a_pending_icmp_error(open_udp):
+    a, b, to_b, _ = pair(open_udp)
+    if not a.device.stats()["gso"]:
+        pytest.skip("this kernel has no UDP GSO")
+    real = a.device._socks
+
+    class OnceRefused:
+        def __init__(self, sock):
+            self.sock, self.failed = sock, False
+
+        def sendmsg(self, *args):
+            if not self.failed:
+                self.failed = True
+                raise ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
+            return self.sock.sendmsg(*args)
+
+        def recvmsg(self, *args):
+            return self.sock.recvmsg(*args)
+
+    a.device._socks = (real[0], OnceRefused(real[1]))
+    try:
+        assert a.device.post_send_batch(Channel.DATA, to_b, [b"g" * 500] * 10) == 10
+    finally:
+        a.device._socks = real
+    assert recv_n(b, 10) == [b"g" * 500] * 10
+    assert a.device.stats()["tx_errors"] == 0
