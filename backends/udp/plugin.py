@@ -14,7 +14,7 @@ from typing import Any
 from btlcore.device import Capabilities, Channel, ChannelInfo, Probe, hookimpl
 from btlcore.errors import ConfigError
 
-from . import _device, _options
+from . import _address, _device, _options
 from ._device import UdpDevice
 
 btl_device_post_send = hookimpl(_device.post_send)
@@ -92,3 +92,23 @@ def btl_device_fds(device: UdpDevice) -> Sequence[int]:
 @hookimpl
 def btl_device_close(device: UdpDevice) -> None:
     device.close()
+
+
+def parse_peer(text: str) -> bytes:
+    """``btl transfer --peer HOST:PORT``: the address of a peer whose priority socket is on
+    PORT and data socket on PORT + 1 (what ``--bind HOST:PORT`` gives), or the hex blob
+    ``btl serve`` prints.  Not a hook: a convenience the CLI looks for."""
+    text = text.strip()
+    if ":" not in text or all(c in "0123456789abcdefABCDEF" for c in text):
+        try:
+            raw = bytes.fromhex(text)
+            _address.decode(raw)
+            return raw
+        except ValueError:
+            raise ValueError(f"expected HOST:PORT or the hex address 'btl serve' printed, got {text!r}") from None
+    opts = _options.parse({"bind": text})
+    infos = socket.getaddrinfo(opts.host, opts.port, opts.family, socket.SOCK_DGRAM)
+    ip = infos[0][4][0]
+    if opts.port == 0:
+        raise ValueError(f"--peer needs a port, got {text!r}")
+    return _address.encode(opts.family, ip, opts.port, opts.port + 1)
