@@ -133,7 +133,7 @@ def post_send_batch(device: UdpDevice, channel: Channel, dest: Any, datagrams: S
             limit = min(total, i + min(GSO_MAX_SEGMENTS, device._max_payload // size))
             while j < limit and len(datagrams[j]) == size:
                 j += 1
-            if j < limit and len(datagrams[j]) < size:  # a shorter last segment is allowed
+            if j < limit and 0 < len(datagrams[j]) < size:  # a shorter (not empty) last one
                 j += 1
         if j - i == 1:
             try:
