@@ -21,8 +21,6 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import attrs
-
 from btlcore import wire
 from btlcore.errors import ConfigError
 
@@ -36,10 +34,11 @@ NodeRef = Any
 """bytes (an address), str (a name), a SimNIC, or a DeviceOps."""
 
 
-@attrs.define(slots=True, eq=False, init=False)
 class Fabric(Scheduler):
     """Any number of simulated NICs on one virtual clock.  See the module docstring."""
 
+    __slots__ = ("seed", "nics", "names", "_default", "_models", "_links", "_partitions",
+                 "_rules", "_nth")
     seed: int
     nics: dict[int, SimNIC]
     names: dict[str, SimNIC]

@@ -76,11 +76,11 @@ class BTL(Packet):
         LongField("ack", 0),
         ShortField("tag", 0),
         ShortField("payload_len", None),
-        ConditionalField(IntField("msg_id", 0), lambda p: int(p.flags) & wire.F_CHUNK),
-        ConditionalField(IntField("msg_len", 0), lambda p: int(p.flags) & wire.F_CHUNK),
-        ConditionalField(IntField("offset", 0), lambda p: int(p.flags) & wire.F_CHUNK),
-        ConditionalField(IntField("put_key", 0), lambda p: int(p.flags) & wire.F_PUT),
-        ConditionalField(LongField("put_offset", 0), lambda p: int(p.flags) & wire.F_PUT),
+        ConditionalField(IntField("msg_id", 0), lambda p: bool(int(p.flags) & wire.F_CHUNK)),
+        ConditionalField(IntField("msg_len", 0), lambda p: bool(int(p.flags) & wire.F_CHUNK)),
+        ConditionalField(IntField("offset", 0), lambda p: bool(int(p.flags) & wire.F_CHUNK)),
+        ConditionalField(IntField("put_key", 0), lambda p: bool(int(p.flags) & wire.F_PUT)),
+        ConditionalField(LongField("put_offset", 0), lambda p: bool(int(p.flags) & wire.F_PUT)),
     ]
 
     def post_build(self, pkt: bytes, pay: bytes) -> bytes:

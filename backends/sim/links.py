@@ -309,7 +309,10 @@ class Link:
                     pass  # netem's reorder: this frame goes at once, overtaking others
                 else:
                     arrival = t + self._delay_draw()
-            fab.schedule_frame(arrival, self, channel, out, note)
+            if arrival > now:  # Scheduler.schedule_frame, inline
+                heappush(fab.heap, (arrival, fab._serial(), self, channel, out, note))
+            else:
+                fab.land(self, channel, out, note)
         return True
 
     def _delay_draw(self) -> float:

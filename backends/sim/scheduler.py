@@ -17,17 +17,16 @@ from heapq import heappop, heappush
 from itertools import count
 from typing import TYPE_CHECKING, Any
 
-import attrs
-
 if TYPE_CHECKING:
     from .links import Link
     from .pcap import PcapWriter
 
 
-@attrs.define(slots=True, eq=False, init=False)
 class Scheduler:
-    """The fabric's clock and event heap (the :class:`Fabric` is one)."""
+    """The fabric's clock and event heap (the :class:`Fabric` is one).  A plain slotted
+    class, not attrs: it is a base class with a hand-written ``__init__``."""
 
+    __slots__ = ("now", "heap", "landed", "pcap", "_serial")
     now: float
     heap: list[tuple[Any, ...]]
     landed: bool

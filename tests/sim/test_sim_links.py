@@ -103,7 +103,8 @@ def test_gilbert_elliott_loss_rate_and_mean_burst_length(make_pair, p: float, me
     # bursts are geometric with mean L: the mean of k of them has a standard error of
     # sqrt(1 - 1/L) * L / sqrt(k)
     k = len(runs)
-    assert abs(statistics.mean(runs) - mean_len) < 5 * math.sqrt(1 - 1 / mean_len) * mean_len / math.sqrt(k) + 0.01
+    sem = math.sqrt(1 - 1 / mean_len) * mean_len / math.sqrt(k)
+    assert abs(statistics.mean(runs) - mean_len) < 5 * sem + 0.01
     # the loss rate of a two-state Markov chain: variance p(1-p)/n * (1+lam)/(1-lam), where
     # lam = 1 - q - r is the chain's memory
     q, r = LinkModel(burst=(p, mean_len)).gilbert_elliott()
