@@ -47,7 +47,8 @@ case $rc in
     125)
         reason=$(grep -m1 'BTLVM: FAILED' "$out/console.log" 2>/dev/null || true)
         if ! grep -q 'BTLVM: t=' "$out/console.log" 2>/dev/null; then
-            vm_skip "qemu could not boot the VM here (console: $out/console.log)"
+            why=$(grep -m1 -v '^[[:space:]]*$' "$out/console.log" 2>/dev/null | cut -c1-200)
+            vm_skip "qemu could not boot the VM here: ${why:-no output} (console: $out/console.log)"
         fi
         echo "run-verbs-tests: the VM booted but could not run the tests: ${reason:-see $out/console.log}" >&2
         exit 1 ;;
