@@ -1,0 +1,139 @@
+"""``btlcore.wire`` and the scapy layers of ``btlcore.backends.sim.layers`` agree, both ways:
+a datagram encoded by wire equals the one scapy builds from the same fields (CRC included),
+and scapy dissects wire's bytes back to the same fields (as wire.decode reads them)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from btlcore import wire
+
+layers = pytest.importorskip("btlcore.backends.sim.layers")
+scapy_all = pytest.importorskip("scapy.all")
+
+u8 = st.integers(0, 0xFF)
+u16 = st.integers(0, 0xFFFF)
+u32 = st.integers(0, wire.U32_MASK)
+u64 = st.integers(0, wire.SEQ_MASK)
+
+
+@st.composite
+def ack_bodies(draw: st.DrawFn) -> tuple[bytes, dict]:
+    ranges = draw(st.lists(st.tuples(u32, u32), max_size=wire.MAX_SACK_RANGES))
+    window, delay = draw(u32), draw(u32)
+    flags = draw(st.sampled_from([0, wire.AF_TRUNCATED, wire.AF_DUPLICATE,
+                                  wire.AF_TRUNCATED | wire.AF_DUPLICATE]))
+    body = wire.ack_payload(window, ranges, delay, flags)
+    layer = layers.BTLAck(window=window, ack_flags=flags, ack_delay=delay,
+                          ranges=[layers.BTLSackRange(start=s, length=n) for s, n in ranges])
+    return body, {"layer": layer, "window": window, "ack_delay": delay, "ack_flags": flags,
+                  "ranges": ranges}
+
+
+@st.composite
+def hello_bodies(draw: st.DrawFn) -> tuple[bytes, dict]:
+    hello = wire.Hello(draw(u32), draw(u32), draw(u64), draw(u32), draw(u32),
+                       draw(st.binary(max_size=64)))
+    layer = layers.BTLHello(incarnation=hello.incarnation, conn_id=hello.conn_id, isn=hello.isn,
+                            echo_incarnation=hello.echo_incarnation, window=hello.window,
+                            address=hello.address)
+    return hello.encode(), {"layer": layer, "hello": hello}
+
+
+@st.composite
+def datagrams(draw: st.DrawFn) -> tuple[wire.Datagram, object, dict]:
+    """A datagram, the scapy packet built from the same fields, and the body's fields."""
+    typ = draw(st.sampled_from(sorted(wire.TYPE_NAMES)))
+    if typ == wire.T_ACK:
+        payload, body = draw(ack_bodies())
+    elif typ in (wire.T_HELLO, wire.T_HELLO_ACK):
+        payload, body = draw(hello_bodies())
+    else:
+        payload = draw(st.binary(max_size=300))
+        body = {"layer": scapy_all.Raw(payload) if payload else None}
+    chunk = draw(st.none() | st.tuples(u32, u32, u32))
+    put = draw(st.none() | st.tuples(u32, u64))
+    dg = wire.Datagram(
+        typ, flags=draw(st.sampled_from([0, wire.F_ACK])), dst_conn=draw(u32),
+        src_incarnation=draw(u32), seq=draw(u64), ack=draw(u64), tag=draw(u16),
+        msg_id=chunk and chunk[0], msg_len=chunk and chunk[1], offset=chunk and chunk[2],
+        put_key=put and put[0], put_offset=put and put[1], payload=payload)
+    return dg, body, {"chunk": chunk, "put": put}
+
+
+def _scapy_build(dg: wire.Datagram, body: dict, ext: dict, with_crc: bool) -> object:
+    flags = dg.flags | (wire.F_CHUNK if ext["chunk"] else 0) | (wire.F_PUT if ext["put"] else 0)
+    flags |= wire.F_CRC if with_crc else 0
+    extra = {}
+    if ext["chunk"]:
+        extra.update(msg_id=dg.msg_id, msg_len=dg.msg_len, offset=dg.offset)
+    if ext["put"]:
+        extra.update(put_key=dg.put_key, put_offset=dg.put_offset)
+    pkt = layers.BTL(type=dg.type, flags=flags, dst_conn=dg.dst_conn,
+                     src_incarnation=dg.src_incarnation, seq=dg.seq, ack=dg.ack, tag=dg.tag, **extra)
+    return pkt / body["layer"] if body["layer"] is not None else pkt
+
+
+@settings(max_examples=300, deadline=None)
+@given(datagrams(), st.booleans())
+def test_scapy_builds_the_bytes_wire_encodes(case: tuple, with_crc: bool) -> None:
+    dg, body, ext = case
+    encoded = dg.encode(with_crc=with_crc)
+    built = bytes(_scapy_build(dg, body, ext, with_crc))
+    assert built == encoded
+    assert wire.crc_ok(built)
+
+
+@settings(max_examples=300, deadline=None)
+@given(datagrams(), st.booleans())
+def test_scapy_dissects_what_wire_encodes(case: tuple, with_crc: bool) -> None:
+    dg, body, ext = case
+    encoded = dg.encode(with_crc=with_crc)
+    decoded = wire.decode(encoded)
+    pkt = layers.dissect(encoded)
+    got = layers.fields(pkt)
+    for name in ("version", "type", "flags", "dst_conn", "src_incarnation", "crc", "seq", "ack",
+                 "tag", "msg_id", "msg_len", "offset", "put_key", "put_offset", "payload"):
+        assert got[name] == getattr(decoded, name), name
+    assert got["payload_len"] == len(dg.payload)
+    if not with_crc:
+        assert got["crc"] == 0
+    if dg.type == wire.T_ACK:
+        parsed = wire.parse_ack_payload(decoded.payload)  # (window, ranges, delay, flags)
+        assert (got["window"], got["ranges"], got["ack_delay"], got["ack_flags"]) == parsed
+        assert parsed == (body["window"], body["ranges"], body["ack_delay"], body["ack_flags"])
+    if dg.type in (wire.T_HELLO, wire.T_HELLO_ACK):
+        assert got["hello"] == wire.Hello.decode(decoded.payload) == body["hello"]
+    # and scapy rebuilds the dissected packet byte for byte
+    assert bytes(pkt) == encoded
+
+
+@settings(max_examples=100, deadline=None)
+@given(datagrams())
+def test_a_capture_frame_dissects_as_ether_ip_udp_btlcore(case: tuple) -> None:
+    dg, _, _ = case
+    encoded = dg.encode()
+    for sport, dport in ((wire.PCAP_UDP_PORT, 40000), (40000, wire.PCAP_UDP_PORT)):
+        frame = bytes(scapy_all.Ether() / scapy_all.IP() / scapy_all.UDP(sport=sport, dport=dport)
+                      / scapy_all.Raw(encoded))
+        pkt = scapy_all.Ether(frame)
+        assert pkt.haslayer(layers.BTL)
+        assert bytes(pkt[layers.BTL]) == encoded
+
+
+def test_scapy_checks_the_crc_as_wire_does() -> None:
+    good = wire.Datagram(wire.T_DATA, seq=5, payload=b"hello").encode()
+    assert layers.dissect(good).crc_ok()
+    bad = bytearray(good)
+    bad[-1] ^= 1
+    assert not layers.dissect(bytes(bad)).crc_ok()
+    assert not wire.crc_ok(bytes(bad))
+
+
+def test_ack_layer_follows_the_wire_body_layout() -> None:
+    """The fixed part of BTLAck is wire.ACK_BODY's size (catches a wire change)."""
+    assert len(layers.BTLAck()) == wire.ACK_BODY.size
+    assert len(layers.BTLHello()) == wire.HELLO_BODY.size
+    assert len(layers.BTL()) == wire.HEADER_LEN
