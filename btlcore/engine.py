@@ -95,6 +95,8 @@ class Engine:
                                     ((self.priority_mtu if self.priority_limit else self.data_mtu)
                                      - HEADER_LEN - ACK_BODY.size) // SACK_RANGE.size))
         self._granularity = 1e-6 if not config.ack_delay else config.ack_delay
+        self._ack_frequency = config.ack_frequency
+        self._ack_delay = config.ack_delay
         # congestion control off: a window so large it never binds
         self._cwnd_max = float(config.cwnd_max) if config.cwnd_max else float("inf")
         self._cwnd_initial = float(min(config.cwnd_initial, config.cwnd_max)) if config.cwnd_max else float("inf")
@@ -265,7 +267,29 @@ class Engine:
         c.num_total_recvs += 1
         if not peer.confirmed:
             self._confirm(peer, now)
-        if flags & F_ACK:
+        w = peer.window
+        cum = w.cum
+        if seq_w == (cum + 1) & SEQ_MASK and not flags & (F_CHUNK | F_PUT) and not w._starts \
+                and n == HEADER_LEN + plen and (not flags & F_ACK or ack_w == peer.snd_una & SEQ_MASK):
+            # The common case, kept short: the next segment in order, a whole message, no
+            # holes to fill, and a piggy-backed ACK that tells nothing new.
+            seq = w.cum = cum + 1
+            if seq > w.high:
+                w.high = seq
+                peer.rx_high_time = now
+            c.num_frag_recvs += 1
+            c.num_msgs_delivered += 1
+            c.num_bytes_delivered += plen
+            self.events.append((EV_MESSAGE, peer, tag, bytes(memoryview(data)[HEADER_LEN:])))
+            peer.ack_count += 1
+            if peer.ack_count >= self._ack_frequency:
+                peer.ack_now = True
+            elif peer.ack_deadline is None:
+                peer.ack_deadline = now + self._ack_delay
+            self._acking[peer] = None
+            self._timed[peer] = None
+            return
+        if flags & F_ACK and ack_w != peer.snd_una & SEQ_MASK:
             at_cum = self._on_cum_ack(peer, ack_w, now)
             if at_cum is not None:
                 # a piggy-backed ACK carries no delay: sample only when it acknowledges the
@@ -274,8 +298,6 @@ class Engine:
                 if at_cum.tx_count == 1 and at_cum.seq == peer.next_seq - 1:
                     peer.timer.sample(now - at_cum.sent_at)
                 self._detect_losses(peer)
-        w = peer.window
-        cum = w.cum
         seq = cum + 1 + ((seq_w - cum - 1) & SEQ_MASK)
         if seq - cum - 1 >= _HALF:
             seq -= _WRAP
@@ -751,7 +773,9 @@ class Engine:
         cfg = self.config
         for peer in list(self._timed):
             if peer.unacked:
-                if now - peer.last_progress >= cfg.peer_timeout:
+                # (deadlines are compared exactly as get_timer computes them: a difference
+                # instead of a sum can round the other way and livelock virtual time)
+                if peer.last_progress + cfg.peer_timeout <= now:
                     self._fail_peer(peer, PeerUnreachable(
                         f"peer {peer.address.hex()} acknowledged nothing for {cfg.peer_timeout:g} s"))
                     continue
@@ -771,7 +795,7 @@ class Engine:
                         peer.recovery_serial = peer.tx_serial + 1
                     self._resending[peer] = None
             if peer.hello_started is not None and peer.state is PeerState.CONNECTING \
-                    and now - peer.hello_started >= cfg.handshake_timeout:
+                    and peer.hello_started + cfg.handshake_timeout <= now:
                 self._fail_peer(peer, PeerUnreachable(
                     f"peer {peer.address.hex()} did not answer the handshake within "
                     f"{cfg.handshake_timeout:g} s"))
@@ -888,13 +912,16 @@ class Engine:
             pos += PUT_LEN
         buf = bytearray(pos + n)
         HEADER.pack_into(buf, 0, WIRE_VERSION, T_DATA, flags, 0, peer.remote_conn,
-                         self.incarnation, 0, seq & SEQ_MASK, 0, msg.tag, n)
+                         self.incarnation, 0, seq & SEQ_MASK, peer.window.cum & SEQ_MASK, msg.tag, n)
         if msg.chunked:
             CHUNK.pack_into(buf, HEADER_LEN, msg.msg_id, msg.length, msg.offset)
         if put:
             PUT.pack_into(buf, pos - PUT_LEN, msg.put_key, msg.put_offset)
         if n:
             buf[pos:] = msg.data[msg.offset:msg.offset + n]
+        if self.crc:
+            view = memoryview(buf)
+            _U32.pack_into(buf, CRC_OFFSET, crc32c(view[CRC_OFFSET + 4:], crc32c(view[:CRC_OFFSET])))
         channel = PRIORITY if not msg.chunked and pos + n <= self.priority_limit else DATA
         seg = Segment(seq, buf, channel, msg)
         msg.offset += n
@@ -909,7 +936,16 @@ class Engine:
         self._timed[peer] = None
         c.num_total_sends += 1
         c.num_bytes_sent += n
-        self._stamp(peer, seg, now, out)
+        # first transmission: the header already carries the ACK point (see _stamp)
+        seg.sent_at = now
+        seg.tx_count = 1
+        peer.tx_serial += 1
+        seg.tx_serial = peer.tx_serial
+        peer.ack_count = 0
+        peer.ack_deadline = None
+        if not peer.sack_dirty:
+            peer.ack_now = False
+        out.append((channel, peer.dest, buf))
 
     def _ack_pass(self, out: list[Any], now: float, budget: int) -> None:
         for peer in list(self._acking):
