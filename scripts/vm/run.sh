@@ -68,7 +68,7 @@ fi
     echo "export BTL_VM_GUEST=1 BTL_VM_OUT=/btlvm PYTHONUNBUFFERED=1"
     echo "export PYTHONPATH=$(shq "$VM_SCRIPTS/guest") BTL_VM_VENV_SITE=$(shq "$venv_site")"
     # Forward the test knobs the caller set (BTL_* and PYTEST_ADDOPTS).
-    env | grep -E '^(BTL_[A-Z0-9_]+|PYTEST_ADDOPTS)=' | grep -vE '^BTL_VM_(DIR|TIMEOUT|MEM)=' \
+    env | grep -E '^(BTL_[A-Z0-9_]+|PYTEST_ADDOPTS)=' | grep -vE '^BTL_VM_(DIR|TIMEOUT|MEM|GUEST|OUT|VENV_SITE)=' \
         | while IFS='=' read -r k v; do echo "export $k=$(shq "$v")"; done || true
     printf 'exec'
     for arg in "$@"; do printf ' %s' "$(shq "$arg")"; done
