@@ -103,7 +103,7 @@ def post_send(device: UdpDevice, channel: Channel, dest: Any, data: Any) -> bool
         raise ValueError(f"udp: datagram of {n} bytes exceeds the {Channel(channel).name} "
                          f"channel MTU of {device._mtus[channel]} bytes")
     try:
-        device._socks[channel].sendto(data, dest[channel])
+        device._sendto[channel](data, dest[channel])
     except OSError as exc:
         return device._send_error(exc, device._socks[channel], data, dest[channel])
     device.tx_datagrams += 1
@@ -371,6 +371,7 @@ class UdpDevice:
             raise
         self._socks: tuple[socket.socket, socket.socket] = (socks[0], socks[1])
         self._prio_sock = socks[0]
+        self._sendto = (socks[0].sendto, socks[1].sendto)
         self._data_sock = socks[1]
         self._gro = opts.gro
         self._pending: list[bytes] = []

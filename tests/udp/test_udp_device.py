@@ -32,6 +32,14 @@ def recv_n(ops: DeviceOps, n: int, timeout: float = 5.0) -> list[bytes]:
     return got
 
 
+def swap_sockets(device, socks):
+    """Put stand-in sockets (or the real ones back) under a device; returns the old ones."""
+    old = device._socks
+    device._socks = tuple(socks)
+    device._sendto = tuple(sock.sendto for sock in socks)
+    return old
+
+
 def pair(open_udp, **options):
     a, b = open_udp(**options), open_udp(**options)
     return a, b, a.resolve(b.local_address()), b.resolve(a.local_address())
@@ -353,13 +361,13 @@ def test_full_send_queue_returns_false(open_udp, err):
     a = open_udp()
     dest = a.resolve(a.local_address())
     real = a.device._socks
-    a.device._socks = (_FullSocket(err), _FullSocket(err))
+    swap_sockets(a.device, (_FullSocket(err), _FullSocket(err)))
     try:
         assert a.post_send(Channel.DATA, dest, b"x") is False
         assert a.device.post_send_batch(Channel.DATA, dest, [b"x" * 100] * 5) == 0
         assert a.device.post_send_batch(Channel.DATA, dest, [b"x" * 100]) == 0
     finally:
-        a.device._socks = real
+        swap_sockets(a.device, real)
     assert a.device.stats()["tx_pushbacks"] == 3
     assert a.device.stats()["tx_datagrams"] == 0
 
@@ -368,11 +376,11 @@ def test_unreachable_counts_as_loss(open_udp):
     a = open_udp()
     dest = a.resolve(a.local_address())
     real = a.device._socks
-    a.device._socks = (_FullSocket(errno.EPERM), _FullSocket(errno.EPERM))
+    swap_sockets(a.device, (_FullSocket(errno.EPERM), _FullSocket(errno.EPERM)))
     try:
         assert a.post_send(Channel.DATA, dest, b"x") is True  # lost, as on a wire
     finally:
-        a.device._socks = real
+        swap_sockets(a.device, real)
     assert a.device.stats()["tx_errors"] == 1
 
 
@@ -411,12 +419,12 @@ def test_gso_fallback_in_auto_mode(open_udp):
         def sendto(self, *a_):
             return self.sock.sendto(*a_)
 
-    a.device._socks = (NoGso(real[0]), NoGso(real[1]))
+    swap_sockets(a.device, (NoGso(real[0]), NoGso(real[1])))
     try:
         for _ in range(3):
             assert a.device.post_send_batch(Channel.DATA, to_b, [b"q" * 100] * 4) == 4
     finally:
-        a.device._socks = real
+        swap_sockets(a.device, real)
     assert recv_n(b, 12) == [b"q" * 100] * 12
     st = a.device.stats()
     assert st["gso_fallbacks"] == 3 and st["gso"] is False
@@ -675,10 +683,13 @@ def test_gso_run_retried_after_a_pending_icmp_error(open_udp):
         def recvmsg(self, *args):
             return self.sock.recvmsg(*args)
 
-    a.device._socks = (real[0], OnceRefused(real[1]))
+        def sendto(self, *args):
+            return self.sock.sendto(*args)
+
+    swap_sockets(a.device, (real[0], OnceRefused(real[1])))
     try:
         assert a.device.post_send_batch(Channel.DATA, to_b, [b"g" * 500] * 10) == 10
     finally:
-        a.device._socks = real
+        swap_sockets(a.device, real)
     assert recv_n(b, 10) == [b"g" * 500] * 10
     assert a.device.stats()["tx_errors"] == 0
