@@ -16,8 +16,9 @@ layers; imported only on demand, scapy is slow to load), ``selftest`` (raw speed
 """
 
 from .fabric import Fabric, default_fabric, reset_default_fabric
-from .links import DROP_CAUSES, LinkModel
+from .links import DROP_CAUSES, Link, LinkModel
+from .nic import SimNIC
 from .rules import DropRule, Partition
 
-__all__ = ["DROP_CAUSES", "DropRule", "Fabric", "LinkModel", "Partition", "default_fabric",
-           "reset_default_fabric"]
+__all__ = ["DROP_CAUSES", "DropRule", "Fabric", "Link", "LinkModel", "Partition", "SimNIC",
+           "default_fabric", "reset_default_fabric"]
