@@ -1,0 +1,259 @@
+"""Loss recovery: fast retransmit, timeout retransmit with backoff and the probe rule, the
+per-pass resend cap, the send window and the congestion window."""
+
+from __future__ import annotations
+
+import pytest
+
+from btlcore import Config
+from btlcore.wire import T_ACK, T_DATA, decode
+from enginepair import EnginePair, safe_decode
+
+
+def pair(**cfg: object) -> EnginePair:
+    p = EnginePair(Config(**cfg))  # type: ignore[arg-type]
+    p.handshake()
+    return p
+
+
+def data_log(p: EnginePair, src: int = 0, since: int = 0) -> list[tuple[float, int]]:
+    """(time, seq relative to the sender's ISN) of every DATA datagram sent by src."""
+    isn = (p.pa if src == 0 else p.pb).isn
+    out = []
+    for t, s, _d, raw in p.log[since:]:
+        dg = safe_decode(raw)
+        if s == src and dg is not None and dg.type == T_DATA:
+            out.append((t, dg.seq - isn))
+    return out
+
+
+def test_fast_retransmit_one_lost_segment_resent_once_before_rto() -> None:
+    p = pair()
+    mark = len(p.log)
+    p.drop_where(lambda d: d.type == T_DATA, count=1)
+    for i in range(10):
+        p.send(0, 1, 1, bytes([i]), key=i)
+    t0 = p.now
+    srtt, rto = p.pa.timer.srtt, p.pa.timer.rto
+    p.run(lambda: all(p.completions[i] for i in range(10)))
+    sent = data_log(p, 0, mark)
+    assert [s for _t, s in sent] == list(range(1, 11)) + [1]  # seq 1 resent, once
+    t_resend = sent[-1][0]
+    # lost once a later send was ACKed and an RTT plus a quarter-RTT allowance passed
+    assert t_resend == pytest.approx(t0 + srtt * 1.25 + Config().ack_delay, abs=1e-12)
+    assert t_resend < t0 + rto
+    st = p.a.stats()
+    assert (st["num_fast_retrans"], st["num_timeout_retrans"], st["num_resends"]) == (1, 0, 1)
+    assert p.delivered[1] == [(b"A", 1, bytes([i])) for i in range(10)]
+    assert all(p.completions[i] == [None] for i in range(10))
+
+
+def test_fast_retransmit_threshold_respected() -> None:
+    # with only threshold-1 segments after the hole, loss is found by the timeout
+    p = pair(fast_retransmit_threshold=3)
+    p.drop_where(lambda d: d.type == T_DATA, count=1)
+    for i in range(3):  # hole + 2 later segments: 2 < 3
+        p.send(0, 1, 1, b"x", key=i)
+    p.run(lambda: all(p.completions[i] for i in range(3)))
+    st = p.a.stats()
+    assert (st["num_fast_retrans"], st["num_timeout_retrans"]) == (0, 1)
+    q = pair(fast_retransmit_threshold=3)
+    q.drop_where(lambda d: d.type == T_DATA, count=1)
+    for i in range(4):  # hole + 3 later segments
+        q.send(0, 1, 1, b"x", key=i)
+    q.run(lambda: all(q.completions[i] for i in range(4)))
+    st = q.a.stats()
+    assert (st["num_fast_retrans"], st["num_timeout_retrans"]) == (1, 0)
+
+
+def test_timeout_retransmit_backoff_and_probe_rule() -> None:
+    p = pair()
+    mark = len(p.log)
+    p.drop_where(lambda d: d.type == T_DATA, count=6)
+    for i in range(3):
+        p.send(0, 1, 1, b"x", key=i)
+    t0 = p.now
+    rto = p.pa.timer.rto
+    p.run(lambda: all(p.completions[i] for i in range(3)))
+    sent = data_log(p, 0, mark)
+    assert [s for _t, s in sent[:3]] == [1, 2, 3]
+    # each timeout resends only the oldest outstanding transmission (a probe), with the
+    # timeout doubling each time
+    timeouts = sent[3:7]
+    assert [s for _t, s in timeouts] == [1, 2, 3, 1]
+    expect, t = [], t0
+    for k in range(4):
+        t = t + rto * 2 ** k
+        expect.append(t)
+    assert [t for t, _s in timeouts] == pytest.approx(expect, abs=1e-12)
+    st = p.a.stats()
+    assert st["num_timeout_retrans"] == st["num_resends"] == 6 and st["num_fast_retrans"] == 0
+    assert p.pa.timer.backoff == 1  # progress ended the backoff
+    assert len(p.delivered[1]) == 3
+
+
+def test_backoff_capped_at_rto_max() -> None:
+    p = pair(rto_max=0.05, peer_timeout=100.0, max_retries=100)
+    mark = len(p.log)
+    p.drop_where(lambda d: d.type == T_DATA, count=8)
+    p.send(0, 1, 1, b"x", key=0)
+    assert p.pa.timer.rto == 0.006
+    p.run(lambda: p.completions[0])
+    times = [t for t, _s in data_log(p, 0, mark)]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert gaps[:4] == pytest.approx([0.006, 0.012, 0.024, 0.048], abs=1e-9)
+    assert gaps[4:8] == pytest.approx([0.05] * 4, abs=1e-9)
+
+
+def test_fixed_timeout_mode_no_backoff() -> None:
+    p = pair(rto_mode="fixed", retrans_timeout=0.004)
+    mark = len(p.log)
+    p.drop_where(lambda d: d.type == T_DATA, count=4)
+    p.send(0, 1, 1, b"x", key=0)
+    p.run(lambda: p.completions[0])
+    times = [t for t, _s in data_log(p, 0, mark)]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert gaps == pytest.approx([0.004] * 4, abs=1e-9)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: the RTO leaves out the peer's ACK delay (RTT samples "
+                   "subtract it), so once rttvar decays a lone message's delayed ACK arrives after "
+                   "the RTO: every isolated message is retransmitted spuriously, forever (Karn)")
+def test_no_spurious_timeout_for_isolated_messages() -> None:
+    p = pair()  # defaults: ack_delay 200 us, link RTT 2 ms
+    for i in range(30):
+        p.send(0, 1, 1, b"x", key=i)
+        p.run(lambda i=i: p.completions[i])
+        p.run_idle()
+    assert p.a.stats()["num_timeout_retrans"] == 0
+    assert p.b.stats()["num_dup_recvs"] == 0
+
+
+def test_max_resends_per_pass() -> None:
+    p = pair(max_resends_per_pass=5)
+    # lose the first 19 of 20 segments: the ACK of the 20th reveals 17 losses at once
+    p.drop_where(lambda d: d.type == T_DATA, count=19)
+    for i in range(20):
+        p.send(0, 1, 1, b"x", key=i)
+    mark_batches = len(p.batches)
+    p.run(lambda: p.a.stats()["num_fast_retrans"] >= 17)
+    isn = p.pa.isn
+    seen: set[int] = set()
+    per_batch = []
+    for _t, src, batch in p.batches[mark_batches:]:
+        if src != 0:
+            continue
+        n = 0
+        for raw in batch:
+            dg = decode(raw)
+            if dg.type == T_DATA:
+                if dg.seq in seen:
+                    n += 1
+                seen.add(dg.seq)
+        if n:
+            per_batch.append(n)
+    assert per_batch[:4] == [5, 5, 5, 2]
+    assert max(per_batch) <= 5
+    p.run(lambda: all(p.completions[i] for i in range(20)))
+    assert [d for _a, _t, d in p.delivered[1]] == [b"x"] * 20
+    del isn
+
+
+@pytest.mark.parametrize("window,loss", [(8, False), (16, True), (64, True)])
+def test_in_flight_never_exceeds_window(window: int, loss: bool) -> None:
+    p = pair(window=window, cwnd_max=0)
+    if loss:
+        p.add_hook(lambda s, d, raw, k: "drop" if s == 0 and k % 7 == 3 else None)
+    n = 200
+    for i in range(n):
+        p.send(0, 1, 1, i.to_bytes(2, "big"), key=i)
+    worst = 0
+
+    def check() -> bool:
+        nonlocal worst
+        worst = max(worst, p.pa.in_flight)
+        assert p.pa.in_flight <= window
+        return all(p.completions[i] for i in range(n))
+    p.run(check)
+    assert worst == window  # the window was used in full
+    assert p.pa.counters.max_send_window == window
+    assert [d for _a, _t, d in p.delivered[1]] == [i.to_bytes(2, "big") for i in range(n)]
+
+
+def test_receiver_window_smaller_than_sender_is_honoured() -> None:
+    p = EnginePair(Config(window=64, cwnd_max=0), config_b=Config(window=8))
+    p.handshake()
+    assert p.pa.remote_window == 8
+    for i in range(50):
+        p.send(0, 1, 1, b"x", key=i)
+
+    def check() -> bool:
+        assert p.pa.in_flight <= 8
+        assert p.pb.counters.num_oow_high_recvs == 0
+        return all(p.completions[i] for i in range(50))
+    p.run(check)
+
+
+def test_initial_congestion_window_limits_first_flight() -> None:
+    p = pair(cwnd_initial=4, cwnd_max=1024)
+    for i in range(40):
+        p.send(0, 1, 1, b"x", key=i)
+    out = p.a.datagrams_to_send(p.now)
+    assert len(out) == 4
+
+
+def cwnd_trace(p: EnginePair, done) -> list[float]:
+    """Distinct ssthresh values seen, in order (each new one is a halving)."""
+    trace: list[float] = []
+
+    def check() -> bool:
+        s = p.pa.ssthresh
+        if not trace or trace[-1] != s:
+            trace.append(s)
+        return done()
+    p.run(check)
+    return trace
+
+
+def test_cwnd_halves_once_per_loss_episode() -> None:
+    p = pair(cwnd_initial=32)
+    lost = {3, 7, 11, 15}
+    p.add_hook(lambda s, d, raw, k: "drop" if s == 0 and k in lost else None)
+    for i in range(32):
+        p.send(0, 1, 1, b"x", key=i)
+    trace = cwnd_trace(p, lambda: all(p.completions[i] for i in range(32)))
+    assert trace[0] == float("inf")
+    assert len(trace) == 2  # four losses in one flight: one halving
+    assert p.a.stats()["num_fast_retrans"] == 4
+
+
+def test_cwnd_halves_again_in_a_later_episode() -> None:
+    p = pair(cwnd_initial=32)
+    for i in range(32):
+        p.send(0, 1, 1, b"x", key=("a", i))
+    p.drop_where(lambda d: d.type == T_DATA, count=1)
+    trace1 = cwnd_trace(p, lambda: all(p.completions[("a", i)] for i in range(32)))
+    first = p.pa.ssthresh
+    p.drop_where(lambda d: d.type == T_DATA, count=1)
+    for i in range(32):
+        p.send(0, 1, 1, b"x", key=("b", i))
+    trace2 = cwnd_trace(p, lambda: all(p.completions[("b", i)] for i in range(32)))
+    assert len(trace1) == 2 and len(trace2) == 2 and p.pa.ssthresh != first
+
+
+def test_timeout_collapses_cwnd_to_slow_start() -> None:
+    p = pair(cwnd_initial=32)
+    p.drop_where(lambda d: d.type == T_DATA, count=3)
+    for i in range(3):
+        p.send(0, 1, 1, b"x", key=i)
+    p.run(lambda: p.a.stats()["num_timeout_retrans"] >= 1)
+    assert p.pa.cwnd == 2.0 and p.pa.ssthresh == 16.0
+
+
+def test_ack_loss_recovered_by_later_ack() -> None:
+    p = pair()
+    p.drop_where(lambda d: d.type == T_ACK, count=3, src=1)
+    for i in range(20):
+        p.send(0, 1, 1, b"x", key=i)
+    p.run(lambda: all(p.completions[i] for i in range(20)))
+    assert len(p.delivered[1]) == 20 and all(p.completions[i] == [None] for i in range(20))
