@@ -12,6 +12,17 @@ from btlcore.errors import ConfigError
 P, D = Channel.PRIORITY, Channel.DATA
 
 
+def reap(dev, want, timeout=5.0):
+    """Reap send completions until ``want`` were reaped (or timeout); return how many."""
+    n = 0
+    deadline = time.monotonic() + timeout
+    while n < want and time.monotonic() < deadline:
+        n += dev.poll_completions()
+        if n < want:
+            time.sleep(0.001)
+    return n
+
+
 def drain(dev, want, timeout=5.0, budget=64):
     """Copies of datagrams received by ``dev`` until ``want`` arrived or timeout."""
     got = []
@@ -120,8 +131,7 @@ def test_burst_with_send_queue_pushback(open_verbs):
     assert not a.post_send(D, dest, b"refused")
     assert a.tx_pushbacks == 1
     assert a.post_send(P, dest, b"other channel")  # each channel has its own queue
-    time.sleep(0.05)
-    assert a.poll_completions() == 17
+    assert reap(a, 17) == 17
     assert sorted(drain(b, 17)) == sorted([b"q%d" % i for i in range(16)] + [b"other channel"])
     b.poll_recv(0)
     # a burst of 600 x 1 KiB through a 16-deep send queue, as the core drives it
@@ -141,8 +151,7 @@ def test_burst_with_send_queue_pushback(open_verbs):
     got += drain(b, total - len(got))
     assert sent == total and pushbacks > 0
     assert len(got) == total and sorted(got) == sorted(payload)
-    time.sleep(0.05)
-    a.poll_completions()
+    reap(a, sum(ch.outstanding for ch in a._chans))
     assert [ch.outstanding for ch in a._chans] == [0, 0]
     assert sorted(a._chans[D].free) == list(range(16))
     assert a.tx_errors == 0 and b.rx_errors == 0
