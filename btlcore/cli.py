@@ -176,6 +176,15 @@ def _backend_options(args: argparse.Namespace) -> dict[str, Any]:
     return opts
 
 
+def _plugins(args: argparse.Namespace) -> list[Any]:
+    """Tool plugins the command line asks for (``--trace FILE``)."""
+    if getattr(args, "trace", None):
+        from .plugins.pcap import PcapTracer
+
+        return [PcapTracer(args.trace)]
+    return []
+
+
 # ---------------------------------------------------------------------------------- commands
 
 
@@ -275,7 +284,7 @@ def _run_remote_transfer(args: argparse.Namespace, cfg: Config, seed: int) -> di
     options = _backend_options(args)
     if args.mtu:
         options["mtu"] = args.mtu
-    t = open_transport(args.backend, config=cfg, **options)
+    t = open_transport(args.backend, config=cfg, plugins=_plugins(args), **options)
     reports: list[dict[str, Any]] = []
     t.on(TAG_REPORT, lambda p, tag, d: reports.append(decode_json(d)))
     done: list[BaseException | None] = []
@@ -389,6 +398,7 @@ def cmd_transfer(args: argparse.Namespace) -> int:
         result = _run_sim_transfer(args, messages, cfg, seed)
     else:
         for knob in ("loss", "burst", "reorder", "duplicate", "corrupt", "delay", "rate", "pcap"):
+            # (--trace is the real backends' capture)
             if getattr(args, knob) is not None:
                 raise UsageError(f"--{knob} applies to the simulator only (--backend sim)")
         result = _run_remote_transfer(args, cfg, seed)
@@ -429,7 +439,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     cfg = _config(args)
-    t = open_transport(args.backend, config=cfg, **_backend_options(args))
+    t = open_transport(args.backend, config=cfg, plugins=_plugins(args), **_backend_options(args))
     verifier = Verifier(ordered=cfg.ordered)
     out_dir = Path(args.out) if args.out else None
     state = {"reports": 0, "stop": False}
@@ -526,6 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--file", help="send this file (udp/verbs); it arrives byte-identical")
     sp.add_argument("--unordered", action="store_true", help="unordered delivery (usnic's and SRD's contract)")
     sp.add_argument("--seed", type=int)
+    sp.add_argument("--trace", metavar="FILE", help="pcap of every datagram sent and received (udp/verbs)")
     sp.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds (virtual on sim)")
     sim = sp.add_argument_group("simulator link (--backend sim)")
     sim.add_argument("--loss", help="random loss probability")
@@ -546,6 +557,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--option", action="append", metavar="NAME=VALUE", help="a backend option; repeatable")
     sp.add_argument("--count", type=int, default=0, help="stop after this many messages")
     sp.add_argument("--out", metavar="DIR", help="write received files into DIR")
+    sp.add_argument("--trace", metavar="FILE", help="pcap of every datagram sent and received")
     sp.set_defaults(func=cmd_serve)
 
     sp = sub.add_parser("backends", help="the backends found, and whether each can be used here")

@@ -170,6 +170,11 @@ class ToolSpec:
         """A datagram arrived at this transport (called only if some plugin implements it)."""
 
     @hookspec
+    def btl_frame_filter(self, transport: Any, channel: Channel, data: bytes) -> bool | None:
+        """Fault injection: return False to drop this outgoing datagram as if the network
+        lost it (called only if some plugin implements it)."""
+
+    @hookspec
     def btl_transport_closed(self, transport: Any, stats: Mapping[str, Any]) -> None:
         """A transport closed; ``stats`` are its final counters."""
 

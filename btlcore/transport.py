@@ -93,6 +93,10 @@ class Transport:
         hook = self._pm.hook
         self._frame_sent = hook.btl_frame_sent if hook.btl_frame_sent.get_hookimpls() else None
         self._frame_received = hook.btl_frame_received if hook.btl_frame_received.get_hookimpls() else None
+        if hook.btl_frame_filter.get_hookimpls():
+            frame_filter = hook.btl_frame_filter
+            self.add_send_filter(lambda channel, data: False not in frame_filter(
+                transport=self, channel=Channel(channel), data=bytes(data)))
         hook.btl_transport_opened(transport=self)
 
     # ------------------------------------------------------------------ API

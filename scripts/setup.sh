@@ -10,7 +10,13 @@ fi
 stamp=.venv/.btlcore-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-    .venv/bin/python -m pip install -q -e '.[test,bench]'
+    log=.venv/install.log
+    echo "setting up .venv (pip install -e '.[test,bench]'; log in $log)"
+    if ! { .venv/bin/python -m pip install --upgrade pip && \
+           .venv/bin/python -m pip install -e '.[test,bench]'; } >"$log" 2>&1; then
+        tail -n 30 "$log"
+        echo "setup failed: see $log" >&2
+        exit 1
+    fi
     echo "$want" > "$stamp"
 fi
