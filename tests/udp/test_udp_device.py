@@ -693,3 +693,18 @@ def test_gso_run_retried_after_a_pending_icmp_error(open_udp):
         swap_sockets(a.device, real)
     assert recv_n(b, 10) == [b"g" * 500] * 10
     assert a.device.stats()["tx_errors"] == 0
+
+
+# -- parse_peer (the CLI's --peer HOST:PORT) -----------------------------------------------
+
+
+def test_parse_peer():
+    from btlcore.backends.udp import plugin
+
+    blob = plugin.parse_peer("127.0.0.1:7000")
+    assert _address.decode(blob) == (socket.AF_INET, "127.0.0.1", 7000, 7001, 0)
+    assert _address.decode(plugin.parse_peer("[::1]:7000"))[:4] == (socket.AF_INET6, "::1", 7000, 7001)
+    assert plugin.parse_peer(blob.hex()) == blob
+    for bad in ("127.0.0.1:0", "zz", "55010400", "127.0.0.1:65535"):
+        with pytest.raises(ValueError):
+            plugin.parse_peer(bad)
