@@ -37,9 +37,10 @@ NodeRef = Any
 class Fabric(Scheduler):
     """Any number of simulated NICs on one virtual clock.  See the module docstring."""
 
-    __slots__ = ("seed", "nics", "names", "_default", "_models", "_links", "_partitions",
+    __slots__ = ("seed", "_opened", "nics", "names", "_default", "_models", "_links", "_partitions",
                  "_rules", "_nth")
     seed: int
+    _opened: int
     nics: dict[int, SimNIC]
     names: dict[str, SimNIC]
     _default: LinkModel
@@ -57,6 +58,7 @@ class Fabric(Scheduler):
         self.seed = seed
         self.nics = {}
         self.names = {}
+        self._opened = 0
         self._default = default if default is not None else LinkModel()
         self._models = {}
         self._links = {}
@@ -70,6 +72,8 @@ class Fabric(Scheduler):
 
     def add_nic(self, options: Mapping[str, Any]) -> SimNIC:
         """Make a NIC from (already validated) device options; the backend's open hook."""
+        if options.get("address") is not None:
+            return self._reopen_nic(options)
         node_id = len(self.nics) + 1
         if node_id > MAX_NODES:
             raise ConfigError(f"a sim fabric holds at most {MAX_NODES} NICs")
@@ -79,9 +83,52 @@ class Fabric(Scheduler):
                               "fabric has it")
         nic = SimNIC(self, node_id, name, options["mtu"], options["send_queue_depth"],
                      options["recv_queue_depth"])
+        nic.instance = self._opened
+        self._opened += 1
         self.nics[node_id] = nic
         self.names[name] = nic
         return nic
+
+    def _reopen_nic(self, options: Mapping[str, Any]) -> SimNIC:
+        """A new NIC at a closed NIC's address: a restarted process on the same host and
+        port.  The links to and from the address are kept (peers' resolved destinations
+        stay valid) and re-pointed at the new NIC; frames in flight to the old one are lost
+        with it, as on a real restart."""
+        node_id = parse_address(options["address"])
+        old = self.nics.get(node_id)
+        if old is None:
+            raise ConfigError(f"bad value for sim option 'address': no NIC ever had "
+                              f"{bytes(options['address']).hex(':')} on this fabric")
+        if not old.closed:
+            raise ConfigError(f"bad value for sim option 'address': {old.name} "
+                              f"({old.address.hex(':')}) is still open; close it first")
+        name = options.get("name") or old.name
+        if name != old.name and name in self.names:
+            raise ConfigError(f"bad value {name!r} for sim option 'name': another NIC on this "
+                              "fabric has it")
+        nic = SimNIC(self, node_id, name, options["mtu"], options["send_queue_depth"],
+                     options["recv_queue_depth"])
+        nic.instance = self._opened
+        self._opened += 1
+        self.nics[node_id] = nic
+        self.names.pop(old.name, None)
+        self.names[name] = nic
+        nic.links = old.links
+        for (src, dst), link in self._links.items():
+            if src == node_id:
+                link.src = nic
+            if dst == node_id:
+                link.dst = nic
+                link.dst_rx = nic.rx
+                link.dst_mtus = nic.mtus
+                link.dst_depth = nic.rq_depth
+            if node_id in (src, dst):
+                link.refresh()
+        return nic
+
+    def reopen(self, address: bytes, **options: Any) -> Any:
+        """``open_device`` at a closed NIC's ``address`` (see :meth:`_reopen_nic`)."""
+        return self.open_device(address=address, **options)
 
     def open_device(self, **options: Any) -> Any:
         """``btlcore.registry.open_device("sim", {"fabric": self, **options})``."""

@@ -42,7 +42,7 @@ last two bytes; the pcap uses it as the Ethernet address too."""
 ADDRESS_LEN = 6
 MAX_NODES = 0xFFFF
 
-OPTIONS = ("fabric", "mtu", "send_queue_depth", "recv_queue_depth", "name", "seed")
+OPTIONS = ("fabric", "mtu", "send_queue_depth", "recv_queue_depth", "name", "seed", "address")
 
 
 def node_address(node_id: int) -> bytes:
@@ -82,7 +82,14 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
     seed = options.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ConfigError(f"bad value {seed!r} for sim option 'seed': allowed is an integer")
+    address = options.get("address")
+    if address is not None:
+        try:
+            parse_address(address)
+        except ValueError as exc:
+            raise ConfigError(f"bad value for sim option 'address': {exc}") from None
     return {
+        "address": None if address is None else bytes(address),
         "mtu": _int_option(options, "mtu", DEFAULT_MTU, MIN_MTU, MAX_MTU),
         "send_queue_depth": _int_option(options, "send_queue_depth", DEFAULT_SEND_QUEUE_DEPTH,
                                         1, MAX_QUEUE_DEPTH),
@@ -129,10 +136,15 @@ class SimNIC:
         self.rx = [[], []]
         self.inflight = [[], []]
 
+    instance: int = 0
+    """How many NICs the fabric had opened before this one (reopens included)."""
+
     @property
     def seed(self) -> int:
-        """The fabric's seed: the core seeds its own generator from it (see DeviceSpec)."""
-        return self.fabric.seed
+        """The core seeds its own generator from this (see DeviceSpec): the fabric's seed
+        and this NIC's opening, so that a NIC reopened at an old address (a restarted
+        process) draws a new incarnation, yet every run with the same seed is the same."""
+        return self.fabric.seed * 1_000_003 + self.instance
 
     # -- control path -------------------------------------------------------------------
 

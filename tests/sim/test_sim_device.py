@@ -218,7 +218,20 @@ def test_wire_header_survives_the_fabric_untouched(make_pair) -> None:
     assert got == sent and wire.crc_ok(got)
 
 
-def test_device_exposes_the_fabric_seed_for_the_core() -> None:
-    fabric = Fabric(seed=1234)
-    ops = fabric.open_device()
-    assert ops.device.seed == 1234 == ops.device.fabric.seed
+def test_device_seed_follows_the_fabric_seed_and_differs_per_opening() -> None:
+    """The core seeds its generator from device.seed: same fabric seed, same seeds; every
+    NIC opening (a reopen at an old address included) gets its own, so a restarted node
+    draws a new incarnation."""
+    seeds = []
+    for _ in range(2):
+        fabric = Fabric(seed=1234)
+        a = fabric.open_device()
+        b = fabric.open_device()
+        address = b.local_address()
+        b.close()
+        b2 = fabric.reopen(address)
+        assert b2.local_address() == address
+        seeds.append((a.device.seed, b.device.seed, b2.device.seed))
+    assert seeds[0] == seeds[1]
+    assert len(set(seeds[0])) == 3
+    assert Fabric(seed=1235).open_device().device.seed != seeds[0][0]
