@@ -71,6 +71,8 @@ def _blast(tx: socket.socket, rx: socket.socket, count: int, size: int, timeout:
 
 @pytest.mark.parametrize("family", [socket.AF_INET, socket.AF_INET6], ids=["ipv4", "ipv6"])
 def test_veth_carries_udp_without_loss(link, family):
+    if family == socket.AF_INET6 and not link.has_ipv6:
+        pytest.skip("IPv6 addresses cannot be added here (kernel without IPv6?)")
     tx, rx = _udp_socket(link, "a", family), _udp_socket(link, "b", family)
     with tx, rx:
         assert _blast(tx, rx, 500, 1000) == 500
