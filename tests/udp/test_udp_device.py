@@ -708,3 +708,17 @@ def test_parse_peer():
     for bad in ("127.0.0.1:0", "zz", "55010400", "127.0.0.1:65535"):
         with pytest.raises(ValueError):
             plugin.parse_peer(bad)
+
+
+@pytest.mark.skipif(not _mmsg.available(), reason="libc has no recvmmsg")
+def test_recvmmsg_arrays_are_laid_out_as_ctypes_sees_them():
+    import ctypes
+
+    batch = _mmsg.RecvBatch(1473)
+    assert batch.slot_size % 64 == 0 and batch.slot_size >= 1473
+    for i in (0, 1, batch.slots - 1):
+        hdr = batch._msgs[i].hdr
+        assert ctypes.addressof(hdr.iov.contents) == ctypes.addressof(batch._iovs[i])
+        assert hdr.iovlen == 1
+        assert batch._iovs[i].len == batch.slot_size
+        assert batch._iovs[i].base == ctypes.addressof(batch._arena) + i * batch.slot_size
