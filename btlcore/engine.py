@@ -589,7 +589,7 @@ class Engine:
         cfg = self.config
         conn = self._fresh_conn_id()
         timer = RetransmitTimer(cfg.rto_mode == "adaptive", cfg.rto_initial, cfg.rto_min,
-                                cfg.rto_max, cfg.retrans_timeout)
+                                cfg.rto_max, cfg.retrans_timeout, cfg.ack_delay)
         peer = Peer(address, dest, conn, self._rng.randrange(1, 1 << 62), timer, cfg.window)
         peer.cwnd = self._cwnd_initial
         self.peers_by_addr[address] = peer
@@ -678,7 +678,7 @@ class Engine:
             table.pop(peer, None)
         cfg = self.config
         timer = RetransmitTimer(cfg.rto_mode == "adaptive", cfg.rto_initial, cfg.rto_min,
-                                cfg.rto_max, cfg.retrans_timeout)
+                                cfg.rto_max, cfg.retrans_timeout, cfg.ack_delay)
         conn = self._fresh_conn_id()
         Peer.__init__(peer, peer.address, peer.dest, conn, self._rng.randrange(1, 1 << 62),
                       timer, cfg.window)
@@ -789,9 +789,9 @@ class Engine:
                     peer.resend.append(front)
                     peer.timer.expired()
                     peer.rto_base = now  # the next timeout counts from this one
-                    if peer.tx_serial >= peer.recovery_serial:  # collapse: slow start again
+                    if peer.tx_serial >= peer.recovery_serial:  # slow start again
                         peer.ssthresh = max(peer.cwnd / 2, 2.0)
-                        peer.cwnd = min(2.0, self._cwnd_initial)
+                        peer.cwnd = min(self._cwnd_initial, peer.ssthresh)
                         peer.recovery_serial = peer.tx_serial + 1
                     self._resending[peer] = None
             if peer.hello_started is not None and peer.state is PeerState.CONNECTING \

@@ -9,17 +9,20 @@ GRANULARITY = 1e-6
 class RetransmitTimer:
     """Computes the retransmit timeout of one peer.
 
-    Adaptive: ``srtt + max(G, 4 * rttvar)`` clamped to ``[rto_min, rto_max]``, doubled per
+    Adaptive: ``srtt + max(G, 4 * rttvar) + max_ack_delay`` clamped to ``[rto_min, rto_max]``
+    (the samples have the peer's ACK delay taken out, so, as QUIC's PTO, the timeout adds the
+    longest the peer may hold an ACK back), doubled per
     consecutive timeout (exponential backoff) and reset by fresh progress.  Fixed: always
     ``retrans_timeout``, as usnic did; no backoff, so that a fixed-timeout run behaves like
     usnic's hotel."""
 
-    __slots__ = ("adaptive", "rto_min", "rto_max", "fixed", "srtt", "rttvar", "min_rtt",
-                 "backoff", "_base")
+    __slots__ = ("adaptive", "rto_min", "rto_max", "fixed", "max_ack_delay", "srtt", "rttvar",
+                 "min_rtt", "backoff", "_base")
 
     def __init__(self, adaptive: bool, initial: float, rto_min: float, rto_max: float,
-                 fixed: float) -> None:
+                 fixed: float, max_ack_delay: float = 0.0) -> None:
         self.adaptive = adaptive
+        self.max_ack_delay = max_ack_delay
         self.rto_min = rto_min
         self.rto_max = rto_max
         self.fixed = fixed
@@ -42,7 +45,7 @@ class RetransmitTimer:
             self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
             self.srtt = 0.875 * self.srtt + 0.125 * rtt
         if self.adaptive:
-            rto = self.srtt + max(GRANULARITY, 4 * self.rttvar)
+            rto = self.srtt + max(GRANULARITY, 4 * self.rttvar) + self.max_ack_delay
             self._base = min(max(rto, self.rto_min), self.rto_max)
 
     def progress(self) -> None:
