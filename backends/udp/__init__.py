@@ -16,7 +16,9 @@ Open it by name: ``btlcore.registry.open_device("udp", {"bind": "127.0.0.1:0"})`
   advertise, mtu, rcvbuf, sndbuf, busy_poll, gso, gro, recverr, recvmmsg; also as
   ``BTL_UDP_<NAME>`` environment variables, which explicit options override.
 * Beyond the Device hooks: ``device.post_send_batch(channel, dest, datagrams) -> int`` (UDP
-  GSO for runs of equal-size datagrams; returns how many were taken) and ``device.stats()``.
+  GSO for runs of equal-size datagrams; returns how many were taken),
+  ``device.post_send_many([(channel, dest, data), ...]) -> int`` (the same for a driver's
+  whole flush) and ``device.stats()``.
 """
 
 from ._device import UdpDevice

@@ -169,6 +169,28 @@ def post_send_batch(device: UdpDevice, channel: Channel, dest: Any, datagrams: S
     return total
 
 
+def post_send_many(device: UdpDevice, items: Sequence[tuple[Any, Any, Any]]) -> int:
+    """Post ``(channel, dest, data)`` items in order, each run of items for one channel and
+    destination through :func:`post_send_batch` (GSO); return how many were taken (a prefix:
+    the caller keeps the rest for later).  What a driver's flush loop needs in one call."""
+    total = len(items)
+    i = 0
+    while i < total:
+        channel, dest, data = items[i]
+        j = i + 1
+        while j < total and items[j][0] == channel and items[j][1] is dest:
+            j += 1
+        if j - i == 1:
+            if not post_send(device, channel, dest, data):
+                return i
+        else:
+            took = post_send_batch(device, channel, dest, [item[2] for item in items[i:j]])
+            if took < j - i:
+                return i + took
+        i = j
+    return total
+
+
 def _drain(device: UdpDevice, sock: socket.socket, out: list[Any], budget: int, off: int) -> int:
     """``recv_into`` datagrams back to back into the arena from ``off``; return the new
     offset.  Stops when the socket is empty, ``out`` holds ``budget``, or the arena is full."""
@@ -325,6 +347,7 @@ class UdpDevice:
 
     post_send = post_send
     post_send_batch = post_send_batch
+    post_send_many = post_send_many
     poll_recv = poll_recv
 
     def __init__(self, opts: UdpOptions) -> None:

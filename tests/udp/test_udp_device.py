@@ -722,3 +722,45 @@ def test_recvmmsg_arrays_are_laid_out_as_ctypes_sees_them():
         assert hdr.iovlen == 1
         assert batch._iovs[i].len == batch.slot_size
         assert batch._iovs[i].base == ctypes.addressof(batch._arena) + i * batch.slot_size
+
+
+def test_post_send_many_groups_runs(open_udp):
+    a, b, to_b, _ = pair(open_udp)
+    c = open_udp()
+    to_c = a.resolve(c.local_address())
+    items = [(Channel.DATA, to_b, b"b%03d" % i * 300) for i in range(30)]
+    items += [(Channel.PRIORITY, to_b, b"ack")] + [(Channel.DATA, to_c, b"c%03d" % i * 300) for i in range(5)]
+    items += [(Channel.DATA, to_b, b"tail")]
+    assert a.device.post_send_many(items) == len(items)
+    want_b = [d for ch, dest, d in items if dest is to_b]
+    got_b = recv_n(b, len(want_b))
+    assert got_b[0] == b"ack" and got_b[1:] == [d for ch, dest, d in items if dest is to_b and ch == Channel.DATA]
+    assert recv_n(c, 5) == [d for _, dest, d in items if dest is to_c]
+    if a.device.stats()["gso"]:
+        assert a.device.stats()["tx_gso_sends"] == 2
+
+
+def test_post_send_many_stops_at_a_full_queue(open_udp):
+    a, b, to_b, _ = pair(open_udp)
+    real = a.device._socks
+
+    class FullAfter:
+        def __init__(self, sock, n):
+            self.sock, self.left = sock, n
+
+        def sendto(self, *args):
+            if self.left <= 0:
+                raise BlockingIOError(errno.EAGAIN, "full")
+            self.left -= 1
+            return self.sock.sendto(*args)
+
+        def sendmsg(self, *args):
+            raise BlockingIOError(errno.EAGAIN, "full")
+
+    swap_sockets(a.device, (FullAfter(real[0], 1), FullAfter(real[1], 0)))
+    try:
+        items = [(Channel.PRIORITY, to_b, b"p1"), (Channel.DATA, to_b, b"d1"), (Channel.DATA, to_b, b"d2")]
+        assert a.device.post_send_many(items) == 1
+    finally:
+        swap_sockets(a.device, real)
+    assert recv_n(b, 1) == [b"p1"]
