@@ -43,12 +43,15 @@ def transfer(fab: Any, nbytes: int, timeout: float) -> dict[str, Any]:
     b = A.open_sim(fab, name="b")
     got = [0]
     done = [0, 0]
+    errors: list[BaseException] = []
 
     def on_data(peer: Any, tag: int, data: Any) -> None:
         got[0] += len(data)
 
     def completed(exc: BaseException | None) -> None:
         done[0 if exc is None else 1] += 1
+        if exc is not None:
+            errors.append(exc)
 
     A.on(b, TAG, on_data)
     peer = A.connect(a, A.address(b))
@@ -69,7 +72,8 @@ def transfer(fab: Any, nbytes: int, timeout: float) -> dict[str, Any]:
     wall = time.perf_counter() - w0
     virt = A.sim_now(fab, a) - v0
     if done[0] < n:
-        raise BenchError(f"simulated transfer: {done[0]} of {n} messages completed ({done[1]} failed)")
+        why = f": {type(errors[0]).__name__}: {errors[0]}" if errors else ""
+        raise BenchError(f"simulated transfer: {done[0]} of {n} messages completed, {done[1]} failed{why}")
     sa, sb = A.delta(A.stats(a), sa0), A.delta(A.stats(b), sb0)
     l1 = A.link_losses(fab, "a", "b")
     link = (l1[0] - l0[0], l1[1] - l0[1]) if l0 and l1 else None
