@@ -109,7 +109,11 @@ def efficiency(profile: Profile, loss: float, burst: float | None = None) -> lis
     ideal_rtts = ideal_frac = 0.0
     for i in range(profile.trials):
         fab = A.fabric(seed=100 + i, loss=loss, delay=DELAY, rate_mbps=LINK_MBPS, burst=burst)
-        r = transfer(fab, profile.loss_bytes, timeout=profile.deadline)
+        try:
+            r = transfer(fab, profile.loss_bytes, timeout=profile.deadline)
+        except BenchError as exc:
+            raise BenchError(f"{exc} (fabric seed {100 + i}, loss {loss:g}, burst {burst}, "
+                             f"{profile.loss_bytes} B)") from None
         s, rc = r["sender"], r["receiver"]
         segs = A.data_segments(s)
         if r["link"] and r["link"][0]:
