@@ -1,0 +1,409 @@
+"""Keep docs/ honest: what the docs state about parameters, counters, the wire format, the
+command line and the Device interface is checked against the code, and every Python block
+marked ``python runnable`` in docs/api.md and docs/backends.md is run (on the simulator, or
+on the in-process example backend of backends.md, against which the whole backend
+conformance suite also runs)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import re
+import struct
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+import btlcore
+from btlcore import wire
+from btlcore.cli import build_parser
+from btlcore.config import Config
+from btlcore.conformance import BackendHarness, ConformanceTests
+from btlcore.device import REQUIRED_HOOKS, DeviceOps, DeviceSpec
+from btlcore.stats import MODULE_COUNTERS, PEER_COUNTERS
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def _read(name: str) -> str:
+    return (DOCS / name).read_text(encoding="utf-8")
+
+
+def _row(text: str, first_cell: str) -> str:
+    """The markdown table row whose first cell is ``first_cell`` (exactly one)."""
+    rows = [line for line in text.splitlines()
+            if line.startswith("|") and line.split("|")[1].strip() == first_cell]
+    assert len(rows) == 1, f"expected one table row for {first_cell}, found {len(rows)}"
+    return rows[0]
+
+
+def _cells(row: str) -> list[str]:
+    return [c.strip() for c in row.strip().strip("|").split("|")]
+
+
+# ------------------------------------------------------------------------------ parameters
+
+
+@pytest.mark.parametrize("field", attrs.fields(Config), ids=lambda f: f.name)
+def test_every_parameter_in_api_md_with_its_default(field: attrs.Attribute) -> None:  # type: ignore[type-arg]
+    row = _cells(_row(_read("api.md"), f"`{field.name}`"))
+    name, default, allowed, env, meaning = row
+    assert default == f"`{field.default!r}`"
+    assert env == f"`BTL_{field.name.upper()}`"
+    described = {n: (a, d) for n, _, a, d in Config.describe()}
+    assert allowed == described[field.name][0]
+    assert meaning == described[field.name][1]
+
+
+def test_every_parameter_appears_in_protocol_md() -> None:
+    text = _read("protocol.md")
+    missing = [n for n in Config.names() if f"`{n}`" not in text]
+    assert not missing, f"protocol.md never mentions {missing}"
+
+
+def _format_default(value: Any) -> str:
+    if isinstance(value, bool) or isinstance(value, str):
+        return str(value).lower()
+    if isinstance(value, int):
+        return str(value)
+    if value == 0:
+        return "0"
+    if value >= 1:
+        return f"{value:g} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:g} ms"
+    return f"{value * 1e6:g} µs"
+
+
+def test_defaults_quoted_in_protocol_md_are_current() -> None:
+    """Every "`param` (default X)" and "`param` (X)" in protocol.md states the real default."""
+    text = _read("protocol.md")
+    fields = {f.name: f.default for f in attrs.fields(Config)}
+    seen = 0
+    for name, value in re.findall(r"`(\w+)` \((?:default )?([^)`]*)\)", text):
+        if name not in fields or not re.match(r"[0-9]", value):
+            continue
+        seen += 1
+        want = _format_default(fields[name])
+        default = fields[name]
+        if isinstance(default, int) and default >= 1 << 20 and default % (1 << 20) == 0 \
+                and "MiB" in value:
+            want = f"{default >> 20} MiB"
+        assert value.startswith(want), f"protocol.md says {name} ({value}); the default is {want}"
+    assert seen >= 10
+    for name, value in re.findall(r"`(rto_initial|rto_min|rto_max)` ([0-9.]+ [mµ]?s)", text):
+        assert value == _format_default(fields[name])
+
+
+def test_env_reserved_names_documented() -> None:
+    from btlcore.config import RESERVED_ENV, RESERVED_ENV_PREFIXES
+
+    text = _read("api.md")
+    for name in (*RESERVED_ENV, *RESERVED_ENV_PREFIXES):
+        assert f"`{name}`" in text, name
+
+
+# ------------------------------------------------------------------------------ counters
+
+
+@pytest.mark.parametrize("name", PEER_COUNTERS + MODULE_COUNTERS)
+def test_every_counter_in_api_md(name: str) -> None:
+    cells = _cells(_row(_read("api.md"), f"`{name}`"))
+    assert len(cells) == 2 and cells[1], f"{name} has no one-line description"
+
+
+def test_docs_name_no_counter_that_does_not_exist() -> None:
+    known = set(PEER_COUNTERS) | set(MODULE_COUNTERS)
+    for doc in ("api.md", "protocol.md", "backends.md"):
+        named = set(re.findall(r"\b(num_[a-z_]+|max_(?:send|recv)_window)\b", _read(doc)))
+        assert named <= known, f"{doc} names unknown counters {sorted(named - known)}"
+
+
+def test_counter_split_between_peer_and_transport_tables() -> None:
+    text = _read("api.md")
+    peer_part, module_part = text.split("Per transport (`btlcore.stats.MODULE_COUNTERS`")
+    for name in PEER_COUNTERS:
+        assert f"| `{name}` |" in peer_part
+    for name in MODULE_COUNTERS:
+        assert f"| `{name}` |" in module_part.split("## Errors")[0]
+
+
+# ------------------------------------------------------------------------------ wire format
+
+
+def _field_sizes(fmt: str) -> list[int]:
+    """The size of each field of a struct format (a run of pad bytes is one field)."""
+    sizes = []
+    for count, code in re.findall(r"(\d*)([a-zA-Z?])", fmt.lstrip("!<>=@")):
+        n = int(count) if count else 1
+        if code == "x":
+            sizes.append(n)
+        else:
+            sizes.extend([struct.calcsize("!" + code)] * n)
+    return sizes
+
+
+def _struct_tables(text: str) -> dict[str, list[tuple[int, int, str]]]:
+    tables: dict[str, list[tuple[int, int, str]]] = {}
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"<!-- struct: (\w+) -->", line)
+        if not m:
+            continue
+        rows = []
+        for row in lines[i + 3:]:
+            if not row.startswith("|"):
+                break
+            off, size, field = _cells(row)[:3]
+            rows.append((int(off), int(size), field.strip("`")))
+        tables[m.group(1)] = rows
+    return tables
+
+
+WIRE_STRUCTS = ("HEADER", "CHUNK", "PUT", "ACK_BODY", "SACK_RANGE", "HELLO_BODY")
+
+
+@pytest.mark.parametrize("name", WIRE_STRUCTS)
+def test_struct_tables_match_wire_py(name: str) -> None:
+    text = _read("protocol.md")
+    tables = _struct_tables(text)
+    assert name in tables, f"protocol.md has no table for wire.{name}"
+    rows = tables[name]
+    st = getattr(wire, name)
+    assert [size for _, size, _ in rows] == _field_sizes(st.format), f"{name}: field sizes differ"
+    offset = 0
+    for off, size, field in rows:
+        assert off == offset, f"{name}.{field}: offset {off}, expected {offset}"
+        offset += size
+    assert offset == st.size
+    # the heading above the table states the size too
+    before = text[:text.index(f"<!-- struct: {name} -->")]
+    heading = [h for h in before.splitlines() if h.startswith("#")][-1]
+    want = f"{st.size} per range" if name == "SACK_RANGE" else f"({st.size} bytes"
+    assert want in heading, f"heading {heading!r} should state {want!r}"
+
+
+def test_header_named_offsets_match_wire_py() -> None:
+    rows = {field: off for off, _, field in _struct_tables(_read("protocol.md"))["HEADER"]}
+    assert rows["crc"] == wire.CRC_OFFSET
+    assert rows["ack"] == wire.ACK_OFFSET
+    assert wire.HEADER_LEN == 36 and "**36-byte header**" in _read("protocol.md")
+
+
+def test_constants_match_wire_py() -> None:
+    text = _read("protocol.md")
+    for name in ("T_DATA", "T_ACK", "T_HELLO", "T_HELLO_ACK"):
+        assert _cells(_row(text, f"`{name}`"))[1] == str(getattr(wire, name)), name
+    for name in ("F_ACK", "F_CHUNK", "F_PUT", "F_CRC", "AF_TRUNCATED", "AF_DUPLICATE"):
+        assert _cells(_row(text, f"`{name}`"))[1] == f"0x{getattr(wire, name):02X}".replace("0X", "0x"), name
+    assert _cells(_row(text, "`MAX_SACK_RANGES`"))[1] == str(wire.MAX_SACK_RANGES)
+    assert f"`WIRE_VERSION` = {wire.WIRE_VERSION}" in text
+    # the flag values quoted inline in the header table
+    for name in ("F_ACK", "F_CHUNK", "F_PUT", "F_CRC"):
+        assert f"`{name}` 0x{getattr(wire, name):02x}" in text
+
+
+def test_crc_check_value() -> None:
+    text = _read("protocol.md")
+    m = re.search(r'crc32c\(b"123456789"\) == (0x[0-9A-Fa-f]{8})', text)
+    assert m and int(m.group(1), 16) == wire.crc32c(b"123456789") == wire._crc32c_py(b"123456789")
+    assert "0x82F63B78" in text and "bytes `[0:12]` followed\n  by bytes `[16:end]`" in text
+
+
+def _example(text: str, name: str) -> bytes:
+    m = re.search(rf"<!-- example: {name} -->\n```\n([0-9a-f ]+)\n```", text)
+    assert m, f"protocol.md has no example {name}"
+    return bytes.fromhex(m.group(1))
+
+
+def test_worked_examples_are_exact() -> None:
+    text = _read("protocol.md")
+    data = wire.Datagram(wire.T_DATA, flags=wire.F_ACK, dst_conn=0x11223344, src_incarnation=0x55667788,
+                         seq=0x0123456789ABCDEF, ack=0x0123456789ABCDDE, tag=7, payload=b"hi").encode()
+    assert _example(text, "data") == data
+    ack = wire.Datagram(wire.T_ACK, flags=wire.F_ACK, dst_conn=0x11223344, src_incarnation=0x55667788, ack=1000,
+                        payload=wire.ack_payload(4096, [(2, 3), (7, 1)], 150, wire.AF_DUPLICATE)).encode()
+    assert _example(text, "ack") == ack
+    assert wire.parse_ack_payload(wire.decode(ack).payload) == (4096, [(2, 3), (7, 1)], 150, wire.AF_DUPLICATE)
+    hello_body = wire.Hello(0x55667788, 0x0A0B0C0D, 0x1000, 0, 4096, bytes.fromhex("020000000001"))
+    hello = wire.Datagram(wire.T_HELLO, src_incarnation=0x55667788, payload=hello_body.encode()).encode()
+    assert _example(text, "hello") == hello
+    assert wire.Hello.decode(wire.decode(hello).payload) == hello_body
+    for name in ("data", "ack", "hello"):
+        assert wire.crc_ok(_example(text, name))
+
+
+def test_worked_examples_are_accepted_by_an_engine() -> None:
+    """The HELLO example, sent to a fresh engine, creates a peer and is answered."""
+    import random
+
+    from btlcore.engine import Engine
+
+    e = Engine(Config(), address=b"\x02\x00\x00\x00\x00\x02", resolve=lambda a: bytes(a), data_mtu=1500,
+               priority_mtu=768, crc=True, rng=random.Random(5), now=0.0)
+    e.receive_datagram(_example(_read("protocol.md"), "hello"), 0.0)
+    assert list(e.peers_by_addr) == [bytes.fromhex("020000000001")]
+    out = e.datagrams_to_send(0.0)
+    replies = [wire.decode(bytes(buf)) for _, _, buf in out]
+    assert [d.type for d in replies] == [wire.T_HELLO_ACK]
+    reply = wire.Hello.decode(replies[0].payload)
+    assert reply.echo_incarnation == 0x55667788 and replies[0].dst_conn == 0x0A0B0C0D
+
+
+def test_engine_constants_quoted_in_protocol_md() -> None:
+    from btlcore import engine, rtt
+
+    text = _read("protocol.md")
+    assert engine._HELLO_INTERVAL_MAX == 1.0 and "capped at 1 s" in text
+    assert rtt.GRANULARITY == 1e-6 and "G = 1 µs" in text
+    assert "up to 64 rounds" in text  # Transport._flush_sends' bound
+    import inspect
+
+    from btlcore.transport import Transport
+
+    assert "range(64)" in inspect.getsource(Transport._flush_sends)
+
+
+# ------------------------------------------------------------------------------ the btl command
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    raise AssertionError("btl has no subcommands")
+
+
+@pytest.mark.parametrize("command", sorted(_subparsers(build_parser())))
+def test_every_btl_command_and_option_in_api_md(command: str) -> None:
+    text = _read("api.md")
+    assert f"### `btl {command}`" in text
+    section = text.split(f"### `btl {command}`")[1].split("\n### ")[0]
+    sub = _subparsers(build_parser())[command]
+    for action in sub._actions:
+        for opt in action.option_strings:
+            if opt in ("-h", "--help"):
+                continue
+            assert opt in section or (opt in ("--set", "--json") and opt in text), \
+                f"btl {command} {opt} is not documented"
+
+
+def test_cli_snippets_show_current_output_format() -> None:
+    """The summary lines in api.md's snippets are the ones the code prints."""
+    text = _read("api.md")
+    for needle in ("  verified: yes", "  messages: ", "standalone ACKs received", "btl serve: backend udp, address "):
+        assert needle in text
+    from btlcore import cli
+
+    import inspect
+
+    src = inspect.getsource(cli)
+    for needle in ("verified: ", "standalone ACKs received", "btl serve: backend "):
+        assert needle in src
+
+
+# ------------------------------------------------------------------------------ backends.md
+
+
+def test_backends_md_covers_every_hook_and_binding() -> None:
+    text = _read("backends.md")
+    hooks = [n for n in vars(DeviceSpec) if n.startswith("btl_")]
+    assert set(REQUIRED_HOOKS) <= set(hooks)
+    for hook in hooks:
+        assert f"`{hook}(" in text, f"backends.md does not describe {hook}"
+    for field in attrs.fields(DeviceOps):
+        assert f"`{field.name}`" in text, f"backends.md does not list DeviceOps.{field.name}"
+    for member in ("backend", "options", "supports_restart", "max_transports", "timeout", "open", "reopen",
+                   "kill", "run"):
+        assert hasattr(BackendHarness, member) and f"`{member}" in text, member
+    assert '[project.entry-points."btlcore.backends"]' in text
+
+
+def test_conformance_test_list_in_backends_md() -> None:
+    """backends.md enumerates what the suite tests; a new test must be added there."""
+    tests = sorted(n for n in vars(ConformanceTests) if n.startswith("test_"))
+    assert len(tests) == 12, f"the conformance suite has {len(tests)} tests now: update backends.md's list"
+
+
+# ------------------------------------------------------------------------------ runnable code
+
+
+def _runnable_blocks(name: str) -> list[tuple[int, str]]:
+    text = _read(name)
+    blocks = []
+    for m in re.finditer(r"^```python runnable\n(.*?)^```$", text, re.S | re.M):
+        blocks.append((text[:m.start()].count("\n") + 1, m.group(1)))
+    return blocks
+
+
+def _blocks() -> list[Any]:
+    params = []
+    for name in ("api.md", "backends.md"):
+        try:
+            blocks = _runnable_blocks(name)
+        except FileNotFoundError:
+            continue
+        params += [pytest.param(name, code, id=f"{name}:{line}") for line, code in blocks]
+    return params
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> Any:
+    from btlcore.backends.sim import reset_default_fabric
+
+    for key in list(os.environ):
+        if key.startswith("BTL_"):
+            monkeypatch.delenv(key)
+    reset_default_fabric()
+    yield
+    reset_default_fabric()
+
+
+def test_docs_have_runnable_examples() -> None:
+    assert len(_runnable_blocks("api.md")) >= 5
+    assert len(_runnable_blocks("backends.md")) >= 2
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("doc,code", _blocks())
+def test_runnable_example(doc: str, code: str, clean_env: Any) -> None:
+    namespace: dict[str, Any] = {"__name__": f"docs_example_{doc}"}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, f"<{doc}>", "exec"), namespace)  # noqa: S102 - the docs' own code
+
+
+# -- the conformance suite on backends.md's example backend
+
+
+_LOOP: dict[str, Any] = {}
+
+
+def _loop_backend() -> dict[str, Any]:
+    if not _LOOP:
+        code = next(c for line, c in _runnable_blocks("backends.md") if "class LoopBackend" in c)
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(code, "<backends.md>", "exec"), _LOOP)  # noqa: S102
+    return _LOOP
+
+
+class DocsLoopHarness(BackendHarness):
+    backend = "loop"
+    max_transports = 9
+
+    def open(self, config: Config, **options: Any) -> btlcore.Transport:
+        t = _loop_backend()["open_loop"](config, **{**self.options, **options})
+        self.opened.append(t)
+        return t
+
+    def reopen(self, address: bytes, config: Config) -> btlcore.Transport:
+        return self.open(config, address=address)
+
+
+@pytest.mark.timeout(120)
+class TestDocsExampleBackendConformance(ConformanceTests):
+    harness_class = DocsLoopHarness
