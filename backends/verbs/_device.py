@@ -264,7 +264,10 @@ def _reap_sends(device: VerbsDevice) -> int:
             break
         for wc in wcs:
             wr_id = wc.wr_id
-            ch = chans[wr_id >> 24]
+            ch = chans[(wr_id >> 24) & 0xFF]
+            if wr_id >> 32 != ch.gen:  # from before a QP recovery: already accounted for
+                device.stale_completions += 1
+                continue
             ch.outstanding -= 1
             slot = wr_id & _SLOT_MASK
             if slot != _INLINE_SLOT:
@@ -272,10 +275,15 @@ def _reap_sends(device: VerbsDevice) -> int:
             if wc.status:
                 device.tx_errors += 1
                 device.last_error = f"send completion status {int(wc.status)} (vendor {wc.vendor_err})"
+                ch.broken = True
         total += n
         if n < POLL_BATCH:
             break
     device._reaped += total
+    if chans[0].broken or chans[1].broken:
+        for ch in chans:
+            if ch.broken:
+                recover(device, ch)
     return total
 
 
@@ -313,25 +321,115 @@ def poll_recv(device: VerbsDevice, budget: int) -> list[memoryview]:
         view = ch.recv_view
         stride = ch.recv_stride
         mtu = ch.recv_mtu
+        gen = ch.gen
         for wr_id, status, byte_len in stash[:take]:
-            lent.append((ch, wr_id))
+            slot = wr_id & _SLOT_MASK
+            if wr_id >> 24 != gen:
+                device.stale_completions += 1  # from before a QP recovery: ignore
+                continue
             if status:
                 device.rx_errors += 1
                 device.last_error = f"receive completion status {int(status)}"
+                ch.broken = True
+                if slot < ch.rq_depth:
+                    ch.unposted.add(slot)
                 continue
+            if slot >= ch.rq_depth:  # not a work request of ours
+                continue
+            lent.append((ch, slot))
             n = byte_len - GRH
             if n > mtu or n < 0:
                 device.rx_oversize += 1
                 continue
-            off = wr_id * stride + GRH
+            off = slot * stride + GRH
             out.append(view[off:off + n])
             nbytes += n
         del stash[:take]
+        if ch.broken:
+            recover(device, ch)
         if ch.channel == Channel.PRIORITY:
             device.rx_priority += len(out)
     device.rx_datagrams += len(out)
     device.rx_bytes += nbytes
     return out
+
+
+def recover(device: VerbsDevice, ch: _Chan) -> None:
+    """Bring a channel whose QP left RTS (a receive or send completed in error) back.
+
+    A UD QP goes to the error state on a local error (a receive buffer too small, a bad
+    lkey) and to SQE on a send error; every posted work request is then flushed.  Recovery
+    takes the QP through RESET, INIT, RTR to RTS again, starts a new *generation* of work
+    request ids (so completions still on their way from the old one are recognised and
+    ignored, never double-freeing a slot), forgets outstanding sends (lost, as on a wire:
+    the core retransmits) and reposts every receive slot not lent out or holding data."""
+    pv = device._pv
+    e = pv["e"]
+    ch.broken = False
+    try:
+        state = int(ch.qp.query(e.IBV_QP_STATE)[0].qp_state)
+    except Exception:
+        state = -1
+    if state == int(e.IBV_QPS_RTS):
+        # an error completion that did not take the QP down: repost what it consumed
+        busy = {slot for c, slot in device._lent if c is ch}
+        busy.update(w & _SLOT_MASK for w, st, _ in ch.stash if not st and w >> 24 == ch.gen)
+        _repost_missing(device, ch, busy)
+        return
+    device.qp_recoveries += 1
+    # what already arrived stays deliverable; flushed receives are just dropped
+    _poll_cq_into(device, ch, 1 << 30)
+    gen = ch.gen
+    ch.stash[:] = [(w, st, n) for w, st, n in ch.stash if not st and w >> 24 == gen]
+    attr = pv["QPAttr"]()
+    try:
+        attr.qp_state = e.IBV_QPS_RESET
+        ch.qp.modify(attr, e.IBV_QP_STATE)
+        attr = pv["QPAttr"](port_num=device.port)
+        attr.qp_state = e.IBV_QPS_INIT
+        attr.qkey = device.options.qkey
+        attr.pkey_index = 0
+        ch.qp.modify(attr, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_QKEY)
+        attr = pv["QPAttr"]()
+        attr.qp_state = e.IBV_QPS_RTR
+        ch.qp.modify(attr, e.IBV_QP_STATE)
+        attr = pv["QPAttr"]()
+        attr.qp_state = e.IBV_QPS_RTS
+        attr.sq_psn = 0
+        ch.qp.modify(attr, e.IBV_QP_STATE | e.IBV_QP_SQ_PSN)
+    except Exception as exc:
+        device.last_error = f"recovery of the {ch.channel.name} QP failed: {exc}"
+        raise OSError(f"verbs: the {ch.channel.name} QP of {device.name} entered the error "
+                      f"state and could not be recovered: {exc}") from exc
+    # a new generation of work request ids; the stash's slots keep their data
+    ch.gen = gen = (gen + 1) & 0xFFFFFF
+    ch.stash[:] = [((gen << 24) | (w & _SLOT_MASK), st, n) for w, st, n in ch.stash]
+    tag = (gen << 32) | (ch.channel << 24)
+    for i, wr in enumerate(ch.send_wrs):
+        wr.wr_id = tag | i
+    ch.inline_wr.wr_id = tag | _INLINE_SLOT
+    ch.outstanding = 0
+    ch.free[:] = range(ch.sq_depth - 1, -1, -1)
+    rtag = gen << 24
+    for i, wr in enumerate(ch.recv_wrs):
+        wr.wr_id = rtag | i
+    busy = {slot for c, slot in device._lent if c is ch}
+    busy.update(w & _SLOT_MASK for w, _st, _n in ch.stash)
+    _repost_missing(device, ch, busy, everything=True)
+
+
+def _repost_missing(device: VerbsDevice, ch: _Chan, busy: set[int], everything: bool = False) -> None:
+    """Post the receive slots of ``ch`` that are not ``busy``: after a reset all of them,
+    otherwise only those whose completion ended in error (tracked as not posted)."""
+    for slot in range(ch.rq_depth):
+        if slot in busy or (not everything and slot not in ch.unposted):
+            continue
+        try:
+            ch.qp.post_recv(ch.recv_wrs[slot])
+        except device._rdma_error as exc:
+            device.rx_errors += 1
+            device.last_error = f"post_recv failed: {exc}"
+    ch.unposted.clear()
 
 
 def _repost(device: VerbsDevice) -> None:
@@ -379,6 +477,9 @@ class _Chan:
     free: list[int] = attrs.Factory(list)
     outstanding: int = 0
     stash: list[tuple[int, int, int]] = attrs.Factory(list)
+    gen: int = 0  # work request id generation, bumped by recover()
+    broken: bool = False  # an error completion was seen: recover() at the next chance
+    unposted: set[int] = attrs.Factory(set)  # receive slots whose completion was an error
 
 
 class VerbsDevice:
@@ -401,6 +502,7 @@ class VerbsDevice:
         self.tx_datagrams = self.tx_bytes = self.tx_inline = self.tx_pushbacks = self.tx_errors = 0
         self.rx_datagrams = self.rx_bytes = self.rx_priority = self.rx_errors = self.rx_oversize = 0
         self.last_error = ""
+        self.qp_recoveries = self.stale_completions = 0
         try:
             self._open(pv, opts)
         except Unavailable as exc:
@@ -598,6 +700,7 @@ class VerbsDevice:
             "rx_bytes": self.rx_bytes, "rx_priority": self.rx_priority,
             "rx_errors": self.rx_errors, "rx_oversize": self.rx_oversize,
             "send_outstanding": [ch.outstanding for ch in getattr(self, "_chans", ())],
+            "qp_recoveries": self.qp_recoveries, "stale_completions": self.stale_completions,
             "address_handles": len(self._dests),
         }
 

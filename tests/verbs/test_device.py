@@ -231,3 +231,36 @@ def test_close_is_idempotent(open_verbs):
     dev.close()
     dev.close()
     assert dev.poll_recv(8) == [] and dev.poll_completions() == 0
+
+
+def test_qp_error_state_is_recovered(open_verbs):
+    """A receive that finds a buffer too small for it puts a UD QP in the error state; the
+    device must notice, bring the QP back to RTS, and go on delivering."""
+    from btlcore.backends.verbs import _pyverbs
+
+    pv = _pyverbs.load()
+    a, b = open_verbs(), open_verbs(recv_queue_depth=4)
+    dest = a.resolve(b.local_address())
+    ch = b._chans[D]
+    # a fifth receive, behind the four good ones: no room even for the GRH
+    tiny = pv["RecvWR"](wr_id=0xFFFFFF, num_sge=1, sg=[pv["SGE"](ch.send_sges[0].addr, 8, b._mr.lkey)])
+    ch.qp.post_recv(tiny)
+    for i in range(5):
+        assert a.post_send(D, dest, b"m%d" % i)
+    got = drain(b, 4, timeout=2)
+    assert sorted(got) == [b"m%d" % i for i in range(4)]
+    # the fifth datagram hit the tiny buffer: error completion, QP down, recovered
+    deadline = time.monotonic() + 5
+    while b.qp_recoveries == 0 and time.monotonic() < deadline:
+        b.poll_recv(8)
+        time.sleep(0.01)
+    assert b.qp_recoveries == 1 and b.rx_errors >= 1, b.stats()
+    b.poll_recv(0)
+    for round_ in range(3):  # all four buffers are back in the queue, round after round
+        msgs = [b"after %d-%d" % (round_, i) for i in range(4)]
+        for m in msgs:
+            assert a.post_send(D, dest, m)
+        assert sorted(drain(b, 4)) == msgs
+        b.poll_recv(0)
+        reap(a, 4)
+    assert b.qp_recoveries == 1
