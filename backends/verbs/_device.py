@@ -30,6 +30,9 @@ Sizes: a UD message is at most the path MTU (the port's active MTU, 4096 on rxe 
 larger send completes "successfully" and vanishes, so ``post_send`` refuses one with
 ``ValueError``, as the udp device does.
 
+Errors: a completion in error means the QP left RTS (UD QPs fail only on local errors);
+:func:`recover` brings it back with a new generation of work-request ids.
+
 Memory is anonymous mmap owned by the device and registered with ``MR(address=...)``, so a
 memoryview a caller still holds never points at freed memory, even after ``close``.
 """
