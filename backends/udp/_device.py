@@ -65,6 +65,8 @@ IPV6_RECVERR = getattr(socket, "IPV6_RECVERR", 25)
 MSG_ERRQUEUE = getattr(socket, "MSG_ERRQUEUE", 0x2000)
 ERRQUEUE_BATCH = 64
 MAX_ERRORS_PER_POLL = 8
+FINE_WAIT = 0.05  # waits shorter than this go through select (microseconds, not ms)
+SELECT_FD_LIMIT = 1024  # FD_SETSIZE: select cannot take larger descriptors
 POLL_ERR = getattr(select, "EPOLLERR", select.POLLERR)  # the same bit (8) in both
 ERRQUEUE_BUFFER = 512
 
@@ -420,6 +422,8 @@ class UdpDevice:
         self._address = _address.encode(family, opts.advertise, self.local_sockaddrs[0][1],
                                          self.local_sockaddrs[1][1], scope)
         self._busy_poll = opts.busy_poll
+        fds = [sock.fileno() for sock in socks]
+        self._select_fds = fds if max(fds) < SELECT_FD_LIMIT else None
         if hasattr(select, "epoll"):
             self._poller: Any = select.epoll()
             for s in socks:
@@ -544,8 +548,12 @@ class UdpDevice:
         return time.monotonic
 
     def wait(self, deadline: float | None) -> None:
-        """Block in epoll until a socket is readable or ``deadline`` (monotonic) passes; in
-        busy-poll mode spin on a zero-timeout poll instead of sleeping."""
+        """Block until a socket is readable or ``deadline`` (monotonic) passes; in busy-poll
+        mode spin on a zero-timeout poll instead of sleeping.
+
+        epoll counts in whole milliseconds, rounding up: a 200 us wait (the core's ACK
+        delay) would sleep 1.07 ms.  Short waits therefore block in ``select``, which keeps
+        microseconds (about 60 us late here), then ask epoll which socket and why."""
         if self.closed:
             return
         poll = self._poller.poll
@@ -557,7 +565,14 @@ class UdpDevice:
         elif deadline is None:
             events = poll(-1)
         else:
-            events = poll(max(deadline - time.monotonic(), 0.0) * self._poll_scale)
+            timeout = deadline - time.monotonic()
+            if timeout <= 0:
+                events = poll(0)
+            elif timeout < FINE_WAIT and self._select_fds:
+                ready, _, _ = select.select(self._select_fds, (), (), timeout)
+                events = poll(0) if ready else ()
+            else:
+                events = poll(timeout * self._poll_scale)
         for fd, mask in events:
             if mask & POLL_ERR:  # queued ICMP errors: read them, or epoll never sleeps again
                 self._drain_errqueue(self._socks[0] if fd == self._socks[0].fileno() else self._socks[1])

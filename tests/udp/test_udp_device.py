@@ -764,3 +764,17 @@ def test_post_send_many_stops_at_a_full_queue(open_udp):
     finally:
         swap_sockets(a.device, real)
     assert recv_n(b, 1) == [b"p1"]
+
+
+def test_short_waits_are_not_rounded_up_to_a_millisecond(open_udp):
+    """epoll would sleep 1.07 ms for a 200 us deadline; the device must not."""
+    import statistics
+
+    b = open_udp()
+    took = []
+    for _ in range(20):
+        start = time.monotonic()
+        b.wait(start + 0.0002)
+        took.append(time.monotonic() - start)
+    assert min(took) >= 0.00019
+    assert statistics.median(took) < 0.0009, f"median {statistics.median(took) * 1e6:.0f} us"
