@@ -90,7 +90,8 @@ def markdown(rep: Mapping[str, Any]) -> str:
         "Each figure is the median of its trials; the spread is min … max and the inter-quartile range.",
         "",
     ]
-    lines[-1:-1] = [f"**Warning:** {w}.\n" for w in meta.get("warnings", [])]
+    for w in meta.get("warnings", []):
+        lines += [f"**Warning:** {w}.", ""]
     for title, body in R.rows(rep["results"]):
         lines += [f"## {title}", "", R.md_table(R.HEADER, body), ""]
     rat = rep.get("ratios", [])
@@ -129,7 +130,9 @@ def markdown(rep: Mapping[str, Any]) -> str:
 
 
 def write(rep: Mapping[str, Any], root: str = ".") -> tuple[str, str]:
-    """Write docs/benchmarks.md and docs/benchmarks-loss.png under ``root``; return their paths."""
+    """Write docs/benchmarks.md and docs/benchmarks-loss.png under ``root``; return their paths.
+    Ratios and targets are computed afresh from the results (a saved report may be older)."""
+    rep = {**rep, "ratios": R.ratios(rep["results"]), "targets": R.targets(rep["results"])}
     d = os.path.join(root, "docs")
     os.makedirs(d, exist_ok=True)
     md, png = os.path.join(d, MD), os.path.join(d, PNG)

@@ -72,6 +72,14 @@ def _note(r: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def short_error(error: str, limit: int = 200) -> str:
+    """The first line of an error, without the harness's wrapping (the JSON keeps it whole)."""
+    line = error.splitlines()[0] if error else ""
+    for noise in ("BenchError: ", "client failed: ", "server failed: "):
+        line = line.replace(noise, "")
+    return line[:limit]
+
+
 def rows(results: Iterable[Mapping[str, Any]]) -> list[tuple[str, list[list[str]]]]:
     """Per section: [measurement, median, min…max, IQR, n, note] rows."""
     out: dict[str, list[list[str]]] = {}
@@ -81,7 +89,7 @@ def rows(results: Iterable[Mapping[str, Any]]) -> list[tuple[str, list[list[str]
             sec.append([r["name"], "skipped", "", "", "", r["skipped"]])
             continue
         if r.get("error"):
-            sec.append([r["name"], "ERROR", "", "", "", r["error"].splitlines()[0][:160]])
+            sec.append([r["name"], "ERROR", "", "", "", short_error(r["error"])])
             continue
         s, u = r["stats"], r["unit"]
         sec.append([r["name"], fmt(s["median"], u), f"{fmt(s['min'], u)} … {fmt(s['max'], u)}",
@@ -193,7 +201,11 @@ def targets(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     v = _median(res, "btl.sim_rate")
     out.append(_target("simulator segments per wall-second", ">= 200k/s", v, lambda x: x >= 200e3,
                        _why(res, "btl.sim_rate"), f"{v / 1e3:.3g}k/s" if v is not None else None))
-    loss_ids = sorted(k for k in res if k.startswith("btl.loss.") and k.endswith(".tx_per_loss"))
+    def loss_key(rid: str) -> tuple[bool, int]:
+        model = rid.split(".")[2]
+        return model.startswith("burst"), int("".join(ch for ch in model if ch.isdigit()) or 0)
+
+    loss_ids = sorted((k for k in res if k.startswith("btl.loss.") and k.endswith(".tx_per_loss")), key=loss_key)
     for rid in loss_ids or ["btl.loss.random1.tx_per_loss"]:
         v = _median(res, rid)
         model = rid.split(".")[2]

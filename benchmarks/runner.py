@@ -204,7 +204,7 @@ def run(quick: bool = True, json: bool = False, sections: Iterable[str] | str | 
                     shown = (f"{report.fmt(s['median'], r.unit)}  [{report.fmt(s['min'], r.unit)} … "
                              f"{report.fmt(s['max'], r.unit)}]")
                 else:
-                    shown = f"skipped: {r.skipped}" if r.skipped else f"ERROR: {(r.error or '').splitlines()[0]}"
+                    shown = f"skipped: {r.skipped}" if r.skipped else f"ERROR: {report.short_error(r.error or '')}"
                 print(f"[{time.monotonic() - t_start:6.1f}s] {r.name}: {shown}  ({time.monotonic() - t0:.1f}s)",
                       file=log, flush=True)
     meta = machine()
