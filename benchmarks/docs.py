@@ -56,6 +56,12 @@ def plot(rep: Mapping[str, Any], path: str) -> None:
         med = [p[1] for p in pts["burst"]]
         err = [[p[1] - p[2] for p in pts["burst"]], [p[3] - p[1] for p in pts["burst"]]]
         ax.errorbar(lx, med, yerr=err, marker="s", ls="none", capsize=3, label="btlcore, burst loss (Gilbert-Elliott)")
+    if pts["random"] and not pts["burst"]:
+        why = next((r.get("skipped") or R.short_error(r.get("error") or "") for r in rep["results"]
+                    if r["id"].startswith("btl.loss.burst") and r["id"].endswith(".goodput_frac")), None)
+        if why:
+            ax.text(0.98, 0.97, "burst loss: " + why.split(":")[0][:60], transform=ax.transAxes,
+                    ha="right", va="top", fontsize=8, color="firebrick")
     if not pts["random"] and not pts["burst"]:
         why = next((r.get("skipped") or r.get("error") for r in rep["results"]
                     if r["id"].endswith(".goodput_frac")), None) or "btlcore simulator not measured"
