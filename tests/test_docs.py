@@ -576,3 +576,112 @@ def test_hello_retry_schedule_as_documented() -> None:
     assert gaps[:8] == [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.0]
     assert set(gaps[8:]) == {1.0}
     assert now == Config().handshake_timeout and peer.state.value == "failed"
+
+
+# ------------------------------------------------------------------------------ the ACK policy of protocol.md §6.4
+
+
+class RawSender:
+    """Crafts DATA from a peer that has done its half of the handshake with engine ``e``, and
+    collects the engine's standalone ACKs: to check protocol.md's ACK rules one by one."""
+
+    def __init__(self, config: Config | None = None) -> None:
+        import random
+
+        from btlcore.engine import Engine
+
+        self.e = Engine(config or Config(), address=b"E", resolve=lambda a: bytes(a), data_mtu=1500,
+                        priority_mtu=768, crc=True, rng=random.Random(4), now=0.0)
+        self.inc, self.conn, self.isn = 0x1234, 0x5678, 1000
+        hello = wire.Hello(self.inc, self.conn, self.isn, 0, 4096, b"R")
+        self.e.receive_datagram(wire.Datagram(wire.T_HELLO, src_incarnation=self.inc,
+                                              payload=hello.encode()).encode(), 0.0)
+        (reply,) = self.collect(0.0)
+        assert reply.type == wire.T_HELLO_ACK
+        self.dst = wire.Hello.decode(reply.payload).conn_id
+        self.peer = self.e.peers_by_addr[b"R"]
+        self.now = 0.0
+
+    def collect(self, now: float) -> list[wire.Datagram]:
+        return [wire.decode(bytes(b)) for _, _, b in self.e.datagrams_to_send(now)]
+
+    def send(self, k: int, payload: bytes = b"x") -> list[wire.Datagram]:
+        """DATA number ``isn + k`` arrives now; returns what the engine sends at once."""
+        dg = wire.Datagram(wire.T_DATA, dst_conn=self.dst, src_incarnation=self.inc,
+                           seq=self.isn + k, tag=1, payload=payload).encode()
+        self.e.receive_datagram(dg, self.now)
+        return [d for d in self.collect(self.now) if d.type == wire.T_ACK]
+
+    def advance(self, dt: float) -> list[wire.Datagram]:
+        self.now += dt
+        t = self.e.get_timer()
+        if t is not None and t <= self.now:
+            self.e.handle_timer(self.now)
+        return [d for d in self.collect(self.now) if d.type == wire.T_ACK]
+
+
+def _ack_body(d: wire.Datagram) -> tuple[int, list[tuple[int, int]], int, int]:
+    return wire.parse_ack_payload(d.payload)
+
+
+def test_ack_policy_in_order_waits_ack_delay() -> None:
+    r = RawSender()
+    assert r.send(1) == []                       # in order: no ACK at once
+    assert r.advance(100e-6) == []
+    (ack,) = r.advance(100e-6)                   # ack_delay (200 µs) after the arrival
+    window, ranges, delay, flags = _ack_body(ack)
+    assert ack.ack == r.isn + 1 and ranges == [] and flags == 0 and window == 4096
+    assert delay == 200                          # µs since the largest number arrived
+
+
+def test_ack_policy_ack_frequency() -> None:
+    r = RawSender()
+    for k in range(1, 8):
+        assert r.send(k) == []
+    (ack,) = r.send(8)                           # the 8th unacknowledged segment: at once
+    assert ack.ack == r.isn + 8
+
+
+def test_ack_policy_out_of_order_sack_and_rate_limit() -> None:
+    r = RawSender()
+    (ack,) = r.send(2)                           # 1 missing: SACK news, at once
+    assert ack.ack == r.isn and _ack_body(ack)[1] == [(2, 1)]
+    assert r.send(4) == []                       # more news within ack_delay: rate limited
+    (ack,) = r.advance(200e-6)                   # ... until last ACK + ack_delay
+    assert _ack_body(ack)[1] == [(2, 1), (4, 1)]
+
+
+def test_ack_policy_duplicate_and_out_of_window_at_once() -> None:
+    r = RawSender()
+    r.send(1)
+    r.advance(1e-3)
+    (ack,) = r.send(1)                           # a duplicate: at once, AF_DUPLICATE
+    assert _ack_body(ack)[3] & wire.AF_DUPLICATE
+    (ack,) = r.send(1 + 4096 + 5)                # above the window: at once
+    assert _ack_body(ack)[3] == 0 and r.peer.counters.num_oow_high_recvs == 1
+
+
+def test_ack_truncation_keeps_the_highest_range() -> None:
+    r = RawSender()
+    for k in range(2, 2 + 2 * 70, 2):            # 70 ranges of one, every other one missing
+        r.send(k)
+        r.advance(1e-3)
+    r.advance(1e-3)
+    (ack,) = r.send(2 + 2 * 70)                  # one more range: 71
+    window, ranges, delay, flags = _ack_body(ack)
+    assert len(ranges) == wire.MAX_SACK_RANGES and flags & wire.AF_TRUNCATED
+    assert ranges[:63] == [(2 * i, 1) for i in range(1, 64)]
+    assert ranges[-1] == (2 * 71, 1)             # the highest range, always
+    assert delay != 0xFFFFFFFF
+
+
+def test_piggy_backed_ack_pays_the_debt() -> None:
+    r = RawSender()
+    r.send(1)                                    # an ACK is now owed (delayed)
+    peer = r.peer
+    assert peer.state.value == "established"
+    r.e.send(peer, 2, b"reply", None, r.now)
+    out = r.collect(r.now)
+    assert [d.type for d in out] == [wire.T_DATA] and out[0].flags & wire.F_ACK
+    assert out[0].ack == r.isn + 1
+    assert r.advance(1e-3) == []                 # no standalone ACK follows
