@@ -263,14 +263,21 @@ class Engine:
 
     def _on_data(self, peer: Peer, data: Any, n: int, flags: int, seq_w: int, ack_w: int,
                  tag: int, plen: int, now: float) -> None:
+        if flags & (F_CHUNK | F_PUT):
+            pos = HEADER_LEN + (CHUNK_LEN if flags & F_CHUNK else 0) + (PUT_LEN if flags & F_PUT else 0)
+        else:
+            pos = HEADER_LEN
+        if n != pos + plen:  # malformed: drop before anything in it is believed
+            self.counters.num_malformed_recvs += 1
+            return
         c = peer.counters
         c.num_total_recvs += 1
         if not peer.confirmed:
             self._confirm(peer, now)
         w = peer.window
         cum = w.cum
-        if seq_w == (cum + 1) & SEQ_MASK and not flags & (F_CHUNK | F_PUT) and not w._starts \
-                and n == HEADER_LEN + plen and (not flags & F_ACK or ack_w == peer.snd_una & SEQ_MASK):
+        if seq_w == (cum + 1) & SEQ_MASK and pos == HEADER_LEN and not w._starts \
+                and (not flags & F_ACK or ack_w == peer.snd_una & SEQ_MASK):
             # The common case, kept short: the next segment in order, a whole message, no
             # holes to fill, and a piggy-backed ACK that tells nothing new.
             seq = w.cum = cum + 1
@@ -301,16 +308,8 @@ class Engine:
         seq = cum + 1 + ((seq_w - cum - 1) & SEQ_MASK)
         if seq - cum - 1 >= _HALF:
             seq -= _WRAP
-        pos = HEADER_LEN
         msg_len = off = 0
         ras = None
-        if flags & F_CHUNK:
-            pos += CHUNK_LEN
-        if flags & F_PUT:
-            pos += PUT_LEN
-        if n != pos + plen:
-            self.counters.num_malformed_recvs += 1
-            return
         if flags & F_CHUNK:
             msg_id, msg_len, off = CHUNK.unpack_from(data, HEADER_LEN)
             if off + plen > msg_len or msg_len > self.config.max_message_size or (plen == 0 and msg_len):
