@@ -522,7 +522,9 @@ class VerbsDevice:
         self.name, self.port = name, port
         dattr = ctx.query_device()
         self.link_layer = "ethernet" if pattr.link_layer == e.IBV_LINK_LAYER_ETHERNET else "infiniband"
-        self.active_mtu = mtu_bytes(pattr.active_mtu)
+        self.port_mtu = mtu_bytes(pattr.active_mtu)
+        # the largest datagram: the active MTU, or less if option mtu says so
+        self.active_mtu = min(opts.mtu, self.port_mtu) if opts.mtu else self.port_mtu
         self.lid = int(pattr.lid)
         gid = choose_gid(pv, ctx, name, port, pattr.gid_tbl_len, opts.gid_index)
         self.gid = gid

@@ -33,6 +33,8 @@ ALLOWED = {
     "port": "'auto' (the device's first active port) or an integer from 1 to 255",
     "gid_index": "'auto' (skip zero GIDs, prefer the IPv4-mapped RoCE v2 GID) or an integer "
     "from 0 to 65535 naming a GID table entry",
+    "mtu": "0 or 'auto' (the port's active MTU), or one of 256, 512, 1024, 2048, 4096: the "
+    "largest datagram, at most the active MTU (to match a peer on a smaller-MTU port)",
     "qkey": f"an integer from 0 to {MAX_QKEY:#x} (both peers must use the same; default "
     f"{DEFAULT_QKEY:#x})",
     "send_queue_depth": f"an integer from 1 to {MAX_QUEUE}: send work requests (and send "
@@ -51,6 +53,7 @@ class VerbsOptions:
     device: str | None = None
     port: int | None = None
     gid_index: int | None = None
+    mtu: int = 0
     qkey: int = DEFAULT_QKEY
     send_queue_depth: int = 256
     recv_queue_depth: int = 1024
@@ -117,12 +120,19 @@ def parse(options: Mapping[str, Any], environ: Mapping[str, str] | None = None) 
         inline = "auto" if low == "auto" else ("on" if low in _TRUE else "off")
     else:
         raise _fail("inline", inline)
+    mtu_value = opts.get("mtu", 0)
+    if isinstance(mtu_value, str) and mtu_value.strip().lower() == "auto":
+        mtu_value = 0
+    mtu = _int("mtu", mtu_value, 0, 4096)
+    if mtu not in (0, 256, 512, 1024, 2048, 4096):
+        raise _fail("mtu", mtu_value)
     if opts.get("seed") is not None:
         _int("seed", opts["seed"], -(1 << 63), (1 << 64) - 1)
     return VerbsOptions(
         device=device,
         port=_auto_int("port", opts.get("port"), 1, 255),
         gid_index=_auto_int("gid_index", opts.get("gid_index"), 0, 65535),
+        mtu=mtu,
         qkey=_int("qkey", opts.get("qkey", DEFAULT_QKEY), 0, MAX_QKEY),
         send_queue_depth=_int("send_queue_depth", opts.get("send_queue_depth", 256), 1, MAX_QUEUE),
         recv_queue_depth=_int("recv_queue_depth", opts.get("recv_queue_depth", 1024), 2, MAX_QUEUE),

@@ -13,7 +13,7 @@ from typing import Any
 from btlcore.device import Capabilities, Channel, ChannelInfo, Probe, hookimpl
 from btlcore.errors import ConfigError
 
-from . import _device, _options, _pyverbs
+from . import _address, _device, _options, _pyverbs
 from ._device import VerbsDevice
 
 btl_device_post_send = hookimpl(_device.post_send)
@@ -43,6 +43,22 @@ def probe(options: Mapping[str, Any]) -> Probe:
         return Probe(False, f"verbs probe failed: {type(exc).__name__}: {exc}")
     return Probe(True, f"{name} port {port}, gid[{gid.index}] {gid.text} ({gid.why}), "
                        f"mtu {_device.mtu_bytes(attr.active_mtu)}")
+
+
+def describe_address(address: bytes) -> str:
+    """A verbs address in words (``btl serve`` prints it next to the hex)."""
+    return str(_address.decode(address))
+
+
+def parse_peer(text: str) -> bytes:
+    """``btl transfer --peer``: the hex ``btl serve`` printed; ValueError says what is wrong."""
+    try:
+        blob = bytes.fromhex(text.strip().removeprefix("hex:").replace(":", ""))
+    except ValueError:
+        raise ValueError(f"expected the {_address.LENGTH}-byte verbs address as hex (what 'btl "
+                         f"serve --backend verbs' printed), got {text!r}") from None
+    _address.decode(blob)
+    return blob
 
 
 @hookimpl

@@ -3,11 +3,11 @@
 # initramfs holding just the modules the guest needs.  Idempotent; prints nothing when the
 # cache is current.  Usage: scripts/vm/build.sh [--force]
 #
-#   $BTL_VM_DIR/dl/linux-image-*.deb   Debian's kernel package (apt-get download)
-#   $BTL_VM_DIR/kroot/                 its files (dpkg -x), with modules.dep from depmod
-#   $BTL_VM_DIR/vmlinux                the bzImage's XZ payload: qemu boots it via PVH, which
+#   $BTLVM_DIR/dl/linux-image-*.deb   Debian's kernel package (apt-get download)
+#   $BTLVM_DIR/kroot/                 its files (dpkg -x), with modules.dep from depmod
+#   $BTLVM_DIR/vmlinux                the bzImage's XZ payload: qemu boots it via PVH, which
 #                                      skips seconds of in-guest decompression under TCG
-#   $BTL_VM_DIR/initramfs.cpio         busybox-static + /init + modules (+ their modules.dep)
+#   $BTLVM_DIR/initramfs.cpio         busybox-static + /init + modules (+ their modules.dep)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -15,17 +15,17 @@ force=0
 [ "${1:-}" = --force ] && force=1
 
 vm_install_packages || { echo "build: the harness's Debian packages are missing" >&2; exit 3; }
-mkdir -p "$BTL_VM_DIR/dl"
+mkdir -p "$BTLVM_DIR/dl"
 
 # 1. The kernel package: the versioned package the metapackage depends on.
-kpkg=$(apt-cache depends "$BTL_VM_KERNEL_META" 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')
+kpkg=$(apt-cache depends "$BTLVM_KERNEL_META" 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')
 if [ -z "$kpkg" ]; then
     DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
-    kpkg=$(apt-cache depends "$BTL_VM_KERNEL_META" | awk '/Depends: linux-image-/ {print $2; exit}')
+    kpkg=$(apt-cache depends "$BTLVM_KERNEL_META" | awk '/Depends: linux-image-/ {print $2; exit}')
 fi
-[ -n "$kpkg" ] || { echo "build: apt knows no $BTL_VM_KERNEL_META" >&2; exit 3; }
+[ -n "$kpkg" ] || { echo "build: apt knows no $BTLVM_KERNEL_META" >&2; exit 3; }
 kver=${kpkg#linux-image-}
-deb=$(ls "$BTL_VM_DIR"/dl/"${kpkg}"_*.deb 2>/dev/null | head -n1 || true)
+deb=$(ls "$BTLVM_DIR"/dl/"${kpkg}"_*.deb 2>/dev/null | head -n1 || true)
 if [ -z "$deb" ]; then
     vm_log "downloading $kpkg"
     # apt's sandbox user cannot write into root's tree: download elsewhere, then move.
@@ -34,18 +34,18 @@ if [ -z "$deb" ]; then
     if ! (cd "$tmp" && apt-get download -q "$kpkg" >/dev/null 2>&1); then
         # stale package lists (the archive moved on): refresh once and retry
         DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null 2>&1 || true
-        kpkg=$(apt-cache depends "$BTL_VM_KERNEL_META" | awk '/Depends: linux-image-/ {print $2; exit}')
+        kpkg=$(apt-cache depends "$BTLVM_KERNEL_META" | awk '/Depends: linux-image-/ {print $2; exit}')
         kver=${kpkg#linux-image-}
         (cd "$tmp" && apt-get download -q "$kpkg" >/dev/null 2>&1) \
             || { rm -rf "$tmp"; echo "build: apt-get download $kpkg failed" >&2; exit 3; }
     fi
-    rm -f "$BTL_VM_DIR"/dl/linux-image-*.deb  # keep only the current kernel package
-    mv "$tmp"/*.deb "$BTL_VM_DIR/dl/"
+    rm -f "$BTLVM_DIR"/dl/linux-image-*.deb  # keep only the current kernel package
+    mv "$tmp"/*.deb "$BTLVM_DIR/dl/"
     rm -rf "$tmp"
-    deb=$(ls "$BTL_VM_DIR"/dl/"${kpkg}"_*.deb | head -n1)
+    deb=$(ls "$BTLVM_DIR"/dl/"${kpkg}"_*.deb | head -n1)
 fi
 
-kroot=$BTL_VM_DIR/kroot
+kroot=$BTLVM_DIR/kroot
 if [ "$force" = 1 ] || [ ! -f "$kroot/.stamp" ] || [ "$(cat "$kroot/.stamp")" != "$(basename "$deb")" ]; then
     vm_log "unpacking $(basename "$deb")"
     rm -rf "$kroot"
@@ -53,13 +53,13 @@ if [ "$force" = 1 ] || [ ! -f "$kroot/.stamp" ] || [ "$(cat "$kroot/.stamp")" !=
     dpkg -x "$deb" "$kroot"
     depmod -b "$kroot" "$kver"
     basename "$deb" > "$kroot/.stamp"
-    rm -f "$BTL_VM_DIR/vmlinux"
+    rm -f "$BTLVM_DIR/vmlinux"
 fi
 
 # 2. vmlinux: the ELF inside the bzImage (Debian compresses it with XZ; CONFIG_PVH=y).
-if [ "$force" = 1 ] || [ ! -s "$BTL_VM_DIR/vmlinux" ]; then
+if [ "$force" = 1 ] || [ ! -s "$BTLVM_DIR/vmlinux" ]; then
     vm_log "extracting vmlinux"
-    python3 - "$kroot/boot/vmlinuz-$kver" "$BTL_VM_DIR/vmlinux.tmp" <<'PY'
+    python3 - "$kroot/boot/vmlinuz-$kver" "$BTLVM_DIR/vmlinux.tmp" <<'PY'
 import lzma, sys
 data = open(sys.argv[1], "rb").read()
 pos = data.find(b"\xfd7zXZ\x00")
@@ -70,12 +70,12 @@ if not elf.startswith(b"\x7fELF"):
     sys.exit("the XZ payload is not an ELF vmlinux")
 open(sys.argv[2], "wb").write(elf)
 PY
-    mv "$BTL_VM_DIR/vmlinux.tmp" "$BTL_VM_DIR/vmlinux"
+    mv "$BTLVM_DIR/vmlinux.tmp" "$BTLVM_DIR/vmlinux"
 fi
 
 # 3. The initramfs: rebuilt when the kernel, the module list or /init change.
 want=$( { echo "$kver"; echo "${VM_MODULES[*]}"; cat "$VM_SCRIPTS/init.sh"; } | sha256sum | cut -d' ' -f1)
-if [ "$force" = 1 ] || [ ! -s "$BTL_VM_DIR/initramfs.cpio" ] || [ "$(cat "$BTL_VM_DIR/initramfs.stamp" 2>/dev/null)" != "$want" ]; then
+if [ "$force" = 1 ] || [ ! -s "$BTLVM_DIR/initramfs.cpio" ] || [ "$(cat "$BTLVM_DIR/initramfs.stamp" 2>/dev/null)" != "$want" ]; then
     vm_log "building initramfs ($kver: ${VM_MODULES[*]})"
     stage=$(mktemp -d)
     trap 'rm -rf "$stage"' EXIT
@@ -99,8 +99,8 @@ if [ "$force" = 1 ] || [ ! -s "$BTL_VM_DIR/initramfs.cpio" ] || [ "$(cat "$BTL_V
     rm "$stage/modlist"
     cp "$kroot/lib/modules/$kver"/modules.builtin* "$stage/lib/modules/$kver/" 2>/dev/null || true
     depmod -b "$stage" "$kver"
-    (cd "$stage" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet) > "$BTL_VM_DIR/initramfs.cpio.tmp"
-    mv "$BTL_VM_DIR/initramfs.cpio.tmp" "$BTL_VM_DIR/initramfs.cpio"
-    echo "$want" > "$BTL_VM_DIR/initramfs.stamp"
+    (cd "$stage" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet) > "$BTLVM_DIR/initramfs.cpio.tmp"
+    mv "$BTLVM_DIR/initramfs.cpio.tmp" "$BTLVM_DIR/initramfs.cpio"
+    echo "$want" > "$BTLVM_DIR/initramfs.stamp"
 fi
-echo "$kver" > "$BTL_VM_DIR/kernel.version"
+echo "$kver" > "$BTLVM_DIR/kernel.version"

@@ -1,14 +1,14 @@
 # Shared settings and helpers for the Soft-RoCE VM harness (sourced, not run).
 #
-# Everything large is cached under $BTL_VM_DIR (default <repo>/.vm, gitignored) and rebuilt
+# Everything large is cached under $BTLVM_DIR (default <repo>/.vm, gitignored) and rebuilt
 # from Debian's packages when missing: nothing here is committed but scripts.
 
 VM_SCRIPTS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$VM_SCRIPTS/../.." && pwd)
-BTL_VM_DIR=${BTL_VM_DIR:-$REPO/.vm}
+BTLVM_DIR=${BTLVM_DIR:-$REPO/.vm}
 # The kernel: Debian's generic flavour ships rdma_rxe, ib_uverbs, 9p and overlay as modules
 # (the cloud flavour does not).  The metapackage tells which versioned package is current.
-BTL_VM_KERNEL_META=${BTL_VM_KERNEL_META:-linux-image-amd64}
+BTLVM_KERNEL_META=${BTLVM_KERNEL_META:-linux-image-amd64}
 # Modules the guest needs; their dependencies come from modprobe --show-depends.
 # crc32_generic/crc32-pclmul: without a crc32 shash rdma_rxe fails to init and
 # "rdma link add" says "No such file or directory".

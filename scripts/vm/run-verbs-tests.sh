@@ -7,13 +7,13 @@
 #   scripts/vm/run-verbs-tests.sh [PYTEST ARGS...]     (tests/verbs unless a path is given)
 #
 # Exit status: pytest's in the guest (0 passed, 1 failed...), 0 when skipped, 124 when the
-# guest ran past BTL_VM_TIMEOUT (default 900 s).
+# guest ran past BTLVM_TIMEOUT (default 900 s).
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$REPO"
 
 [ "$(uname -s)/$(uname -m)" = Linux/x86_64 ] || vm_skip "the VM harness needs an x86_64 Linux host (this is $(uname -s)/$(uname -m))"
-[ -z "${BTL_VM_GUEST:-}" ] || vm_skip "already inside the VM"
+[ -z "${BTLVM_GUEST:-}" ] || vm_skip "already inside the VM"
 command -v dpkg-query >/dev/null && command -v apt-get >/dev/null || vm_skip "the VM harness needs a Debian-style host (apt-get, dpkg)"
 if ! vm_install_packages; then
     vm_skip "cannot install the harness's Debian packages (${VM_APT_PACKAGES[*]})"
@@ -33,12 +33,12 @@ t1=$(date +%s)
 has_path=0
 for arg in "$@"; do [ -e "${arg%%::*}" ] && has_path=1; done
 [ "$has_path" = 1 ] || set -- "$@" tests/verbs
-mkdir -p "$BTL_VM_DIR/runs"
-out=$(mktemp -d "$BTL_VM_DIR/runs/tests.XXXXXX")
+mkdir -p "$BTLVM_DIR/runs"
+out=$(mktemp -d "$BTLVM_DIR/runs/tests.XXXXXX")
 # In the guest: /usr/bin/python3 (Debian's pyverbs) with the venv's packages; no pytest cache
 # (read-only root), no hypothesis plugin (3 s of imports under TCG), results as JUnit XML.
 PYTEST_ADDOPTS="${PYTEST_ADDOPTS:-} --color=no" \
-bash "$VM_SCRIPTS/run.sh" --timeout "${BTL_VM_TIMEOUT:-900}" --out "$out" -- \
+bash "$VM_SCRIPTS/run.sh" --timeout "${BTLVM_TIMEOUT:-900}" --out "$out" -- \
     python3 -m pytest -p no:cacheprovider -p no:hypothesispytest -o console_output_style=classic \
     --junitxml=/btlvm/junit.xml -ra "$@"
 rc=$?
@@ -54,9 +54,9 @@ case $rc in
         exit 1 ;;
     124)
         if ! grep -q 'BTLVM: t=.*rxe0 up' "$out/console.log" 2>/dev/null; then
-            vm_skip "the VM did not come up within ${BTL_VM_TIMEOUT:-900}s (qemu TCG too slow here?)"
+            vm_skip "the VM did not come up within ${BTLVM_TIMEOUT:-900}s (qemu TCG too slow here?)"
         fi
-        echo "run-verbs-tests: the tests in the VM ran past ${BTL_VM_TIMEOUT:-900}s" >&2
+        echo "run-verbs-tests: the tests in the VM ran past ${BTLVM_TIMEOUT:-900}s" >&2
         exit 124 ;;
 esac
 echo "run-verbs-tests: image $((t1 - t0))s, VM run $((t2 - t1))s; pytest in the guest exited $rc (junit: $out/junit.xml)"

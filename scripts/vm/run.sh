@@ -5,7 +5,7 @@
 #   scripts/vm/run.sh [--timeout SEC] [--mem MB] [--out DIR] [--quiet] -- COMMAND [ARG...]
 #
 # COMMAND runs under /bin/sh in the repository's directory with:
-#   BTL_VM_GUEST=1, BTL_VM_OUT=/btlvm (the --out directory, shared read-write: put results
+#   BTLVM_GUEST=1, BTLVM_OUT=/btlvm (the --out directory, shared read-write: put results
 #   there), python3 = /usr/bin/python3 (Debian's, which python3-pyverbs serves) with the
 #   repository's .venv site-packages added ahead of Debian's (scripts/vm/guest/sitecustomize.py).
 # Exit status: COMMAND's; 124 if the VM timed out; 125 if the VM did not boot (qemu missing or
@@ -13,8 +13,8 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-timeout_s=${BTL_VM_TIMEOUT:-300}
-mem=${BTL_VM_MEM:-512}
+timeout_s=${BTLVM_TIMEOUT:-300}
+mem=${BTLVM_MEM:-512}
 out=""
 quiet=0
 while [ $# -gt 0 ]; do
@@ -30,13 +30,13 @@ done
 [ $# -gt 0 ] || { echo "usage: $0 [--timeout SEC] [--mem MB] [--out DIR] [--quiet] -- COMMAND [ARG...]" >&2; exit 2; }
 
 command -v qemu-system-x86_64 >/dev/null || { echo "run: qemu-system-x86_64 is not installed" >&2; exit 125; }
-[ -s "$BTL_VM_DIR/vmlinux" ] && [ -s "$BTL_VM_DIR/initramfs.cpio" ] || { echo "run: no VM image; run scripts/vm/build.sh" >&2; exit 125; }
+[ -s "$BTLVM_DIR/vmlinux" ] && [ -s "$BTLVM_DIR/initramfs.cpio" ] || { echo "run: no VM image; run scripts/vm/build.sh" >&2; exit 125; }
 
 if [ -z "$out" ]; then
-    mkdir -p "$BTL_VM_DIR/runs"
+    mkdir -p "$BTLVM_DIR/runs"
     # keep the 20 newest run directories
-    ls -1dt "$BTL_VM_DIR"/runs/run.* 2>/dev/null | tail -n +20 | xargs -r rm -rf || true
-    out=$(mktemp -d "$BTL_VM_DIR/runs/run.XXXXXX")
+    ls -1dt "$BTLVM_DIR"/runs/run.* 2>/dev/null | tail -n +20 | xargs -r rm -rf || true
+    out=$(mktemp -d "$BTLVM_DIR/runs/run.XXXXXX")
 fi
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -51,8 +51,8 @@ venv_site=$(ls -d "$REPO"/.venv/lib/python3.*/site-packages 2>/dev/null | head -
 # of /usr/bin/python3 itself, with Debian's site-packages (pyverbs) visible, built once.
 guest_minor=$("$VM_GUEST_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo none)
 venv_minor=$(sed -n 's/^version[_a-z]* *= *\([0-9]*\.[0-9]*\).*/\1/p' "$REPO/.venv/pyvenv.cfg" 2>/dev/null | head -n1)
-if [ -z "$venv_site" ] || [ "$venv_minor" != "$guest_minor" ] || [ -n "${BTL_VM_GUEST_VENV:-}" ]; then
-    gv=$BTL_VM_DIR/guest-venv
+if [ -z "$venv_site" ] || [ "$venv_minor" != "$guest_minor" ] || [ -n "${BTLVM_GUEST_VENV:-}" ]; then
+    gv=$BTLVM_DIR/guest-venv
     if [ ! -x "$gv/bin/python" ] || [ "$(cat "$gv/.stamp" 2>/dev/null)" != "$(sha256sum "$REPO/pyproject.toml" | cut -d' ' -f1)" ]; then
         vm_log "the venv (Python ${venv_minor:-none}) does not match $VM_GUEST_PYTHON ($guest_minor): building $gv"
         rm -rf "$gv"
@@ -65,10 +65,11 @@ fi
 {
     echo "cd $(shq "$REPO") || exit 126"
     echo "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8"
-    echo "export BTL_VM_GUEST=1 BTL_VM_OUT=/btlvm PYTHONUNBUFFERED=1"
-    echo "export PYTHONPATH=$(shq "$VM_SCRIPTS/guest") BTL_VM_VENV_SITE=$(shq "$venv_site")"
+    echo "export BTLVM_GUEST=1 BTLVM_OUT=/btlvm PYTHONUNBUFFERED=1"
+    echo "export PYTHONPATH=$(shq "$VM_SCRIPTS/guest") BTLVM_VENV_SITE=$(shq "$venv_site")"
     # Forward the test knobs the caller set (BTL_* and PYTEST_ADDOPTS).
-    env | grep -E '^(BTL_[A-Z0-9_]+|PYTEST_ADDOPTS)=' | grep -vE '^BTL_VM_(DIR|TIMEOUT|MEM|GUEST|OUT|VENV_SITE)=' \
+    # (The harness's own settings are BTLVM_*, not BTL_*: btlcore rejects unknown BTL_ names.)
+    env | grep -E '^(BTL_[A-Z0-9_]+|PYTEST_ADDOPTS)=' \
         | while IFS='=' read -r k v; do echo "export $k=$(shq "$v")"; done || true
     printf 'exec'
     for arg in "$@"; do printf ' %s' "$(shq "$arg")"; done
@@ -82,9 +83,9 @@ console=$out/console.log
 start=$(date +%s.%N)
 set +e
 timeout -k 10 "$timeout_s" qemu-system-x86_64 \
-    -machine q35,accel=tcg -cpu "${BTL_VM_CPU:-max}" -smp 1 -m "$mem" \
+    -machine q35,accel=tcg -cpu "${BTLVM_CPU:-max}" -smp 1 -m "$mem" \
     -nodefaults -no-user-config -display none -no-reboot -serial stdio \
-    -kernel "$BTL_VM_DIR/vmlinux" -initrd "$BTL_VM_DIR/initramfs.cpio" \
+    -kernel "$BTLVM_DIR/vmlinux" -initrd "$BTLVM_DIR/initramfs.cpio" \
     -append "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init" \
     -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
     -virtfs "local,path=$out,mount_tag=results,security_model=none,multidevs=remap" \

@@ -264,3 +264,17 @@ def test_qp_error_state_is_recovered(open_verbs):
         b.poll_recv(0)
         reap(a, 4)
     assert b.qp_recoveries == 1
+
+
+def test_mtu_option_caps_datagrams(open_verbs):
+    a, b = open_verbs(mtu=1024), open_verbs()
+    assert a.capabilities().mtu == 1024 and a.port_mtu >= 1024
+    assert a.create_channel(D, 0).mtu == 1024
+    dest = a.resolve(b.local_address())
+    assert a.post_send(D, dest, bytes(1024))
+    with pytest.raises(ValueError, match="MTU of 1024"):
+        a.post_send(D, dest, bytes(1025))
+    assert drain(b, 1) == [bytes(1024)]
+    # b (4096) must not send more than a (1024) accepts: the address says so
+    with pytest.raises(ValueError, match="MTU of 1024"):
+        b.post_send(D, b.resolve(a.local_address()), bytes(2048))

@@ -30,7 +30,7 @@ def test_strings_and_auto():
 @pytest.mark.parametrize("name,value", [
     ("port", 0), ("port", 256), ("port", "x"), ("gid_index", -1), ("qkey", 0x80000000),
     ("qkey", True), ("send_queue_depth", 0), ("recv_queue_depth", 1), ("inline", "maybe"),
-    ("device", ""), ("device", 3), ("seed", "abc"),
+    ("device", ""), ("device", 3), ("seed", "abc"), ("mtu", 1000), ("mtu", 8192), ("mtu", "big"),
 ])
 def test_bad_values_name_the_option(name, value):
     with pytest.raises(ConfigError, match=f"verbs option '{name}'"):
@@ -90,3 +90,19 @@ def test_selftest_says_why_when_unavailable(verbs_probe, capsys):
         pytest.skip("verbs is usable here: the device tests cover the selftest's paths")
     assert selftest.main([]) == 1
     assert verbs_probe.reason in capsys.readouterr().out
+
+
+def test_mtu_option():
+    assert _options.parse({"mtu": "1024"}, environ={}).mtu == 1024
+    assert _options.parse({"mtu": "auto"}, environ={}).mtu == 0
+
+
+def test_peer_text_for_the_cli():
+    a = _address.VerbsAddress(lid=0, gid=bytes(10) + b"\xff\xff\x7f\x00\x00\x01", qkey=0x11,
+                              priority_qpn=17, data_qpn=18, max_datagram=4096)
+    assert plugin.parse_peer(a.encode().hex()) == a.encode()
+    assert "::ffff:127.0.0.1" in plugin.describe_address(a.encode())
+    with pytest.raises(ValueError, match="as hex"):
+        plugin.parse_peer("127.0.0.1:7000")
+    with pytest.raises(ValueError, match="not a verbs address"):
+        plugin.parse_peer("5501" + "00" * 10)

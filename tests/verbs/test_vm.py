@@ -25,7 +25,7 @@ VM = REPO / "scripts" / "vm"
 
 
 def _skip_reason() -> str | None:
-    if os.environ.get("BTL_VM_GUEST"):
+    if os.environ.get("BTLVM_GUEST"):
         return "already inside the VM"
     if platform.system() != "Linux" or platform.machine() != "x86_64":
         return f"the VM harness needs x86_64 Linux (this is {platform.system()}/{platform.machine()})"

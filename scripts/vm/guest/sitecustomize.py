@@ -12,7 +12,7 @@ import os
 import site
 import sys
 
-_venv_site = os.environ.get("BTL_VM_VENV_SITE")
+_venv_site = os.environ.get("BTLVM_VENV_SITE")
 if _venv_site and os.path.isdir(_venv_site):
     _before = list(sys.path)
     site.addsitedir(_venv_site)
