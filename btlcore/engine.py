@@ -317,9 +317,12 @@ class Engine:
                 return
             ras = peer.reassembly.get(msg_id)
             if ras is None:
-                if len(peer.reassembly) >= self.config.max_reassemblies and not w.holds(seq) \
-                        and cum < seq <= cum + w.size:
-                    c.num_reassembly_drops += 1  # not accepted, so not ACKed: it comes again
+                # At the cap, a new message is refused (not accepted, so not ACKed: it comes
+                # again) -- except the one holding the next in-order sequence number: later
+                # messages filling every slot must never lock out the one the window waits on.
+                if len(peer.reassembly) >= self.config.max_reassemblies and seq != cum + 1 \
+                        and not w.holds(seq) and cum < seq <= cum + w.size:
+                    c.num_reassembly_drops += 1
                     return
             elif ras.msg_len != msg_len:
                 c.num_badfrag_recvs += 1
@@ -639,6 +642,9 @@ class Engine:
                 return
         c = peer.counters
         c.num_hello_recvs += 1
+        if hello.incarnation in peer.past_incarnations:
+            c.num_stale_recvs += 1  # a late HELLO of an incarnation already replaced
+            return
         if peer.remote_known and hello.incarnation != peer.remote_inc:
             self._restart_peer(peer, now)
         elif peer.state is PeerState.FAILED or peer.state is PeerState.CLOSED:
@@ -672,6 +678,8 @@ class Engine:
         self._fail_messages(peer, PeerRestarted(
             f"peer {peer.address.hex()} restarted (incarnation {peer.remote_inc:#x} -> new)"))
         counters, user_data = peer.counters, peer.user_data
+        past = peer.past_incarnations
+        past.append(peer.remote_inc)
         self.peers_by_conn.pop(peer.local_conn, None)
         for table in (self._resending, self._sending, self._acking, self._hello, self._timed):
             table.pop(peer, None)
@@ -682,6 +690,7 @@ class Engine:
         Peer.__init__(peer, peer.address, peer.dest, conn, self._rng.randrange(1, 1 << 62),
                       timer, cfg.window)
         peer.counters, peer.user_data = counters, user_data
+        peer.past_incarnations = past
         peer.cwnd = self._cwnd_initial
         self.peers_by_conn[conn] = peer
         self.events.append((EV_PEER_RESTARTED, peer))

@@ -88,7 +88,7 @@ class Peer:
         # identity and handshake
         "address", "dest", "local_conn", "remote_conn", "remote_inc", "state", "confirmed",
         "remote_known", "hello_next", "hello_count", "hello_sent_at", "hello_interval", "hello_started", "hello_reply",
-        "error", "user_data",
+        "error", "user_data", "past_incarnations",
         # send side
         "isn", "next_seq", "snd_una", "queue", "unacked", "resend", "scoreboard",
         "tx_serial", "largest_acked_serial", "reo_mult", "loss_seq_limit", "cwnd", "ssthresh",
@@ -118,6 +118,8 @@ class Peer:
         self.hello_reply = False  # a HELLO_ACK is owed
         self.error: BaseException | None = None
         self.user_data: Any = None
+        # incarnations this address had before (a late HELLO of one is no restart)
+        self.past_incarnations: deque[int] = deque(maxlen=16)
 
         self.isn = isn
         self.next_seq = isn + 1

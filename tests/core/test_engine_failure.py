@@ -178,9 +178,6 @@ def test_restart_detected_from_data_side_hello_of_new_incarnation_sending_first(
     assert p.delivered[0] == [(b"B", 5, b"first words")]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a delayed duplicate HELLO of a peer's previous "
-                   "incarnation is taken for a restart: the live connection is torn down (pending "
-                   "sends fail with PeerRestarted) and both sides then fail with PeerUnreachable")
 def test_hello_of_old_incarnation_after_restart_is_ignored() -> None:
     p = pair()
     old_hello = [raw for _t, s, _d, raw in p.log if s == 0 and safe_decode(raw).type == T_HELLO][0]
