@@ -214,9 +214,17 @@ class EngineNet:
             self._n += 1
             heapq.heappush(self._flight, (when, self._n, src, dst, data))
 
-    def step(self) -> bool:
-        """One round: run due timers, send what is due, deliver what landed, advance time.
-        False when nothing at all is left to happen."""
+    def advance(self, t: float) -> None:
+        """Let virtual time run to exactly ``t`` (events up to ``t`` happen)."""
+        while self.now < t:
+            if self.steps > self.max_steps:
+                raise AssertionError(f"step limit reached at t={self.now!r} (livelock?)")
+            if not self.step(cap=t):
+                self.now = t
+
+    def step(self, cap: float | None = None) -> bool:
+        """One round: run due timers, send what is due, deliver what landed, advance time
+        (not beyond ``cap``).  False when nothing at all is left to happen."""
         self.steps += 1
         for src, eng in enumerate(self.engines):
             t = eng.get_timer()
@@ -238,7 +246,10 @@ class EngineNet:
                 nexts.append(max(t, self.now))
         if not nexts:
             return False
-        self.now = max(self.now, min(nexts))
+        target = min(nexts)
+        if cap is not None and target > cap:
+            target = cap
+        self.now = max(self.now, target)
         while self._flight and self._flight[0][0] <= self.now:
             _t, _n, src, dst, data = heapq.heappop(self._flight)
             self.arrivals.append((self.now, src, dst, data))

@@ -10,7 +10,7 @@ from btlcore import Config
 from btlcore.engine import Engine
 from btlcore.errors import MessageTooLarge
 from btlcore.wire import T_DATA
-from enginepair import EngineNet, EnginePair
+from enginepair import EngineNet, EnginePair, safe_decode
 
 
 def pair(config_b: Config | None = None, **cfg: object) -> EnginePair:
@@ -150,3 +150,27 @@ def test_small_mtu_end_to_end() -> None:
     p.run(lambda: p.completions[0])
     assert p.delivered[1] == [(b"A", 1, m)]
     assert max(len(raw) for _t, _s, _d, raw in p.log) <= 128
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_reassembly_slot_held_by_later_message_does_not_deadlock(ordered: bool) -> None:
+    """max_reassemblies=1, window 8: message 3's chunks take the only reassembly slot while
+    message 2 (all of whose chunks were refused) still needs it, and message 3's last chunk
+    lies beyond the window until message 2 is acknowledged.  The segment right after the
+    cumulative point must always be accepted, or this deadlocks (found by test_properties)."""
+    p = EnginePair(Config(window=8, max_reassemblies=1, cwnd_max=0, ordered=ordered, peer_timeout=3.0),
+                   mtu=160)
+    p.handshake()
+    isn = p.pa.isn
+
+    def late_third(s: int, d: int, raw: bytes, k: int) -> object:
+        dg = safe_decode(raw)
+        return ("delay", 0.001) if s == 0 and dg is not None and dg.type == T_DATA and dg.seq == isn + 3 else None
+    p.add_hook(late_third)
+    msgs = [bytes([i]) * n for i, n in enumerate((259, 449, 337))]  # 3, 5 and 4 chunks
+    for i, m in enumerate(msgs):
+        p.send(0, 1, i, m, key=i)
+    p.run(lambda: all(p.completions[i] for i in range(3)), max_time=2.0)
+    assert p.completions == {0: [None], 1: [None], 2: [None]}
+    assert sorted(p.delivered[1]) == [(b"A", i, m) for i, m in enumerate(msgs)]
+    assert p.pb.counters.num_reassembly_drops > 0
