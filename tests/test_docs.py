@@ -685,3 +685,45 @@ def test_piggy_backed_ack_pays_the_debt() -> None:
     assert [d.type for d in out] == [wire.T_DATA] and out[0].flags & wire.F_ACK
     assert out[0].ack == r.isn + 1
     assert r.advance(1e-3) == []                 # no standalone ACK follows
+
+
+# ------------------------------------------------------------------------------ api.md's command snippets
+
+
+def _snippet(command: str) -> list[str]:
+    text = _read("api.md")
+    m = re.search(rf"```\n\$ {re.escape(command)}\n(.*?)```", text, re.S)
+    assert m, f"api.md shows no output of '{command}'"
+    return [line for line in m.group(1).splitlines() if line != "..."]
+
+
+def _shape(line: str) -> str:
+    return re.sub(r"[0-9a-f]*\d[0-9a-f.]*", "N", line)
+
+
+def _run_btl(argv: list[str]) -> list[str]:
+    from btlcore.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        rc = main(argv)
+    assert rc == 0
+    return out.getvalue().splitlines()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", [
+    "btl demo",
+    "btl transfer --seed 7 --messages 200 --size 8-20000 --loss 0.05 --burst 0.02,4 --reorder 0.01 --delay 1,0.2 --rate 1000",
+])
+def test_cli_snippets_have_the_shape_of_current_output(command: str, clean_env: Any) -> None:
+    """The numbers may drift as the protocol is tuned; the lines must not."""
+    shown = _snippet(command)
+    real = _run_btl(command.split()[1:])
+    assert [_shape(x) for x in real] == [_shape(x) for x in shown]
+    assert real[-1] == shown[-1] == "  verified: yes"
+
+
+def test_params_snippet_is_current() -> None:
+    real = _run_btl(["params"])
+    assert _snippet("btl params") == real[:len(_snippet("btl params"))]
