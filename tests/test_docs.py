@@ -727,3 +727,52 @@ def test_cli_snippets_have_the_shape_of_current_output(command: str, clean_env: 
 def test_params_snippet_is_current() -> None:
     real = _run_btl(["params"])
     assert _snippet("btl params") == real[:len(_snippet("btl params"))]
+
+
+def test_a_peer_written_from_protocol_md_interoperates_over_udp(clean_env: Any) -> None:
+    """The same doc-written peer on a real UDP socket (its address in the udp backend's
+    documented format, backends/udp/_address.py), against a btlcore transport on `udp`."""
+    import socket
+    import time
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+    except OSError as exc:  # pragma: no cover - no loopback here
+        pytest.skip(f"no UDP loopback: {exc}")
+    sock.setblocking(False)
+    port = sock.getsockname()[1]
+    # magic 'U', version 1, family 4, reserved, priority port, data port, IPv4
+    address = struct.pack("!BBBBHH", 0x55, 1, 4, 0, port, port) + socket.inet_aton("127.0.0.1")
+    doc = DocPeer(address, drop_seqs={3})
+    t = btlcore.open("udp")
+    try:
+        peer = t.connect(address)
+        big = bytes(range(256)) * 300  # 76800 bytes: chunked at any UDP MTU
+        done: list[Any] = []
+        got: list[bytes] = []
+        t.on(11, lambda p, tag, data: got.append(bytes(data)))
+        t.send(peer, 9, big, done.append)
+        sent_own = False
+        deadline = time.monotonic() + 20
+        while not (done and got and doc.data_acked) and time.monotonic() < deadline:
+            t.progress(timeout=0.001)
+            while True:
+                try:
+                    dg, src = sock.recvfrom(65536)
+                except BlockingIOError:
+                    break
+                for reply in doc.receive(dg):
+                    sock.sendto(reply, src)
+            if doc.remote and peer.state.value == "established" and not sent_own:
+                hello_addr = t.address
+                ip = socket.inet_ntoa(hello_addr[8:12])
+                data_port = struct.unpack_from("!H", hello_addr, 6)[0]
+                sock.sendto(doc.data(11, b"over udp"), (ip, data_port))
+                sent_own = True
+        assert done == [None]
+        assert doc.messages == [(9, big)]
+        assert got == [b"over udp"] and doc.data_acked
+    finally:
+        t.close(flush=False)
+        sock.close()
