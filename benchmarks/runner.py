@@ -18,6 +18,7 @@ Values are in base units: bytes/s, seconds, bytes, 1/s, or plain numbers ("x").
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -172,8 +173,7 @@ def run(quick: bool = True, json: bool = False, sections: Iterable[str] | str | 
         profile = PROFILES[profile]
     p = profile or (QUICK if quick else PROFILES["full"])
     if trials:
-        from dataclasses import replace
-        p = replace(p, trials=trials)
+        p = dataclasses.replace(p, trials=trials)
     chosen = select_sections(sections)
     busy_before = harness.contention()
     if busy_before and log is not None:
@@ -209,8 +209,9 @@ def run(quick: bool = True, json: bool = False, sections: Iterable[str] | str | 
                       file=log, flush=True)
     meta = machine()
     busy_after = harness.contention()
-    meta.update(host=host, warnings=[w for w in (busy_before, busy_after) if w][:1],profile=p.name, trials=p.trials, warmup=p.warmup, sections=list(chosen),
-                elapsed=time.monotonic() - t_start, aioquic=ref_quic.version() if not ref_quic.available() else None,
+    meta.update(host=host, warnings=[w for w in (busy_before, busy_after) if w][:1], profile=p.name,
+                trials=p.trials, warmup=p.warmup, sections=list(chosen), elapsed=time.monotonic() - t_start,
+                aioquic=ref_quic.version() if not ref_quic.available() else None,
                 btlcore=btl_adapter.availability())
     dicts = [r.to_json() for r in results]
     order = {sec: i for i, sec in enumerate(SECTIONS)}
