@@ -84,7 +84,8 @@ class ChannelInfo:
 
 
 class DeviceSpec:
-    """The hooks a backend implements.  All but ``btl_device_fds`` are required."""
+    """The hooks a backend implements.  All but ``btl_device_fds`` and
+    ``btl_device_post_send_many`` are required."""
 
     @hookspec(firstresult=True)
     def btl_backend_probe(self, options: Mapping[str, Any]) -> Probe:  # type: ignore[empty-body]
@@ -117,6 +118,14 @@ class DeviceSpec:
     ) -> bool:
         """Post one datagram to ``dest`` (a handle from ``btl_device_resolve``).  False means
         the send queue is full; the core will post it again later."""
+
+    @hookspec(firstresult=True)
+    def btl_device_post_send_many(  # type: ignore[empty-body]
+        self, device: Any, items: Sequence[tuple[Channel, Any, Any]]
+    ) -> int:
+        """Optional: post ``(channel, dest, data)`` items in order in as few system calls as
+        the device can (UDP GSO, a verbs WR chain); return how many were taken (a prefix:
+        the core keeps the rest).  Without it the core calls ``post_send`` per datagram."""
 
     @hookspec(firstresult=True)
     def btl_device_poll_recv(self, device: Any, budget: int) -> Sequence[Any]:  # type: ignore[empty-body]
@@ -207,6 +216,7 @@ class DeviceOps:
     capabilities: Callable[[], Capabilities]
     create_channel: Callable[[Channel, int], ChannelInfo]
     post_send: Callable[[Channel, Any, Any], bool]
+    post_send_many: Callable[[Sequence[tuple[Channel, Any, Any]]], int] | None
     poll_recv: Callable[[int], Sequence[Any]]
     poll_completions: Callable[[], int]
     local_address: Callable[[], bytes]
@@ -219,6 +229,9 @@ class DeviceOps:
     @classmethod
     def bind(cls, backend: str, plugin: Any, device: Any) -> DeviceOps:
         """Bind ``plugin``'s ``btl_device_*`` functions to ``device``."""
+
+        def optional(hook: str) -> Callable[..., Any] | None:
+            return bound(hook) if getattr(plugin, hook, None) else None
 
         def bound(hook: str, default: Callable[..., Any] | None = None) -> Callable[..., Any]:
             fn = getattr(plugin, hook, None) or default
@@ -234,6 +247,7 @@ class DeviceOps:
             capabilities=bound("btl_device_capabilities"),
             create_channel=bound("btl_device_create_channel"),
             post_send=bound("btl_device_post_send"),
+            post_send_many=optional("btl_device_post_send_many"),
             poll_recv=bound("btl_device_poll_recv"),
             poll_completions=bound("btl_device_poll_completions"),
             local_address=bound("btl_device_local_address"),

@@ -460,8 +460,9 @@ class Engine:
 
     def _acked(self, peer: Peer, seg: Segment) -> None:
         """``seg`` is acknowledged: count it against its message, complete the message."""
-        if seg.tx_serial > peer.largest_acked_serial:
-            peer.largest_acked_serial = seg.tx_serial
+        acked_serial = peer.acked_serial
+        if seg.tx_serial > acked_serial[seg.channel]:
+            acked_serial[seg.channel] = seg.tx_serial
         if seg.tx_count > 1:
             # Acked sooner after the retransmission than any round trip takes: the original
             # arrived, it was only late.  Widen the reordering allowance (RACK's reo_wnd_mult).
@@ -546,13 +547,16 @@ class Engine:
 
     def _detect_losses(self, peer: Peer) -> None:
         """Fast retransmit, RACK-style (RFC 8985): a segment is lost once a transmission made
-        ``fast_retransmit_threshold`` or more sends after it was acknowledged (counted in
-        transmission serials, so a retransmission is judged against what was sent after it)
+        on its channel ``fast_retransmit_threshold`` or more sends after it was acknowledged
+        (counted in transmission serials, so a retransmission is judged against what was sent
+        after it)
         *and* it was sent longer ago than an RTT plus a reordering allowance.  The time
         condition keeps reordering from looking like loss; :meth:`get_timer` arms the check
         for a segment that meets only the first."""
-        limit = peer.largest_acked_serial - self.config.fast_retransmit_threshold
-        if limit < 0 or not peer.unacked:
+        thr = self.config.fast_retransmit_threshold
+        limits = (peer.acked_serial[0] - thr, peer.acked_serial[1] - thr)
+        top = limits[0] if limits[0] > limits[1] else limits[1]
+        if top < 0 or not peer.unacked:
             return
         reo = self._reorder_time(peer)
         now = self._now
@@ -561,9 +565,12 @@ class Engine:
         for seg in peer.unacked.values():
             # (the same expression as the timer in get_timer, so that the check it arms
             # always finds the segment due: no float rounding between the two)
-            if seg.tx_serial > limit or seg.sent_at + reo > now:
+            if seg.tx_serial > top or seg.sent_at + reo > now:
                 break
-            if not seg.lost and (seq_limit is None or seg.seq <= seq_limit):
+            # judged only against its own channel: a tiny message on the priority channel
+            # overtaking bulk queued on the data channel is not a loss
+            if not seg.lost and seg.tx_serial <= limits[seg.channel] \
+                    and (seq_limit is None or seg.seq <= seq_limit):
                 lost.append(seg)
         if lost:
             if lost[-1].tx_serial >= peer.recovery_serial:
@@ -741,7 +748,7 @@ class Engine:
                 front = self._rto_front(peer)
                 if front is not None:
                     t = max(front.sent_at, peer.rto_base) + peer.timer.rto
-                    if front.tx_serial <= peer.largest_acked_serial - cfg.fast_retransmit_threshold \
+                    if front.tx_serial <= peer.acked_serial[front.channel] - cfg.fast_retransmit_threshold \
                             and (peer.loss_seq_limit is None or front.seq <= peer.loss_seq_limit):
                         loss_check = front.sent_at + self._reorder_time(peer)
                         if loss_check < t:

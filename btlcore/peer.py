@@ -91,7 +91,7 @@ class Peer:
         "error", "user_data", "past_incarnations",
         # send side
         "isn", "next_seq", "snd_una", "queue", "unacked", "resend", "scoreboard",
-        "tx_serial", "largest_acked_serial", "reo_mult", "loss_seq_limit", "cwnd", "ssthresh",
+        "tx_serial", "acked_serial", "reo_mult", "loss_seq_limit", "cwnd", "ssthresh",
         "recovery_serial", "timer", "last_progress", "rto_base", "msg_counter",
         "remote_window",
         # receive side
@@ -129,7 +129,7 @@ class Peer:
         self.resend: deque[Segment] = deque()
         self.scoreboard = SackScoreboard()
         self.tx_serial = 0
-        self.largest_acked_serial = 0
+        self.acked_serial = [0, 0]  # per channel: highest transmission serial acknowledged
         self.loss_seq_limit: int | None = None  # no loss declared above (truncated SACK)
         self.cwnd = 0.0  # congestion window, segments (set by the engine)
         self.ssthresh = float("inf")

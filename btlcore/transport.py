@@ -225,10 +225,21 @@ class Transport:
                 self.engine.counters.num_send_pushbacks += 1
                 return
             backlog.popleft()
+        # the device's batch path (GSO...) when nothing needs to see datagrams one by one
+        many = self.device.post_send_many if post is self.device.post_send and sent_hook is None else None
         for _ in range(64):  # bounded: a pass must end even if the engine always has work
             out = self.engine.datagrams_to_send(now)
             if not out:
                 return
+            if many is not None:
+                taken = many(out)
+                if taken < len(out):
+                    self.engine.counters.num_send_pushbacks += 1
+                    backlog.extend((c, d, bytes(b)) for c, d, b in out[taken:])
+                    return
+                if not self.engine.has_work():
+                    return
+                continue
             for i, (channel, dest, buf) in enumerate(out):
                 if not post(channel, dest, buf):
                     self.engine.counters.num_send_pushbacks += 1

@@ -18,6 +18,7 @@ from . import _address, _device, _options
 from ._device import UdpDevice
 
 btl_device_post_send = hookimpl(_device.post_send)
+btl_device_post_send_many = hookimpl(_device.post_send_many)
 btl_device_poll_recv = hookimpl(_device.poll_recv)
 
 
