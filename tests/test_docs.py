@@ -261,6 +261,11 @@ def test_engine_constants_quoted_in_protocol_md() -> None:
     assert engine._HELLO_INTERVAL_MAX == 1.0 and "capped at 1 s" in text
     assert rtt.GRANULARITY == 1e-6 and "G = 1 µs" in text
     assert "up to 64 rounds" in text  # Transport._flush_sends' bound
+    from btlcore.peer import Peer
+
+    p = Peer(b"x", None, 1, 1, rtt.RetransmitTimer(True, 0.02, 0.005, 2.0, 0.005), 64)
+    if hasattr(p, "past_incarnations"):
+        assert p.past_incarnations.maxlen == 16 and "the last 16" in text
     import inspect
 
     from btlcore.transport import Transport
