@@ -65,7 +65,7 @@ def do_sends(p: EnginePair, plan: list[tuple[int, int, float]]) -> list[list[tup
     return sent
 
 
-@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configs, fates, fates, sends)
 def test_exactly_once_intact_in_order(cfg: dict[str, Any], fa: list[Any], fb: list[Any],
                                       plan: list[tuple[int, int, float]]) -> None:
@@ -94,7 +94,7 @@ def test_exactly_once_intact_in_order(cfg: dict[str, Any], fa: list[Any], fb: li
     event(f"chunked: {st_a['num_chunk_recvs'] + st_b['num_chunk_recvs'] > 0}")
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configs, fates, fates, sends, st.integers(0, 40), st.integers(0, 1))
 def test_silent_peer_every_callback_once(cfg: dict[str, Any], fa: list[Any], fb: list[Any],
                                          plan: list[tuple[int, int, float]], cut_after: int,
@@ -126,3 +126,141 @@ def test_silent_peer_every_callback_once(cfg: dict[str, Any], fa: list[Any], fb:
             assert ok <= set(got)  # acknowledged implies delivered
     del silent
     event(f"failures: {p.a.stats()['num_peer_failures'] + p.b.stats()['num_peer_failures']}")
+
+
+# ---------------------------------------------------------------------------------------
+# Long runs under random fates (rates rather than a finite script), three engines, puts,
+# different configurations on each side, the real MTU.
+
+import random as _random  # noqa: E402
+
+from btlcore.engine import EV_PUT  # noqa: E402
+from enginepair import EngineNet  # noqa: E402
+
+side_configs = st.fixed_dictionaries({
+    "ordered": st.booleans(),
+    "window": st.sampled_from([8, 32, 4096]),
+    "ack_frequency": st.sampled_from([1, 8]),
+    "ack_delay": st.sampled_from([0.0, 0.0002]),
+    "max_reassemblies": st.sampled_from([1, 4, 2048]),
+    "cwnd_initial": st.sampled_from([2, 32]),
+    "send_credits": st.sampled_from([1, 64]),
+    "max_resends_per_pass": st.sampled_from([1, 16]),
+    "priority_limit": st.sampled_from([0, 768]),
+})
+rates = st.tuples(st.sampled_from([0.0, 0.05, 0.25]), st.sampled_from([0.0, 0.05]),
+                  st.sampled_from([0.0, 0.2]), st.sampled_from([0.0, 0.05]))
+ops = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(0, 7500), st.booleans(),
+                         st.sampled_from([0.0, 0.0, 0.001, 0.02])), min_size=1, max_size=12)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(side_configs, min_size=3, max_size=3), rates, st.integers(0, 2**32), ops)
+def test_three_engines_random_fates_puts_and_messages(cfgs: list[dict[str, Any]], rate: tuple[float, ...],
+                                                      seed: int, plan: list[tuple[int, int, int, bool, float]]) -> None:
+    drop, dup, delay, corrupt = rate
+    rng = _random.Random(seed)
+
+    def fates(s: int, d: int, raw: bytes, k: int) -> Any:
+        x = rng.random()
+        if x < drop:
+            return DROP
+        x -= drop
+        if x < dup:
+            return ("dup", 1)
+        x -= dup
+        if x < delay:
+            return ("delay", rng.random() * 0.004)
+        x -= delay
+        if x < corrupt:
+            return ("corrupt", rng.randrange(len(raw) * 8))
+        return None
+    configs = [Config(rto_max=0.05, max_retries=10_000, peer_timeout=1000.0, handshake_timeout=1000.0, **c)
+               for c in cfgs]
+    net = EngineNet(3, configs=configs, max_steps=400_000)
+    net.add_hook(fates)
+    regions = [bytearray(len(plan) * 7501) for _ in range(3)]
+    keys = [net.engines[i].expose(regions[i]) for i in range(3)]
+    sent: dict[tuple[int, int], list[tuple[int, bytes]]] = {}
+    puts: dict[int, list[tuple[int, int, bytes]]] = {0: [], 1: [], 2: []}
+    n = 0
+    for i, (src, dst, size, is_put, gap) in enumerate(plan):
+        if src == dst:
+            continue
+        if gap:
+            net.advance(net.now + gap)
+        data = body(i, size)
+        if is_put:
+            net.send(src, dst, i, data, key=i, put_key=keys[dst], put_offset=i * 7501)
+            puts[dst].append((i * 7501, size, data))
+        else:
+            net.send(src, dst, i, data, key=i)
+            sent.setdefault((src, dst), []).append((i, data))
+        n += 1
+    keys_used = [i for i, (s, d, *_r) in enumerate(plan) if s != d]
+    want_msgs = sum(len(v) for v in sent.values())
+    net.run(lambda: all(net.completions[i] for i in keys_used)
+            and sum(len(d) for d in net.delivered) == want_msgs
+            and all(len([e for e in net.other_events[j] if e[0] == EV_PUT]) == len(puts[j]) for j in range(3)),
+            max_time=net.now + 600)
+    net.run_idle(net.now + 0.5)
+    for i in keys_used:
+        assert net.completions[i] == [None], (i, net.completions[i])
+    for (src, dst), msgs in sent.items():
+        got = [(t, d) for a, t, d in net.delivered[dst] if a == net.addresses[src]]
+        if cfgs[dst]["ordered"]:
+            assert got == msgs
+        else:
+            assert sorted(got) == sorted(msgs)
+    for dst in range(3):
+        total = sum(len(v) for (s, d), v in sent.items() if d == dst)
+        assert len(net.delivered[dst]) == total
+        for off, size, data in puts[dst]:
+            assert regions[dst][off:off + size] == data
+        assert len([e for e in net.other_events[dst] if e[0] == EV_PUT]) == len(puts[dst])
+    event(f"resends: {sum(e.stats()['num_resends'] for e in net.engines) > 0}")
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**64))
+def test_soak_seeded(seed: int) -> None:
+    """Bigger workloads than shrinking-friendly strategies reach: everything drawn from one
+    seed (sizes to 5 MTUs, 150 operations, rates up to 30% loss), two engines, both ways."""
+    rng = _random.Random(seed)
+    cfg = {"ordered": rng.random() < 0.5, "window": rng.choice([8, 64, 4096]),
+           "ack_frequency": rng.choice([1, 4, 8]), "ack_delay": rng.choice([0.0, 0.0002, 0.001]),
+           "max_reassemblies": rng.choice([1, 3, 2048]), "fast_retransmit_threshold": rng.choice([1, 3, 6]),
+           "rto_mode": rng.choice(["adaptive", "fixed"])}
+    drop, dup, delay, corrupt = rng.choice([0, 0.1, 0.3]), rng.choice([0, 0.1]), rng.choice([0, 0.3]), rng.choice([0, 0.05])
+    frng = _random.Random(seed + 1)
+
+    def fates(s: int, d: int, raw: bytes, k: int) -> Any:
+        x = frng.random()
+        if x < drop:
+            return DROP
+        if x < drop + dup:
+            return ("dup", 1)
+        if x < drop + dup + delay:
+            return ("delay", frng.random() * 0.005)
+        if x < drop + dup + delay + corrupt:
+            return ("corrupt", frng.randrange(len(raw) * 8))
+        return None
+    p = EnginePair(Config(rto_max=0.05, retrans_timeout=0.004, max_retries=10_000, peer_timeout=1000.0,
+                          handshake_timeout=1000.0, **cfg), max_steps=1_000_000)
+    p.add_hook(fates)
+    sent: list[list[tuple[int, bytes]]] = [[], []]
+    n = 150
+    for i in range(n):
+        side = rng.randrange(2)
+        data = body(i, rng.choice([0, 1, rng.randrange(7500), rng.randrange(1500), 1464, 1465]))
+        if rng.random() < 0.3:
+            p.advance(p.now + rng.choice([0.0005, 0.003, 0.02]))
+        p.send(side, 1 - side, i, data, key=i)
+        sent[side].append((i, data))
+    p.run(lambda: all(p.completions[i] for i in range(n)) and sum(len(d) for d in p.delivered) == n,
+          max_time=p.now + 600)
+    p.run_idle(p.now + 0.5)
+    for side in (0, 1):
+        got = [(t, d) for _a, t, d in p.delivered[1 - side]]
+        assert (got if cfg["ordered"] else sorted(got)) == (sent[side] if cfg["ordered"] else sorted(sent[side]))
+    assert all(p.completions[i] == [None] for i in range(n))
