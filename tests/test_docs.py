@@ -781,3 +781,25 @@ def test_a_peer_written_from_protocol_md_interoperates_over_udp(clean_env: Any) 
     finally:
         t.close(flush=False)
         sock.close()
+
+
+def test_api_md_lists_every_public_transport_member() -> None:
+    import inspect
+
+    from btlcore.transport import Transport
+
+    text = _read("api.md").split("## Transport")[1].split("\n## ")[0]
+    names = {n for n, _ in inspect.getmembers(Transport) if not n.startswith("_")}
+    init = inspect.getsource(Transport.__init__)
+    names |= set(re.findall(r"self\.([a-z][a-z_]*)\b(?:: [^=]+)? =", init))
+    missing = sorted(n for n in names if f"`{n}" not in text)
+    assert not missing, f"api.md's Transport table does not mention {missing}"
+
+
+def test_api_md_names_every_exported_error() -> None:
+    from btlcore import errors
+
+    text = _read("api.md").split("## Errors")[1]
+    for name, obj in vars(errors).items():
+        if isinstance(obj, type) and issubclass(obj, Exception) and obj.__module__ == errors.__name__:
+            assert f"`{name}`" in text, name
