@@ -68,6 +68,7 @@ class EngineNet:
         self.delivered: list[list[tuple[bytes, int, bytes]]] = [[] for _ in range(n)]
         self.completions: dict[Any, list[BaseException | None]] = {}
         self.other_events: list[list[tuple[Any, ...]]] = [[] for _ in range(n)]
+        self.timeline: list[tuple[float, int, tuple[Any, ...]]] = []  # every event, in order
         self.steps = 0
 
     def _make(self, i: int, seed: int) -> Engine:
@@ -176,6 +177,7 @@ class EngineNet:
     def _collect(self) -> None:
         for i, eng in enumerate(self.engines):
             for ev in eng.drain_events():
+                self.timeline.append((self.now, i, ev))
                 if ev[0] == EV_MESSAGE:
                     self.delivered[i].append((ev[1].address, ev[2], bytes(ev[3])))
                 elif ev[0] == EV_COMPLETE:

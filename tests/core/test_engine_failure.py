@@ -241,3 +241,23 @@ def test_segments_for_a_failed_peer_are_stale() -> None:
     if ack:
         p.a.receive_datagram(ack[-1], p.now)
         assert p.pa.counters.num_stale_recvs == before + 1
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: a restart racing the old incarnation's handshake: a's HELLO "
+                   "meant for the old b reaches the new b, then a's HELLO_ACK (new connection) makes the "
+                   "new b 'reset' and fail its first message; the pair is then left unable to talk")
+def test_restart_racing_old_handshake() -> None:
+    p = EnginePair()
+    p.connect(1, 0)  # the old b starts a handshake with a
+    p.step()  # its HELLO reaches a at t=0.001
+    p.restart(1)  # b restarts at once
+    p.send(1, 0, 2, b"hello from the new b", key="n0")
+    p.send(0, 1, 1, b"to b", key="a1")  # a answers the old b's HELLO, has something for b
+    p.run_idle(2)
+    assert len(p.completions["a1"]) == 1  # meant for the old b: PeerRestarted is fine
+    assert p.completions["n0"] == [None]
+    assert p.delivered[0] == [(b"B", 2, b"hello from the new b")]
+    p.send(1, 0, 3, b"again", key="n1")
+    p.send(0, 1, 4, b"a again", key="a2")
+    p.run(lambda: p.completions["n1"] and p.completions["a2"], max_time=p.now + 30)
+    assert p.completions["n1"] == [None] and p.completions["a2"] == [None]
