@@ -261,3 +261,16 @@ def test_restart_racing_old_handshake() -> None:
     p.send(0, 1, 4, b"a again", key="a2")
     p.run(lambda: p.completions["n1"] and p.completions["a2"], max_time=p.now + 30)
     assert p.completions["n1"] == [None] and p.completions["a2"] == [None]
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: a closed engine still accepts, delivers (EV_MESSAGE) and "
+                   "ACKs data from its peers, so senders see success for messages nobody will read")
+def test_closed_engine_neither_delivers_nor_acknowledges() -> None:
+    p = pair()
+    p.a.close()
+    mark = len(p.log)
+    p.send(1, 0, 1, b"after close", key="x")
+    p.run_idle(p.now + 1.0)
+    assert p.delivered[0] == []
+    assert [raw for _t, s, _d, raw in p.log[mark:] if s == 0] == []  # a closed engine sends nothing
+    assert p.completions["x"] != [None]
