@@ -47,8 +47,9 @@ class EngineNet:
 
     def __init__(self, n: int = 2, config: Config | None = None, *, configs: list[Config] | None = None,
                  mtu: int = 1500, priority_mtu: int = 768, seed: int = 1, delay: float = 0.001,
-                 crc: bool = True, max_steps: int = 200_000) -> None:
+                 crc: bool = True, max_steps: int = 200_000, budget: int = 1 << 30) -> None:
         self.now = 0.0
+        self.budget = budget  # datagrams per send pass and engine (device back-pressure)
         self.delay = delay
         self.seed = seed
         self.mtu = mtu
@@ -232,7 +233,7 @@ class EngineNet:
             t = eng.get_timer()
             if t is not None and t <= self.now:
                 eng.handle_timer(self.now)
-            out = eng.datagrams_to_send(self.now)
+            out = eng.datagrams_to_send(self.now, self.budget)
             if out:
                 batch = []
                 for _ch, dest, buf in out:

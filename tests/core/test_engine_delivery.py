@@ -280,3 +280,29 @@ def test_gap_acked_with_sack_ranges() -> None:
     assert t == t0 + p.delay  # a new gap is reported at once, not after ack_delay
     _w, ranges, _dl, _f = parse_ack_payload(ack.payload)
     assert ack.ack == p.pa.isn and ranges == [(2, 3)]
+
+
+def test_completed_large_message_acked_at_once() -> None:
+    p = pair(ack_delay=0.001, ack_frequency=64)
+    mark = len(p.log)
+    p.send(0, 1, 1, payload(3 * CHUNK), key="big")
+    p.run(lambda: p.completions["big"])
+    t_send = p.log[mark][0]
+    acks = [t for t, s, _d, raw in p.log[mark:] if s == 1 and decode(raw).type == T_ACK]
+    assert acks[0] == t_send + p.delay  # not after ack_delay: usnic ACKs a completed large message
+
+
+def test_acks_and_handshake_on_priority_channel() -> None:
+    p = EnginePair(Config(priority_limit=768))
+    p.connect(0, 1)
+    assert [ch for ch, _d, _b in p.a.datagrams_to_send(0.0)] == [PRIORITY]  # HELLO
+    q = pair(priority_limit=768, ack_delay=0.0)
+    q.send(0, 1, 1, b"x")
+    q.step()
+    q.run(lambda: q.b.get_timer() is not None and q.b.get_timer() <= q.now)
+    assert [ch for ch, _d, _b in q.b.datagrams_to_send(q.now)] == [PRIORITY]  # the ACK
+    r = pair(priority_limit=0, ack_delay=0.0)
+    r.send(0, 1, 1, b"x")
+    r.step()
+    r.run(lambda: r.b.get_timer() is not None and r.b.get_timer() <= r.now)
+    assert [ch for ch, _d, _b in r.b.datagrams_to_send(r.now)] == [DATA]
