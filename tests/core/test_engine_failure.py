@@ -243,9 +243,6 @@ def test_segments_for_a_failed_peer_are_stale() -> None:
         assert p.pa.counters.num_stale_recvs == before + 1
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a restart racing the old incarnation's handshake: a's HELLO "
-                   "meant for the old b reaches the new b, then a's HELLO_ACK (new connection) makes the "
-                   "new b 'reset' and fail its first message; the pair is then left unable to talk")
 def test_restart_racing_old_handshake() -> None:
     p = EnginePair()
     p.connect(1, 0)  # the old b starts a handshake with a
@@ -274,3 +271,53 @@ def test_closed_engine_neither_delivers_nor_acknowledges() -> None:
     assert p.delivered[0] == []
     assert [raw for _t, s, _d, raw in p.log[mark:] if s == 0] == []  # a closed engine sends nothing
     assert p.completions["x"] != [None]
+
+
+@pytest.mark.parametrize("b_timeout", [0.3, 100.0])
+def test_reconnect_after_partition(b_timeout: float) -> None:
+    """Both sides (or only a) declared the other dead during a partition; once it heals,
+    connect() starts a new connection, every old callback fired exactly once, traffic flows
+    both ways, and a segment of the old connection replayed later is not delivered."""
+    p = EnginePair(Config(peer_timeout=0.3, max_retries=10_000),
+                   config_b=Config(peer_timeout=b_timeout, max_retries=10_000))
+    p.handshake()
+    p.send(0, 1, 1, b"before", key="b0")
+    p.run(lambda: p.completions["b0"])
+    old = [raw for _t, s, _d, raw in p.log if s == 0 and safe_decode(raw).type == T_DATA][0]
+    cut = [True]
+    p.add_hook(lambda s, d, raw, k: "drop" if cut[0] else None)
+    p.send(0, 1, 1, b"lost a", key="la")
+    p.send(1, 0, 1, b"lost b", key="lb")
+    p.run_idle(p.now + 1.0)
+    assert p.pa.state is PeerState.FAILED
+    assert isinstance(p.completions["la"][0], PeerUnreachable)
+    cut[0] = False
+    assert p.connect(0, 1) is p.pa and p.pa.state is PeerState.CONNECTING
+    p.send(0, 1, 2, b"again a", key="a2")
+    p.run(lambda: p.completions["a2"], max_time=p.now + 5)
+    p.send(1, 0, 3, b"again b", key="b2")
+    p.run(lambda: p.completions["b2"], max_time=p.now + 5)
+    for k in ("la", "lb"):
+        assert len(p.completions[k]) == 1 and isinstance(p.completions[k][0], PeerUnreachable), k
+    assert p.completions["a2"] == [None] and p.completions["b2"] == [None]
+    p.b.receive_datagram(old, p.now)
+    p.run_idle()
+    assert p.delivered[1] == [(b"A", 1, b"before"), (b"A", 2, b"again a")]
+    assert p.delivered[0] == [(b"B", 3, b"again b")]
+
+
+def test_restart_after_peer_declared_dead() -> None:
+    p = pair(peer_timeout=0.2, max_retries=10_000)
+    p.silence(1)
+    p.send(0, 1, 1, b"x", key="x")
+    p.run_idle(p.now + 1.0)
+    assert p.pa.state is PeerState.FAILED
+    p.hooks.clear()
+    p.restart(1)
+    p.send(1, 0, 2, b"i am back", key="back")
+    p.run(lambda: p.completions["back"], max_time=p.now + 5)
+    assert p.completions["back"] == [None] and p.delivered[0] == [(b"B", 2, b"i am back")]
+    p.send(0, 1, 3, b"welcome", key="w")
+    p.run(lambda: p.completions["w"], max_time=p.now + 5)
+    assert p.delivered[1] == [(b"A", 3, b"welcome")]
+    assert len(p.completions["x"]) == 1

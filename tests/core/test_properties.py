@@ -222,7 +222,7 @@ def test_three_engines_random_fates_puts_and_messages(cfgs: list[dict[str, Any]]
     event(f"resends: {sum(e.stats()['num_resends'] for e in net.engines) > 0}")
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=700, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**64))
 def test_soak_seeded(seed: int) -> None:
     """Bigger workloads than shrinking-friendly strategies reach: everything drawn from one
@@ -247,7 +247,8 @@ def test_soak_seeded(seed: int) -> None:
             return ("corrupt", frng.randrange(len(raw) * 8))
         return None
     p = EnginePair(Config(rto_max=0.05, retrans_timeout=0.004, max_retries=10_000, peer_timeout=1000.0,
-                          handshake_timeout=1000.0, **cfg), max_steps=1_000_000)
+                          handshake_timeout=1000.0, **cfg), max_steps=1_000_000,
+                   budget=rng.choice([1, 3, 1 << 30]))  # device back-pressure: few datagrams per pass
     p.add_hook(fates)
     sent: list[list[tuple[int, bytes]]] = [[], []]
     n = 150
@@ -333,9 +334,6 @@ def test_restart_mid_conversation_safety(plan: Any) -> None:
         assert late_old == []
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a restart racing the old incarnation's handshake: the new "
-                   "peer's first messages fail ('reset the connection (it had declared us dead)') and the "
-                   "pair can be left unable to talk (see test_engine_failure.py::test_restart_racing_old_handshake)")
 @settings(max_examples=600, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(restart_plan)
 def test_restart_mid_conversation_liveness(plan: Any) -> None:
