@@ -127,9 +127,6 @@ def test_no_spurious_timeout_for_isolated_messages() -> None:
     assert p.b.stats()["num_dup_recvs"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the RTO adds this side's own ack_delay, not the peer's: "
-                   "when the receiver's ack_delay is larger, every isolated message is resent "
-                   "spuriously by timeout, forever (Karn keeps the RTO from learning)")
 @pytest.mark.parametrize("mine,theirs", [(0.0002, 0.02), (0.0, 0.005)])
 def test_no_spurious_timeout_when_peer_acks_slower(mine: float, theirs: float) -> None:
     p = EnginePair(Config(ack_delay=mine), config_b=Config(ack_delay=theirs))
@@ -271,3 +268,49 @@ def test_ack_loss_recovered_by_later_ack() -> None:
         p.send(0, 1, 1, b"x", key=i)
     p.run(lambda: all(p.completions[i] for i in range(20)))
     assert len(p.delivered[1]) == 20 and all(p.completions[i] == [None] for i in range(20))
+
+
+def test_early_timer_calls_do_nothing() -> None:
+    p = pair()
+    p.send(0, 1, 1, b"x", key=0)
+    sent_at = p.now
+    assert len(p.a.datagrams_to_send(sent_at)) == 1  # (and lost: nobody delivers it)
+    deadline = p.a.get_timer()
+    assert deadline is not None and deadline > sent_at
+    for frac in (0.0, 0.25, 0.5, 0.999):
+        t = sent_at + (deadline - sent_at) * frac
+        p.a.handle_timer(t)
+        assert p.a.datagrams_to_send(t) == []
+        assert p.a.get_timer() == deadline
+    p.a.handle_timer(deadline)
+    out = p.a.datagrams_to_send(deadline)
+    assert len(out) == 1 and p.a.stats()["num_timeout_retrans"] == 1
+
+
+def test_send_pass_is_not_repeated() -> None:
+    p = pair(ack_delay=0.0)
+    for i in range(5):
+        p.send(0, 1, 1, b"x", key=i)
+    first = p.a.datagrams_to_send(p.now)
+    assert len(first) == 5
+    assert p.a.datagrams_to_send(p.now) == []
+    for _ch, _dest, buf in first:
+        p.b.receive_datagram(bytes(buf), p.now + 0.001)
+    acks = p.b.datagrams_to_send(p.now + 0.001)
+    assert len(acks) == 1 and p.b.datagrams_to_send(p.now + 0.001) == []
+
+
+def test_persistent_reordering_adapts() -> None:
+    """Every fifth segment arrives a full RTT late: a few spurious fast retransmits at first,
+    then the reordering allowance widens (DSACK-style) and they stop."""
+    p = pair()
+    p.add_hook(lambda s, d, raw, k: ("delay", 0.002) if s == 0 and k % 5 == 2 else None)
+    n = 2000
+    for i in range(n):
+        p.send(0, 1, 1, b"x" * 100, key=i)
+    p.run(lambda: all(p.completions[i] for i in range(n)))
+    st = p.a.stats()
+    assert st["num_timeout_retrans"] == 0
+    assert 0 < st["num_fast_retrans"] <= 40  # of 400 late segments
+    assert p.pa.reo_mult > 1
+    assert [d for _a, _t, d in p.delivered[1]] == [b"x" * 100] * n
