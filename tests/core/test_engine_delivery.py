@@ -306,3 +306,34 @@ def test_acks_and_handshake_on_priority_channel() -> None:
     r.step()
     r.run(lambda: r.b.get_timer() is not None and r.b.get_timer() <= r.now)
     assert [ch for ch, _d, _b in r.b.datagrams_to_send(r.now)] == [DATA]
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_engine_copies_out_of_reused_receive_buffers(ordered: bool) -> None:
+    """Devices hand over memoryviews of receive buffers they reuse at once: what the engine
+    keeps (held-back messages, reassemblies) must be its own copy."""
+    import random
+    p = EnginePair(Config(ordered=ordered), reuse_rx_buffer=True)
+    p.handshake()
+    region = bytearray(100_000)
+    key = p.b.expose(region)
+    rng = random.Random(3)
+    p.add_hook(lambda s, d, raw, k: "drop" if rng.random() < 0.1 else (("delay", 0.001) if rng.random() < 0.3 else None))
+    msgs = [bytes([i]) * rng.randrange(4000) for i in range(60)]
+    for i, m in enumerate(msgs):
+        p.send(0, 1, i, m, key=i)
+    p.send(0, 1, 99, b"q" * 5000, key="put", put_key=key, put_offset=10)
+    p.run(lambda: all(p.completions[i] for i in range(60)) and p.completions["put"] and len(p.delivered[1]) == 60)
+    got = [(t, d) for _a, t, d in p.delivered[1]]
+    assert (got if ordered else sorted(got)) == list(enumerate(msgs))
+    assert region[10:5010] == b"q" * 5000
+
+
+def test_delivered_data_types() -> None:
+    p = pair()
+    p.send(0, 1, 1, b"small")
+    p.send(0, 1, 2, payload(5000))
+    p.run(lambda: len([e for _t, i, e in p.timeline if i == 1 and e[0] == 0]) == 2)
+    evs = [e for _t, i, e in p.timeline if i == 1 and e[0] == 0]
+    assert type(evs[0][3]) is bytes and evs[0][3] == b"small"
+    assert type(evs[1][3]) is bytearray and evs[1][3] == payload(5000)  # the reassembly buffer, handed over
