@@ -259,8 +259,19 @@ def test_soak_seeded(seed: int) -> None:
             p.advance(p.now + rng.choice([0.0005, 0.003, 0.02]))
         p.send(side, 1 - side, i, data, key=i)
         sent[side].append((i, data))
-    p.run(lambda: all(p.completions[i] for i in range(n)) and sum(len(d) for d in p.delivered) == n,
-          max_time=p.now + 600)
+    window = cfg["window"]
+
+    def invariants() -> bool:
+        for me, other in ((0, 1), (1, 0)):
+            peer = p.peer(me, other)
+            if peer is None:
+                continue
+            assert peer.in_flight <= min(window, peer.remote_window)  # never beyond the window
+            assert peer.window.high - peer.window.cum <= window  # nothing accepted beyond it
+            assert peer.cwnd >= 2 or peer.cwnd == float("inf")
+            assert peer.snd_una < peer.next_seq
+        return all(p.completions[i] for i in range(n)) and sum(len(d) for d in p.delivered) == n
+    p.run(invariants, max_time=p.now + 600)
     p.run_idle(p.now + 0.5)
     for side in (0, 1):
         got = [(t, d) for _a, t, d in p.delivered[1 - side]]

@@ -209,3 +209,29 @@ def test_scoreboard_matches_set_model(ops: list[tuple[str, int, int]]) -> None:
         assert {x for s, e in rs for x in range(s, e + 1)} == known
         for (s1, e1), (s2, e2) in zip(rs, rs[1:]):
             assert e1 + 1 < s2
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sets(st.integers(1, 300), max_size=120), st.integers(0, 70))
+def test_sack_ranges_model(received: set[int], limit: int) -> None:
+    w = ReceiveWindow(0, 1000)
+    for s in sorted(received, key=lambda x: (x * 7919) % 301):  # arbitrary arrival order
+        w.accept(s)
+    # the model: maximal runs above cum
+    cum = 0
+    while cum + 1 in received:
+        cum += 1
+    runs: list[tuple[int, int]] = []
+    for s in sorted(x for x in received if x > cum):
+        if runs and runs[-1][1] == s - 1:
+            runs[-1] = (runs[-1][0], s)
+        else:
+            runs.append((s, s))
+    assert w.cum == cum
+    if len(runs) > limit >= 2:
+        picked = runs[:limit - 1] + runs[-1:]
+    else:
+        picked = runs[:limit]
+    assert w.sack_ranges(limit) == [(a - cum, b - a + 1) for a, b in picked]
+    assert w.sack_truncated(limit) == (len(runs) > limit)
+    assert w.out_of_order_count() == sum(b - a + 1 for a, b in runs)
