@@ -507,6 +507,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return int(bench_main(argv) or 0)
 
 
+def _split_bench(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``btl bench ...``: everything after ``bench`` goes to the benchmark runner."""
+    argv = list(argv)
+    if argv and argv[0] == "bench":
+        return ["bench"], argv[1:]
+    return argv, []
+
+
 # ---------------------------------------------------------------------------------- parser
 
 
@@ -567,17 +575,20 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("params", help="every protocol parameter, its default and allowed values")
     sp.set_defaults(func=cmd_params)
 
-    sp = sub.add_parser("bench", help="benchmarks against raw UDP, kernel TCP and aioquic")
-    sp.add_argument("--quick", action="store_true", help="about a minute")
-    sp.add_argument("--json", action="store_true")
-    sp.add_argument("rest", nargs=argparse.REMAINDER, help="further options for the benchmark runner")
-    sp.set_defaults(func=cmd_bench)
+    sp = sub.add_parser("bench", help="benchmarks against raw UDP, kernel TCP and aioquic "
+                        "(--quick, --json, --profile, --only, ...: see 'btl bench --help')",
+                        add_help=False)
+    sp.set_defaults(func=cmd_bench, quick=False, json=False, rest=[])
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv, bench_rest = _split_bench(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    if args.command == "bench":
+        args.rest = bench_rest
+        args.quick = args.json = False  # the runner parses its own options
     try:
         return int(args.func(args) or 0)
     except (UsageError, BtlError, ValueError) as exc:

@@ -127,6 +127,8 @@ class Engine:
         peer = self.peers_by_addr.get(address)
         if peer is None:
             peer = self._new_peer(bytes(address), self._resolve(bytes(address)))
+        elif peer.state is PeerState.FAILED:
+            self._reset_peer(peer)  # connecting again after a failure: a new connection
         if peer.state is PeerState.CONNECTING and peer.hello_next is None and not peer.confirmed:
             self._start_hello(peer, now)
         return peer
@@ -198,6 +200,12 @@ class Engine:
         return bool(self._resending or self._sending or any(
             p.ack_now or p.hello_reply for p in self._acking.keys() | self._hello.keys()))
 
+    def ack_now(self) -> None:
+        """Owe no ACK: make every pending standalone ACK due at once (close/flush, so that
+        the peers' last messages complete without waiting for their retransmit timer)."""
+        for peer in self._acking:
+            peer.ack_now = True
+
     def stats(self) -> dict[str, int]:
         return aggregate(self.counters, (p.counters for p in self.peers_by_addr.values()))
 
@@ -211,6 +219,8 @@ class Engine:
         """Process one datagram from the device.  Malformed, corrupted, stale and unknown
         datagrams are dropped and counted; nothing here raises on bad input."""
         self._now = now
+        if self.closed:
+            return  # nobody will read it: neither deliver nor acknowledge
         n = len(data)
         if n < HEADER_LEN:
             self.counters.num_malformed_recvs += 1
@@ -348,30 +358,38 @@ class Engine:
             key, poff = PUT.unpack_from(data, HEADER_LEN + (CHUNK_LEN if flags & F_CHUNK else 0))
             region = self.regions.get(key)
             start = poff + off
-            if region is None or start + plen > len(region) or (flags & F_CHUNK and poff + msg_len > len(region)):
-                c.num_put_errors += 1
-                length = msg_len if flags & F_CHUNK else plen
-                if not flags & F_CHUNK or off == 0:
-                    self.events.append((EV_PUT_ERROR, peer, key, poff, length))
-                # accepted (and so ACKed): the error is the receiver's to report
-            else:
-                region[start:start + plen] = memoryview(data)[pos:]
-                if flags & F_CHUNK:
-                    if ras is None:
-                        ras = peer.reassembly[msg_id] = Reassembly(msg_len, tag, key, poff)
-                    ras.received += plen
-                    if off + plen == msg_len:
-                        ras.last_seq = seq
-                    if ras.received >= msg_len:
-                        del peer.reassembly[msg_id]
-                        item = (EV_PUT, peer, key, poff, msg_len)
-                        seq_done = ras.last_seq
-                        peer.ack_now = True
-                else:
+            fits = region is not None and start + plen <= len(region) \
+                and (not flags & F_CHUNK or poff + msg_len <= len(region))
+            if not flags & F_CHUNK:
+                if fits:
+                    region[start:start + plen] = memoryview(data)[pos:]  # type: ignore[index]
                     item = (EV_PUT, peer, key, poff, plen)
-                    seq_done = seq
-                if item is not None:
                     c.num_puts_delivered += 1
+                else:
+                    c.num_put_errors += 1
+                    item = (EV_PUT_ERROR, peer, key, poff, plen)
+                seq_done = seq
+            else:
+                if ras is None:
+                    ras = peer.reassembly[msg_id] = Reassembly(msg_len, tag, key, poff)
+                if fits and not ras.failed:
+                    region[start:start + plen] = memoryview(data)[pos:]  # type: ignore[index]
+                elif not ras.failed:
+                    # an unknown key, out of bounds, or the region was unexposed mid-way:
+                    # reported once, when the whole put has arrived
+                    ras.failed = True
+                    c.num_put_errors += 1
+                ras.received += plen
+                if off + plen == msg_len:
+                    ras.last_seq = seq
+                if ras.received >= msg_len:
+                    del peer.reassembly[msg_id]
+                    item = (EV_PUT_ERROR if ras.failed else EV_PUT, peer, key, poff, msg_len)
+                    seq_done = ras.last_seq
+                    peer.ack_now = True
+                    if not ras.failed:
+                        c.num_puts_delivered += 1
+            # accepted (and so ACKed) either way: a put error is the receiver's to report
         elif flags & F_CHUNK:
             c.num_chunk_recvs += 1
             if ras is None:
@@ -652,8 +670,30 @@ class Engine:
         if hello.incarnation in peer.past_incarnations:
             c.num_stale_recvs += 1  # a late HELLO of an incarnation already replaced
             return
+        if hello.conn_id in peer.past_remote_conns and hello.incarnation == peer.remote_inc:
+            c.num_stale_recvs += 1  # a late HELLO of a connection already replaced
+            return
         if peer.remote_known and hello.incarnation != peer.remote_inc:
             self._restart_peer(peer, now)
+        elif peer.remote_known and (hello.conn_id != peer.remote_conn or hello.isn != peer.remote_isn) \
+                and not self.closed:
+            # Same incarnation, new connection: the other side started afresh with us (it had
+            # declared us dead, or it saw a restart of ours race its handshake).
+            if peer.next_seq == peer.isn + 1 and peer.state is not PeerState.FAILED:
+                # We sent nothing on the old connection: simply follow it.  Its old segments
+                # cannot pass for new ones: they sit ~2**61 away from the new random ISN.
+                peer.past_remote_conns.append(peer.remote_conn)
+                peer.remote_known = False
+                peer.ready.clear()
+                peer.reassembly.clear()
+            else:
+                # What it had not acknowledged may or may not have been delivered before it
+                # reset: fail it (at most once, never twice), and start a new connection of
+                # our own that it learns from our HELLO.
+                self._fail_messages(peer, PeerUnreachable(
+                    f"peer {peer.address.hex()} reset the connection (it had declared us dead)"))
+                self._reset_peer(peer)
+                self._start_hello(peer, now)
         elif peer.state is PeerState.FAILED or peer.state is PeerState.CLOSED:
             c.num_stale_recvs += 1
             return
@@ -661,12 +701,17 @@ class Engine:
             peer.remote_known = True
             peer.remote_inc = hello.incarnation
             peer.remote_conn = hello.conn_id
+            peer.remote_isn = hello.isn
+            # how long the peer may sit on an ACK: part of our retransmit timeout
+            peer.timer.set_max_ack_delay(min(hello.max_ack_delay_us * 1e-6, 1.0))
             peer.remote_window = max(8, hello.window)
             peer.window = ReceiveWindow(hello.isn, self.config.window)
         if typ == T_HELLO:
             peer.hello_reply = True
             self._hello[peer] = None
-        if hello.echo_incarnation == self.incarnation:
+        # A HELLO_ACK proves the peer knows our current connection (it was looked up by
+        # it); a HELLO does only if it is addressed to it.
+        if hello.echo_incarnation == self.incarnation and (typ == T_HELLO_ACK or dst == peer.local_conn):
             first = not peer.confirmed
             if first and typ == T_HELLO_ACK and peer.hello_count == 1 and peer.hello_sent_at is not None:
                 peer.timer.sample(now - peer.hello_sent_at)  # one HELLO, one answer: an RTT
@@ -684,9 +729,17 @@ class Engine:
         self.counters.num_peer_restarts += 1
         self._fail_messages(peer, PeerRestarted(
             f"peer {peer.address.hex()} restarted (incarnation {peer.remote_inc:#x} -> new)"))
-        counters, user_data = peer.counters, peer.user_data
-        past = peer.past_incarnations
-        past.append(peer.remote_inc)
+        peer.past_incarnations.append(peer.remote_inc)
+        self._reset_peer(peer)
+        self.events.append((EV_PEER_RESTARTED, peer))
+
+    def _reset_peer(self, peer: Peer) -> None:
+        """Forget the connection with ``peer`` and make it ready for a new one: a new
+        connection id and ISN (so that nothing of the old connection can be taken for the
+        new), fresh windows and timers.  Counters and history stay."""
+        if peer.remote_known:
+            peer.past_remote_conns.append(peer.remote_conn)
+        keep = (peer.counters, peer.user_data, peer.past_incarnations, peer.past_remote_conns)
         self.peers_by_conn.pop(peer.local_conn, None)
         for table in (self._resending, self._sending, self._acking, self._hello, self._timed):
             table.pop(peer, None)
@@ -696,11 +749,9 @@ class Engine:
         conn = self._fresh_conn_id()
         Peer.__init__(peer, peer.address, peer.dest, conn, self._rng.randrange(1, 1 << 62),
                       timer, cfg.window)
-        peer.counters, peer.user_data = counters, user_data
-        peer.past_incarnations = past
+        peer.counters, peer.user_data, peer.past_incarnations, peer.past_remote_conns = keep
         peer.cwnd = self._cwnd_initial
         self.peers_by_conn[conn] = peer
-        self.events.append((EV_PEER_RESTARTED, peer))
 
     # ------------------------------------------------------------------ failure
 
@@ -1031,7 +1082,7 @@ class Engine:
 
     def _build_hello(self, peer: Peer, typ: int) -> bytearray:
         body = Hello(self.incarnation, peer.local_conn, peer.isn, peer.remote_inc,
-                     self.config.window, self.address).encode()
+                     self.config.window, self.address, int(self.config.ack_delay * 1e6)).encode()
         buf = bytearray(HEADER_LEN + len(body))
         HEADER.pack_into(buf, 0, WIRE_VERSION, typ, self._crc_flag, 0, peer.remote_conn,
                          self.incarnation, 0, 0, 0, 0, len(body))
@@ -1040,4 +1091,4 @@ class Engine:
         return buf
 
 
-assert HELLO_BODY.size == 26
+assert HELLO_BODY.size == 30

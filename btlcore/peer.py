@@ -68,7 +68,7 @@ class Segment:
 class Reassembly:
     """A chunked message being put back together (or a chunked put being tracked)."""
 
-    __slots__ = ("buf", "msg_len", "received", "tag", "last_seq", "put_key", "put_offset")
+    __slots__ = ("buf", "msg_len", "received", "tag", "last_seq", "put_key", "put_offset", "failed")
 
     def __init__(self, msg_len: int, tag: int, put_key: int | None, put_offset: int) -> None:
         self.buf = bytearray(msg_len) if put_key is None else None
@@ -78,6 +78,7 @@ class Reassembly:
         self.last_seq = -1
         self.put_key = put_key
         self.put_offset = put_offset
+        self.failed = False  # a put that could not be placed (reported when complete)
 
 
 class Peer:
@@ -88,7 +89,7 @@ class Peer:
         # identity and handshake
         "address", "dest", "local_conn", "remote_conn", "remote_inc", "state", "confirmed",
         "remote_known", "hello_next", "hello_count", "hello_sent_at", "hello_interval", "hello_started", "hello_reply",
-        "error", "user_data", "past_incarnations",
+        "error", "user_data", "past_incarnations", "past_remote_conns", "remote_isn",
         # send side
         "isn", "next_seq", "snd_una", "queue", "unacked", "resend", "scoreboard",
         "tx_serial", "acked_serial", "reo_mult", "loss_seq_limit", "cwnd", "ssthresh",
@@ -120,6 +121,8 @@ class Peer:
         self.user_data: Any = None
         # incarnations this address had before (a late HELLO of one is no restart)
         self.past_incarnations: deque[int] = deque(maxlen=16)
+        self.past_remote_conns: deque[int] = deque(maxlen=16)  # likewise, connections
+        self.remote_isn = 0
 
         self.isn = isn
         self.next_seq = isn + 1

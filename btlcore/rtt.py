@@ -48,6 +48,13 @@ class RetransmitTimer:
             rto = self.srtt + max(GRANULARITY, 4 * self.rttvar) + self.max_ack_delay
             self._base = min(max(rto, self.rto_min), self.rto_max)
 
+    def set_max_ack_delay(self, delay: float) -> None:
+        """The peer told us how long it may hold an ACK back (its HELLO)."""
+        self.max_ack_delay = delay
+        if self.adaptive and self.srtt is not None:
+            rto = self.srtt + max(GRANULARITY, 4 * self.rttvar) + delay
+            self._base = min(max(rto, self.rto_min), self.rto_max)
+
     def progress(self) -> None:
         """The peer acknowledged something new: end the backoff."""
         self.backoff = 1

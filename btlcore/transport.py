@@ -316,7 +316,9 @@ class Transport:
         while True:
             self._pass()
             if not self.engine.has_outstanding():
-                # give the last standalone ACKs a chance to leave
+                # what we owe our peers goes now, not after ack_delay: their last messages
+                # complete without a retransmission
+                self.engine.ack_now()
                 self._pass()
                 return True
             if self.now() >= deadline:

@@ -55,8 +55,11 @@ T_HELLO / T_HELLO_ACK payload::
      8   8   isn              our initial sequence number (first data seq is isn + 1)
     16   4   echo_incarnation the receiver's incarnation as we know it (0 if unknown)
     20   4   window           our receive window (segments)
-    24   2   addr_len
-    26   n   address          our device address (what the receiver passes to resolve)
+    24   4   max_ack_delay    the longest we hold back a standalone ACK, microseconds: the
+                              receiver adds it to its retransmit timeout (QUIC's
+                              max_ack_delay transport parameter)
+    28   2   addr_len
+    30   n   address          our device address (what the receiver passes to resolve)
 """
 
 from __future__ import annotations
@@ -89,7 +92,7 @@ CHUNK = struct.Struct("!III")
 PUT = struct.Struct("!IQ")
 ACK_BODY = struct.Struct("!IBB2xI")
 SACK_RANGE = struct.Struct("!II")
-HELLO_BODY = struct.Struct("!IIQIIH")
+HELLO_BODY = struct.Struct("!IIQIIIH")
 
 HEADER_LEN = HEADER.size  # 36
 CHUNK_LEN = CHUNK.size  # 12
@@ -269,6 +272,7 @@ class Hello:
     echo_incarnation: int
     window: int
     address: bytes
+    max_ack_delay_us: int = 0
 
     def encode(self) -> bytes:
         return (
@@ -278,6 +282,7 @@ class Hello:
                 self.isn & SEQ_MASK,
                 self.echo_incarnation,
                 self.window,
+                self.max_ack_delay_us,
                 len(self.address),
             )
             + self.address
@@ -287,7 +292,7 @@ class Hello:
     def decode(cls, payload: bytes | memoryview) -> Hello:
         if len(payload) < HELLO_BODY.size:
             raise MalformedDatagram("truncated HELLO body")
-        inc, conn, isn, echo, window, alen = HELLO_BODY.unpack_from(payload)
+        inc, conn, isn, echo, window, ack_delay, alen = HELLO_BODY.unpack_from(payload)
         if len(payload) != HELLO_BODY.size + alen:
             raise MalformedDatagram(f"HELLO address length {alen} does not match the body")
-        return cls(inc, conn, isn, echo, window, bytes(payload[HELLO_BODY.size :]))
+        return cls(inc, conn, isn, echo, window, bytes(payload[HELLO_BODY.size :]), ack_delay)

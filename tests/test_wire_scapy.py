@@ -35,10 +35,10 @@ def ack_bodies(draw: st.DrawFn) -> tuple[bytes, dict]:
 @st.composite
 def hello_bodies(draw: st.DrawFn) -> tuple[bytes, dict]:
     hello = wire.Hello(draw(u32), draw(u32), draw(u64), draw(u32), draw(u32),
-                       draw(st.binary(max_size=64)))
+                       draw(st.binary(max_size=64)), draw(u32))
     layer = layers.BTLHello(incarnation=hello.incarnation, conn_id=hello.conn_id, isn=hello.isn,
                             echo_incarnation=hello.echo_incarnation, window=hello.window,
-                            address=hello.address)
+                            max_ack_delay=hello.max_ack_delay_us, address=hello.address)
     return hello.encode(), {"layer": layer, "hello": hello}
 
 

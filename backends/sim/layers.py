@@ -132,6 +132,7 @@ class BTLHello(Packet):
         LongField("isn", 0),
         XIntField("echo_incarnation", 0),
         IntField("window", 0),
+        IntField("max_ack_delay", 0),
         FieldLenField("addr_len", None, fmt="H", length_of="address"),
         StrLenField("address", b"", length_from=lambda p: p.addr_len),
     ]
@@ -182,5 +183,6 @@ def fields(pkt: Packet) -> dict[str, Any]:
     if BTLHello in btl:
         hello = btl[BTLHello]
         out["hello"] = wire.Hello(hello.incarnation, hello.conn_id, hello.isn,
-                                  hello.echo_incarnation, hello.window, bytes(hello.address))
+                                  hello.echo_incarnation, hello.window, bytes(hello.address),
+                                  hello.max_ack_delay)
     return out

@@ -260,8 +260,6 @@ def test_restart_racing_old_handshake() -> None:
     assert p.completions["n1"] == [None] and p.completions["a2"] == [None]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a closed engine still accepts, delivers (EV_MESSAGE) and "
-                   "ACKs data from its peers, so senders see success for messages nobody will read")
 def test_closed_engine_neither_delivers_nor_acknowledges() -> None:
     p = pair()
     p.a.close()

@@ -21,7 +21,7 @@ u64 = st.integers(0, 2**64 - 1)
 
 def test_sizes() -> None:
     assert (HEADER_LEN, CHUNK_LEN, PUT_LEN, ACK_BODY.size) == (36, 12, 12, 12)
-    assert wire.HELLO_BODY.size == 26
+    assert wire.HELLO_BODY.size == 30
 
 
 def test_header_layout_big_endian() -> None:
@@ -202,14 +202,14 @@ def test_ack_body_malformed() -> None:
 def test_hello_round_trip(inc, conn, isn, echo, window, address) -> None:
     h = Hello(inc, conn, isn, echo, window, address)
     raw = h.encode()
-    assert len(raw) == 26 + len(address)
+    assert len(raw) == 30 + len(address)
     assert Hello.decode(raw) == h
 
 
 def test_hello_malformed() -> None:
     raw = Hello(1, 2, 3, 4, 5, b"addr").encode()
     with pytest.raises(MalformedDatagram, match="truncated HELLO"):
-        Hello.decode(raw[:25])
+        Hello.decode(raw[:29])
     with pytest.raises(MalformedDatagram, match="address length 4"):
         Hello.decode(raw[:-1])
     with pytest.raises(MalformedDatagram, match="address length 4"):
