@@ -186,3 +186,13 @@ def test_data_type_unused_in_handshake() -> None:
     p = EnginePair()
     p.handshake()
     assert not p.sent(type=T_DATA)
+
+
+def test_hello_carries_ack_delay_and_rto_uses_the_peers() -> None:
+    p = EnginePair(Config(ack_delay=0.0002), config_b=Config(ack_delay=0.02))
+    p.handshake()
+    hellos = {dg.src_incarnation: Hello.decode(dg.payload) for _t, dg in p.sent()
+              if dg.type in (T_HELLO, T_HELLO_ACK)}
+    assert hellos[p.a.incarnation].max_ack_delay_us == 200
+    assert hellos[p.b.incarnation].max_ack_delay_us == 20000
+    assert p.pa.timer.max_ack_delay == pytest.approx(0.02) and p.pb.timer.max_ack_delay == pytest.approx(0.0002)

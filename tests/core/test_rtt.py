@@ -96,3 +96,15 @@ def test_fixed_mode_ignores_samples_and_backoff() -> None:
     t.expired()
     assert t.rto == 0.005 and t.backoff == 1
     assert t.srtt == 0.5  # still measured (for loss detection), just not used for the RTO
+
+
+def test_peer_ack_delay_added_to_rto() -> None:
+    t = RetransmitTimer(True, 0.02, 1e-6, 2.0, 0.005, max_ack_delay=0.003)
+    t.sample(0.010)
+    assert t.rto == pytest.approx(0.010 + 4 * 0.005 + 0.003)
+    t.set_max_ack_delay(0.02)
+    t.sample(0.010)
+    srtt, rttvar = t.srtt, t.rttvar
+    assert t.rto == pytest.approx(srtt + 4 * rttvar + 0.02)
+    fixed = RetransmitTimer(False, 0.02, 1e-6, 2.0, 0.005, max_ack_delay=0.5)
+    assert fixed.rto == 0.005
