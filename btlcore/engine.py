@@ -346,7 +346,14 @@ class Engine:
                 c.num_oow_high_recvs += 1
             else:
                 c.num_oow_low_recvs += 1
-            peer.ack_now = True  # tell the sender where we are, at once
+            # tell the sender where we are at once -- but no more than one ACK per
+            # ack_delay, however many duplicates a faulty network delivers
+            if now - peer.last_ack_sent >= self._ack_delay:
+                peer.ack_now = True
+            else:
+                due = peer.last_ack_sent + self._ack_delay
+                if peer.ack_deadline is None or due < peer.ack_deadline:
+                    peer.ack_deadline = due
             self._acking[peer] = None
             self._timed[peer] = None
             return
@@ -868,15 +875,18 @@ class Engine:
 
     # ------------------------------------------------------------------ send pass
 
-    def datagrams_to_send(self, now: float, budget: int = 1 << 30) -> list[tuple[int, Any, bytearray]]:
+    def datagrams_to_send(self, now: float, budget: int = 1 << 30,
+                          resends: bool = True) -> list[tuple[int, Any, bytearray]]:
         """Up to ``budget`` datagrams to post now, as ``(channel, dest, datagram)``.
 
         The engine counts them as sent.  The driver must post them before calling the engine
-        again (the buffers are the segments' own and get re-stamped on retransmission)."""
+        again (the buffers are the segments' own and get re-stamped on retransmission).  A
+        driver calling it several times in one progress pass asks for ``resends`` only the
+        first time, so that ``max_resends_per_pass`` holds per pass."""
         self._now = now
         out: list[tuple[int, Any, bytearray]] = []
         cfg = self.config
-        if self._resending:
+        if self._resending and resends:
             self._resend_pass(out, now, min(budget, cfg.max_resends_per_pass))
         if self._sending and len(out) < budget:
             self._send_pass(out, now, budget)
@@ -1068,9 +1078,11 @@ class Engine:
                 out.append((self._ack_channel, peer.dest, self._build_hello(peer, T_HELLO_ACK)))
                 peer.hello_reply = False
                 peer.counters.num_hello_sends += 1
+                peer.counters.num_total_sends += 1
             if peer.hello_next is not None and peer.hello_next <= now and not peer.confirmed:
                 out.append((self._ack_channel, peer.dest, self._build_hello(peer, T_HELLO)))
                 peer.counters.num_hello_sends += 1
+                peer.counters.num_total_sends += 1
                 peer.hello_count += 1
                 peer.hello_sent_at = now
                 peer.hello_next = now + peer.hello_interval

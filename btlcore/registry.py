@@ -8,6 +8,7 @@ and returns :class:`~btlcore.device.DeviceOps`, whose methods call the backend d
 from __future__ import annotations
 
 import importlib.metadata
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,7 +16,7 @@ import attrs
 import pluggy
 
 from .device import PROJECT, REQUIRED_HOOKS, DeviceOps, DeviceSpec, Probe, ToolSpec
-from .errors import BackendUnavailable
+from .errors import BackendUnavailable, ConfigError
 
 BACKEND_GROUP = "btlcore.backends"
 PLUGIN_GROUP = "btlcore.plugins"
@@ -96,11 +97,21 @@ def open_device(name: str, options: Mapping[str, Any] | None = None) -> DeviceOp
     return DeviceOps.bind(name, plugin, device)
 
 
-def tool_plugin_manager(extra: list[Any] | None = None) -> pluggy.PluginManager:
-    """A plugin manager holding the installed tool plugins (``btlcore.plugins`` group)
-    plus ``extra`` ones given in code."""
+def tool_plugin_manager(extra: list[Any] | None = None, environ: Mapping[str, str] | None = None) -> pluggy.PluginManager:
+    """A plugin manager holding the tool plugins given in code (``extra``) plus those named
+    in ``BTL_PLUGINS`` (comma-separated names of the ``btlcore.plugins`` entry-point group;
+    an entry point that is a class is instantiated with no arguments)."""
     pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(ToolSpec)
     for plugin in extra or []:
         pm.register(plugin)
+    names = [n.strip() for n in (os.environ if environ is None else environ).get("BTL_PLUGINS", "").split(",") if n.strip()]
+    if names:
+        eps = _entry_points(PLUGIN_GROUP)
+        for name in names:
+            if name not in eps:
+                raise ConfigError(f"unknown plugin {name!r} in BTL_PLUGINS; installed tool plugins: "
+                                  f"{', '.join(sorted(eps)) or 'none'}")
+            obj = eps[name].load()
+            pm.register(obj() if isinstance(obj, type) else obj, name=name)
     return pm

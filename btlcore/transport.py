@@ -34,7 +34,7 @@ from .device import Channel, DeviceOps
 from .engine import (
     EV_COMPLETE, EV_MESSAGE, EV_PEER_FAILED, EV_PEER_RESTARTED, EV_PUT, EV_PUT_ERROR, Engine,
 )
-from .errors import TransportClosed
+from .errors import ConfigError, TransportClosed
 from .peer import Callback, Peer
 from .registry import open_device, tool_plugin_manager
 from .stats import stats_json, stats_line
@@ -157,8 +157,10 @@ class Transport:
     def put(self, peer: Peer, key: int, offset: int, data: Any, callback: Callback | None = None) -> None:
         """Emulated RDMA write: place ``data`` at ``offset`` in the peer's region ``key``.
         The callback fires once the last byte is acknowledged."""
-        if offset < 0:
-            raise ValueError("put offset must be >= 0")
+        if not 0 <= offset < 1 << 64:
+            raise ValueError(f"put offset {offset} is out of range: 0 to 2**64-1")
+        if not 0 <= key < 1 << 32:
+            raise ValueError(f"put key {key} is out of range: keys are 0 to 2**32-1 (from expose())")
         self.engine.send(peer, 0, data, callback, self.now(), put_key=key, put_offset=offset)
 
     def add_send_filter(self, keep: Callable[[int, bytes], bool]) -> None:
@@ -187,7 +189,8 @@ class Transport:
         do when the pass found nothing."""
         n = self._pass()
         if n == 0 and timeout > 0:
-            self._wait(min(self.now() + timeout, self.next_deadline() or float("inf")))
+            deadline = self.next_deadline()
+            self._wait(min(self.now() + timeout, float("inf") if deadline is None else deadline))
             n = self._pass()
         return n
 
@@ -227,8 +230,8 @@ class Transport:
             backlog.popleft()
         # the device's batch path (GSO...) when nothing needs to see datagrams one by one
         many = self.device.post_send_many if post is self.device.post_send and sent_hook is None else None
-        for _ in range(64):  # bounded: a pass must end even if the engine always has work
-            out = self.engine.datagrams_to_send(now)
+        for i in range(64):  # bounded: a pass must end even if the engine always has work
+            out = self.engine.datagrams_to_send(now, resends=i == 0)
             if not out:
                 return
             if many is not None:
@@ -356,6 +359,11 @@ def open(backend: str | None = None, *, config: Config | None = None, seed: int 
     party's; default ``$BTL_BACKEND`` or ``"sim"``).  ``options`` go to the backend;
     ``config`` defaults to :meth:`Config.build` (defaults plus ``BTL_*`` variables)."""
     name = backend or os.environ.get("BTL_BACKEND", "sim")
+    if seed is None and os.environ.get("BTL_SEED"):
+        try:
+            seed = int(os.environ["BTL_SEED"], 0)
+        except ValueError:
+            raise ConfigError(f"bad value {os.environ['BTL_SEED']!r} for BTL_SEED: allowed is an integer") from None
     if seed is not None and "seed" not in options:
         options["seed"] = seed
     device = open_device(name, options)

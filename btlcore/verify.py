@@ -82,6 +82,7 @@ class Verifier:
         if self.file_hash is None:
             self.file_hash = hashlib.sha256()
         self.file_hash.update(data)
+        self.delivered += 1
         self.file_bytes += len(data)
         self.bytes_delivered += len(data)
         if self.file_out is not None:

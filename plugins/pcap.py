@@ -12,6 +12,7 @@ Timestamps are the wall clock.  Raw bytes, no scapy object per frame::
 
 from __future__ import annotations
 
+import os
 import struct
 import time
 from typing import Any
@@ -40,7 +41,9 @@ def _ip_checksum(header: bytes) -> int:
 class PcapTracer:
     """A tool plugin writing a classic pcap (microsecond timestamps)."""
 
-    def __init__(self, path: str, clock: Any = time.time) -> None:
+    def __init__(self, path: str | None = None, clock: Any = time.time) -> None:
+        # BTL_PLUGINS=pcap: the file is $BTL_PCAP, or btlcore-<pid>.pcap
+        path = path or os.environ.get("BTL_PCAP") or f"btlcore-{os.getpid()}.pcap"
         self.path = path
         self._clock = clock
         self._file = open(path, "wb")  # noqa: SIM115 - closed with the transport

@@ -13,8 +13,11 @@ from typing import IO, Any
 from btlcore.device import hookimpl
 
 
+_STDERR: Any = object()  # "sys.stderr as it is when the transport closes"
+
+
 class StatsReporter:
-    def __init__(self, stream: IO[str] | None = sys.stderr, json_path: str | None = None) -> None:
+    def __init__(self, stream: IO[str] | None = _STDERR, json_path: str | None = None) -> None:
         self.stream = stream
         self.json_path = json_path
         self.reports: list[dict[str, Any]] = []
@@ -24,7 +27,7 @@ class StatsReporter:
         record = {"backend": transport.backend, "address": transport.address.hex(), **stats}
         self.reports.append(record)
         if self.stream is not None:
-            print(transport.stats_line(), file=self.stream)
+            print(transport.stats_line(), file=sys.stderr if self.stream is _STDERR else self.stream)
         if self.json_path:
             with open(self.json_path, "a") as f:
                 f.write(json.dumps(record, sort_keys=True) + "\n")

@@ -72,3 +72,22 @@ def test_fault_script_drops_and_protocol_recovers():
 def test_fault_script_rejects_bad_rule():
     with pytest.raises(btlcore.ConfigError, match="bad fault rule"):
         FaultScript("drop lots")
+
+
+def test_btl_plugins_env_loads_installed_tool_plugins(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("BTL_PLUGINS", "stats,pcap")
+    monkeypatch.setenv("BTL_PCAP", str(tmp_path / "env.pcap"))
+    a, b = _pair()
+    peer = a.connect(b.address)
+    a.send(peer, 1, b"via env")
+    btlcore.run_until([a, b], lambda: a.stats()["num_msgs_completed"] == 1, timeout=5)
+    a.close()
+    b.close()
+    assert "btlcore[udp" in capsys.readouterr().err  # StatsReporter printed the stats line
+    assert (tmp_path / "env.pcap").stat().st_size > 24  # PcapTracer wrote frames
+
+
+def test_btl_plugins_env_unknown_name(monkeypatch):
+    monkeypatch.setenv("BTL_PLUGINS", "nosuch")
+    with pytest.raises(btlcore.ConfigError, match="unknown plugin 'nosuch'.*pcap"):
+        btlcore.open("sim")

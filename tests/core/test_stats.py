@@ -28,10 +28,10 @@ def test_send_counters_add_up_and_match_the_link() -> None:
     for side, eng in ((0, p.a), (1, p.b)):
         st = eng.stats()
         assert st["num_total_sends"] == (st["num_frag_sends"] + st["num_chunk_sends"] + st["num_resends"]
-                                         + st["num_ack_sends"])
+                                         + st["num_ack_sends"] + st["num_hello_sends"])
         assert st["num_resends"] == st["num_fast_retrans"] + st["num_timeout_retrans"]
         logged = [safe_decode(raw) for _t, s, _d, raw in p.log if s == side]
-        assert len(logged) == st["num_total_sends"] + st["num_hello_sends"]
+        assert len(logged) == st["num_total_sends"]  # every datagram, HELLOs included
         assert sum(d.type == T_DATA for d in logged) == st["num_frag_sends"] + st["num_chunk_sends"] + st["num_resends"]
         assert sum(d.type == T_ACK for d in logged) == st["num_ack_sends"]
         assert sum(d.type in (T_HELLO, T_HELLO_ACK) for d in logged) == st["num_hello_sends"]
