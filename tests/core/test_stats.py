@@ -107,3 +107,22 @@ def test_stats_survive_restart() -> None:
     p.run(lambda: p.established(0, 1))
     assert p.pb.counters.num_msgs_delivered == before  # b's counters for a are kept
     assert p.b.stats()["num_peer_restarts"] == 1
+
+
+def test_duplicate_and_old_ack_counters() -> None:
+    p = EnginePair(Config(ack_delay=0.0))
+    p.handshake()
+    p.send(0, 1, 1, b"one", key=1)
+    p.run(lambda: p.completions[1])
+    first_ack = [raw for _t, s, _d, raw in p.log if s == 1 and safe_decode(raw).type == T_ACK][-1]
+    p.send(0, 1, 1, b"two", key=2)
+    p.run(lambda: p.completions[2])
+    p.run_idle()
+    last_ack = [raw for _t, s, _d, raw in p.log if s == 1 and safe_decode(raw).type == T_ACK][-1]
+    c = p.pa.counters
+    dup0, old0 = c.num_dup_acks, c.num_old_dup_acks
+    p.a.receive_datagram(last_ack, p.now)  # the same ACK point again: a duplicate ACK
+    assert (c.num_dup_acks, c.num_old_dup_acks) == (dup0 + 1, old0)
+    p.a.receive_datagram(first_ack, p.now)  # an ACK point behind the current one: old
+    assert c.num_old_dup_acks == old0 + 1
+    assert p.pa.snd_una == p.pa.next_seq - 1  # nothing moved backwards
