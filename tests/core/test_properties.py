@@ -360,3 +360,53 @@ def test_restart_mid_conversation_liveness(plan: Any) -> None:
     p.send(1, 0, 2001, b"after b", key="check-b")
     p.run(lambda: p.completions["check-a"] and p.completions["check-b"], max_time=p.now + 60)
     assert p.completions["check-a"] == [None] and p.completions["check-b"] == [None]
+
+
+def _restart_anytime(seed: int) -> str | None:
+    """One side (sometimes both, one after the other) restarts at a random moment of a lossy
+    conversation; then the network heals.  Returns None if both sides can talk again."""
+    rng = _random.Random(seed)
+    cfg = Config(peer_timeout=1000.0, handshake_timeout=1000.0, max_retries=10_000, rto_max=0.05,
+                 ordered=rng.random() < 0.5)
+    p = EnginePair(cfg, max_steps=300_000)
+    healed = [False]
+    frng = _random.Random(seed + 99)
+    p.add_hook(lambda s, d, raw, k: None if healed[0] else (
+        DROP if frng.random() < 0.2 else (("delay", frng.random() * 0.005) if frng.random() < 0.2 else None)))
+    for i in range(rng.randrange(6)):
+        side = rng.randrange(2)
+        p.send(side, 1 - side, i, bytes([i]) * rng.randrange(3000), key=("old", i))
+    for _ in range(rng.randrange(40)):
+        p.step()
+    who = rng.randrange(2)
+    p.restart(who)
+    if rng.random() < 0.3:
+        for _ in range(rng.randrange(10)):
+            p.step()
+        p.restart(1 - who)
+    p.advance(p.now + 0.02)
+    healed[0] = True
+    for attempt in range(2):  # a send racing the restart may fail once; a second must not
+        keys = []
+        for side in (0, 1):
+            key = ("check", attempt, side)
+            try:
+                p.send(side, 1 - side, 500 + side, b"still there?", key=key)
+            except Exception as e:  # noqa: BLE001
+                return f"send raised {e!r}"
+            keys.append(key)
+        try:
+            p.run(lambda: all(p.completions[k] for k in keys), max_time=p.now + 20)
+        except AssertionError:
+            return f"stuck: {[p.completions[k] for k in keys]}"
+        if all(p.completions[k] == [None] for k in keys):
+            return None
+    return f"failed twice: {[p.completions[k] for k in keys]}"
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: after a restart or reset detected from a HELLO_ACK, the side "
+                   "that took a new connection id never announces it: the pair stays deaf (about 1% of "
+                   "random restart timings; see test_restart_detected_by_hello_ack_keeps_talking)")
+def test_restart_at_any_moment_recovers() -> None:
+    bad = {seed: why for seed in range(2000) if (why := _restart_anytime(seed)) is not None}
+    assert bad == {}
