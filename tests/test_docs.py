@@ -229,7 +229,7 @@ def test_worked_examples_are_exact() -> None:
                         payload=wire.ack_payload(4096, [(2, 3), (7, 1)], 150, wire.AF_DUPLICATE)).encode()
     assert _example(text, "ack") == ack
     assert wire.parse_ack_payload(wire.decode(ack).payload) == (4096, [(2, 3), (7, 1)], 150, wire.AF_DUPLICATE)
-    hello_body = wire.Hello(0x55667788, 0x0A0B0C0D, 0x1000, 0, 4096, bytes.fromhex("020000000001"))
+    hello_body = wire.Hello(0x55667788, 0x0A0B0C0D, 0x1000, 0, 4096, bytes.fromhex("020000000001"), 200)
     hello = wire.Datagram(wire.T_HELLO, src_incarnation=0x55667788, payload=hello_body.encode()).encode()
     assert _example(text, "hello") == hello
     assert wire.Hello.decode(wire.decode(hello).payload) == hello_body
@@ -252,6 +252,11 @@ def test_worked_examples_are_accepted_by_an_engine() -> None:
     assert [d.type for d in replies] == [wire.T_HELLO_ACK]
     reply = wire.Hello.decode(replies[0].payload)
     assert reply.echo_incarnation == 0x55667788 and replies[0].dst_conn == 0x0A0B0C0D
+    # max_ack_delay: what btlcore advertises is its ack_delay in µs; what it was told (the
+    # example's 200 µs) is part of its retransmit timeout toward that peer (§9.3)
+    assert reply.max_ack_delay_us == round(Config().ack_delay * 1e6)
+    peer = e.peers_by_addr[bytes.fromhex("020000000001")]
+    assert peer.timer.max_ack_delay == pytest.approx(200e-6)
 
 
 def test_engine_constants_quoted_in_protocol_md() -> None:
@@ -261,11 +266,6 @@ def test_engine_constants_quoted_in_protocol_md() -> None:
     assert engine._HELLO_INTERVAL_MAX == 1.0 and "capped at 1 s" in text
     assert rtt.GRANULARITY == 1e-6 and "G = 1 µs" in text
     assert "up to 64 rounds" in text  # Transport._flush_sends' bound
-    from btlcore.peer import Peer
-
-    p = Peer(b"x", None, 1, 1, rtt.RetransmitTimer(True, 0.02, 0.005, 2.0, 0.005), 64)
-    if hasattr(p, "past_incarnations"):
-        assert p.past_incarnations.maxlen == 16 and "the last 16" in text
     import inspect
 
     from btlcore.transport import Transport
@@ -284,12 +284,19 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 @pytest.mark.parametrize("command", sorted(_subparsers(build_parser())))
-def test_every_btl_command_and_option_in_api_md(command: str) -> None:
+def test_every_btl_command_and_option_in_api_md(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
     text = _read("api.md")
     assert f"### `btl {command}`" in text
     section = text.split(f"### `btl {command}`")[1].split("\n### ")[0]
     sub = _subparsers(build_parser())[command]
-    for action in sub._actions:
+    actions = list(sub._actions)
+    if command == "bench":  # btl bench hands every option to the runner ('btl bench --help')
+        monkeypatch.syspath_prepend(str(DOCS.parent))
+        from benchmarks.runner import parser as bench_parser
+
+        actions += bench_parser()._actions
+        assert len(actions) > 5
+    for action in actions:
         for opt in action.option_strings:
             if opt in ("-h", "--help"):
                 continue
@@ -439,6 +446,7 @@ class DocPeer:
         self.chunks: dict[int, dict[int, bytes]] = {}
         self.messages: list[tuple[int, bytes]] = []
         self.data_acked = False
+        self.max_ack_delay = 0  # µs: this peer ACKs every segment at once
 
     @staticmethod
     def seal(buf: bytearray) -> bytes:
@@ -472,11 +480,12 @@ class DocPeer:
         assert version == 1 and flags & 0x08
         assert crc == c32.crc32c(dg[16:], c32.crc32c(dg[:12])), "CRC rule of protocol.md §2"
         if typ == 3:  # HELLO: record the remote, answer with HELLO_ACK
-            r_inc, r_conn, r_isn, echo, window, alen = struct.unpack_from("!IIQIIH", dg, 36)
-            assert r_inc == inc and dg[62:62 + alen] == bytes(dg[62:]) and len(dg) == 62 + alen
-            self.remote = {"inc": r_inc, "conn": r_conn, "isn": r_isn, "addr": alen}
+            r_inc, r_conn, r_isn, echo, window, r_delay, alen = struct.unpack_from("!IIQIIIH", dg, 36)
+            assert r_inc == inc and dg[66:66 + alen] == bytes(dg[66:]) and len(dg) == 66 + alen
+            self.remote = {"inc": r_inc, "conn": r_conn, "isn": r_isn, "addr": alen, "max_ack_delay": r_delay}
             self.cum = r_isn
-            body = struct.pack("!IIQIIH", self.inc, self.conn, self.isn, r_inc, 64, len(self.address))
+            body = struct.pack("!IIQIIIH", self.inc, self.conn, self.isn, r_inc, 64, self.max_ack_delay,
+                               len(self.address))
             body += self.address
             return [self.seal(self.header(4, 0, 0, 0, 0, len(body)) + body)]
         assert dst == self.conn and inc == self.remote["inc"]
@@ -553,6 +562,9 @@ def test_a_peer_written_from_protocol_md_interoperates() -> None:
     assert sorted(doc.messages) == [(9, big), (10, b"small")]  # the doc peer delivers unordered
     assert got == [(11, b"from the doc peer")]
     assert doc.data_acked  # the engine acknowledged the doc peer's segment
+    # each side's HELLO advertised its ACK delay (µs); the engine's RTO adds the doc peer's
+    assert doc.remote["max_ack_delay"] == round(Config().ack_delay * 1e6)
+    assert peer.timer.max_ack_delay == doc.max_ack_delay == 0
     assert e.stats()["num_resends"] >= 1
 
 
@@ -656,14 +668,22 @@ def test_ack_policy_out_of_order_sack_and_rate_limit() -> None:
     assert _ack_body(ack)[1] == [(2, 1), (4, 1)]
 
 
-def test_ack_policy_duplicate_and_out_of_window_at_once() -> None:
+def test_ack_policy_duplicate_and_out_of_window_at_once_rate_limited() -> None:
     r = RawSender()
     r.send(1)
-    r.advance(1e-3)
-    (ack,) = r.send(1)                           # a duplicate: at once, AF_DUPLICATE
+    (ack,) = r.advance(1e-3)                     # the delayed ACK leaves (now: 1 ms)
+    assert r.send(1) == []                       # a duplicate within ack_delay of it: rate limited
+    (ack,) = r.advance(200e-6)                   # ... until last ACK + ack_delay, AF_DUPLICATE
     assert _ack_body(ack)[3] & wire.AF_DUPLICATE
+    r.advance(1e-3)
+    (ack,) = r.send(1)                           # a duplicate after a quiet ack_delay: at once
+    assert _ack_body(ack)[3] & wire.AF_DUPLICATE and r.peer.counters.num_dup_recvs == 2
+    r.advance(1e-3)
     (ack,) = r.send(1 + 4096 + 5)                # above the window: at once
     assert _ack_body(ack)[3] == 0 and r.peer.counters.num_oow_high_recvs == 1
+    assert r.send(1 + 4096 + 6) == []            # another one at once after: rate limited
+    (ack,) = r.advance(200e-6)
+    assert r.peer.counters.num_oow_high_recvs == 2
 
 
 def test_ack_truncation_keeps_the_highest_range() -> None:
@@ -690,6 +710,86 @@ def test_piggy_backed_ack_pays_the_debt() -> None:
     assert [d.type for d in out] == [wire.T_DATA] and out[0].flags & wire.F_ACK
     assert out[0].ack == r.isn + 1
     assert r.advance(1e-3) == []                 # no standalone ACK follows
+
+
+# ------------------------------------------------------------------------------ connections, protocol.md §5.4-§5.6
+
+
+def _hello(r: RawSender, inc: int, conn: int, isn: int, *, dst: int = 0, echo: int = 0,
+           delay_us: int = 200) -> None:
+    body = wire.Hello(inc, conn, isn, echo, 4096, b"R", delay_us)
+    r.e.receive_datagram(wire.Datagram(wire.T_HELLO, dst_conn=dst, src_incarnation=inc,
+                                       payload=body.encode()).encode(), r.now)
+
+
+def test_the_last_16_replaced_incarnations_and_connections_are_stale() -> None:
+    """A late HELLO of one of the last 16 replaced incarnations, or of the last 16 replaced
+    connections of the recorded incarnation, is stale; an older one is no longer known."""
+    text = _read("protocol.md")
+    assert "the last 16\nincarnations" in text and "last 16 remote connection ids" in text
+    r = RawSender()                              # incarnation 0x1234, connection 0x5678
+    first = r.inc
+    for k in range(1, 18):                       # 17 restarts: 0x1234 .. 0x1234 + 16 replaced
+        _hello(r, first + k, 1, 1000)
+    peer, stats = r.peer, r.e.stats
+    assert stats()["num_peer_restarts"] == 17 and peer.remote_inc == first + 17
+    stale = peer.counters.num_stale_recvs
+    _hello(r, first + 1, 1, 1000)                # replaced, among the last 16: stale
+    assert peer.counters.num_stale_recvs == stale + 1 and peer.remote_inc == first + 17
+    _hello(r, first, 1, 1000)                    # replaced 17 restarts ago: a restart again
+    assert stats()["num_peer_restarts"] == 18 and peer.remote_inc == first
+    for conn in range(2, 20):                    # new connections, same incarnation: followed
+        _hello(r, first, conn, 1000 + conn)
+    assert peer.remote_conn == 19 and stats()["num_peer_restarts"] == 18
+    _hello(r, first, 4, 1004)                    # a replaced connection among the last 16: stale
+    assert peer.counters.num_stale_recvs == stale + 2 and peer.remote_conn == 19
+    _hello(r, first, 2, 1002)                    # replaced 17 connections ago: followed again
+    assert peer.remote_conn == 2 and peer.counters.num_stale_recvs == stale + 2
+
+
+def test_a_new_connection_in_the_same_incarnation_as_documented() -> None:
+    from btlcore.engine import EV_COMPLETE
+
+    # nothing sent on ours: the new remote connection is followed, ours stays
+    r = RawSender()
+    r.send(1)
+    conn = r.peer.local_conn
+    _hello(r, r.inc, 0x9999, 77_000, dst=conn, echo=r.e.incarnation, delay_us=1000)
+    assert r.peer.local_conn == conn and r.peer.remote_conn == 0x9999
+    assert r.peer.state.value == "established" and r.peer.timer.max_ack_delay == pytest.approx(1e-3)
+    assert r.peer.window.cum == 77_000           # a new receive window at the new ISN
+    # something sent: what is unacknowledged fails, and ours is a new connection
+    r = RawSender()
+    r.send(1)
+    done: list[Any] = []
+    r.e.send(r.peer, 2, b"unacknowledged", done.append, r.now)
+    assert [d.type for d in r.collect(r.now)] == [wire.T_DATA]
+    r.e.drain_events()
+    conn = r.peer.local_conn
+    _hello(r, r.inc, 0x9999, 77_000, dst=conn, echo=r.e.incarnation)
+    events = r.e.drain_events()
+    assert [ev[0] for ev in events] == [EV_COMPLETE]  # no "failed" or "restarted" event
+    events[0][1](events[0][2])
+    assert len(done) == 1 and isinstance(done[0], btlcore.PeerUnreachable)
+    assert r.peer.local_conn != conn and r.peer.state.value == "connecting" and not r.peer.confirmed
+    assert r.peer.remote_conn == 0x9999
+    s = r.e.stats()
+    assert s["num_peer_failures"] == s["num_peer_restarts"] == 0 and s["num_send_errors"] == 1
+    out = r.collect(r.now)                       # HELLO_ACK owed, and our own HELLO
+    assert sorted(d.type for d in out) == [wire.T_HELLO, wire.T_HELLO_ACK]
+    for d in out:
+        body = wire.Hello.decode(d.payload)
+        assert d.dst_conn == 0x9999 and body.conn_id == r.peer.local_conn
+        assert body.echo_incarnation == r.inc and body.max_ack_delay_us == 200
+    stale = r.peer.counters.num_stale_recvs
+    _hello(r, r.inc, r.conn, r.isn)              # a late HELLO of the replaced connection
+    assert r.peer.counters.num_stale_recvs == stale + 1 and r.peer.remote_conn == 0x9999
+    # connect() on a FAILED peer: a new connection
+    r.e.handle_timer(r.now + Config().handshake_timeout + 1)
+    assert r.peer.state.value == "failed"
+    failed_conn = r.peer.local_conn
+    assert r.e.connect(b"R", r.now) is r.peer and r.peer.state.value == "connecting"
+    assert r.peer.local_conn != failed_conn
 
 
 # ------------------------------------------------------------------------------ api.md's command snippets
@@ -778,6 +878,7 @@ def test_a_peer_written_from_protocol_md_interoperates_over_udp(clean_env: Any) 
         assert done == [None]
         assert doc.messages == [(9, big)]
         assert got == [b"over udp"] and doc.data_acked
+        assert doc.remote["max_ack_delay"] == round(t.config.ack_delay * 1e6)
     finally:
         t.close(flush=False)
         sock.close()
