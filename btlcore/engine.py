@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import random
 import struct
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -63,6 +64,18 @@ LOST_FAST = 1  # Segment.lost: declared lost by the fast-retransmit rule
 LOST_TIMEOUT = 2  # ... by the retransmit timeout
 
 
+#: how much older (in incarnation units: 1/1024 s of the clock the driver built them from)
+#: a HELLO's incarnation may be than the one we know and still be a late packet of an older
+#: life; anything else that differs is a restart
+STALE_INCARNATION_WINDOW = 60 * 1024
+
+
+def stale_incarnation(candidate: int, current: int) -> bool:
+    """True if ``candidate`` is slightly older than ``current`` (serial arithmetic on 32
+    bits): a delayed packet of a previous life, not a restart."""
+    return 0 < (current - candidate) & 0xFFFFFFFF <= STALE_INCARNATION_WINDOW
+
+
 class Engine:
     """One local endpoint talking to any number of peers over one device."""
 
@@ -77,12 +90,16 @@ class Engine:
         crc: bool,
         rng: random.Random,
         now: float,
+        incarnation: int | None = None,
     ) -> None:
         self.config = config
         self.address = address
         self._resolve = resolve
         self._rng = rng
-        self.incarnation = rng.randrange(1, 1 << 32)
+        # Incarnations are ordered (see newer_incarnation): the driver passes one made from
+        # the wall clock (Transport does), so that a late HELLO of an older life is told
+        # from a restart; a bare engine draws a random one.
+        self.incarnation = incarnation if incarnation else rng.randrange(1, 1 << 32)
         self.data_mtu = min(data_mtu, config.mtu) if config.mtu else data_mtu
         self.priority_mtu = min(priority_mtu, self.data_mtu)
         self.priority_limit = min(config.priority_limit, self.priority_mtu)
@@ -152,6 +169,8 @@ class Engine:
         chunked = size > self._single_cap - extra
         peer.msg_counter += 1
         msg = OutMessage(tag, view, callback, peer.msg_counter & U32_MASK, chunked, put_key, put_offset)
+        if not peer.queue:
+            peer.queue = deque()  # made on first use: an idle peer holds no deque (~770 B)
         peer.queue.append(msg)
         peer.counters.num_msgs_sent += 1
         if peer.state is PeerState.ESTABLISHED:
@@ -604,10 +623,11 @@ class Engine:
                 peer.ssthresh = peer.cwnd = max(peer.cwnd / 2, 2.0)
                 peer.recovery_serial = peer.tx_serial + 1
             unacked = peer.unacked
+            resend = peer.resend or peer.new_resend()
             for seg in lost:
                 seg.lost = LOST_FAST
                 unacked.move_to_end(seg.seq)
-                peer.resend.append(seg)
+                resend.append(seg)
             self._resending[peer] = None
 
     def _reorder_time(self, peer: Peer) -> float:
@@ -680,8 +700,13 @@ class Engine:
         if hello.conn_id in peer.past_remote_conns and hello.incarnation == peer.remote_inc:
             c.num_stale_recvs += 1  # a late HELLO of a connection already replaced
             return
+        renewed = False  # we took a new connection id in this call
         if peer.remote_known and hello.incarnation != peer.remote_inc:
+            if stale_incarnation(hello.incarnation, peer.remote_inc):
+                c.num_stale_recvs += 1  # an older life's HELLO, delayed in the network
+                return
             self._restart_peer(peer, now)
+            renewed = True
         elif peer.remote_known and (hello.conn_id != peer.remote_conn or hello.isn != peer.remote_isn) \
                 and not self.closed:
             # Same incarnation, new connection: the other side started afresh with us (it had
@@ -689,7 +714,7 @@ class Engine:
             if peer.next_seq == peer.isn + 1 and peer.state is not PeerState.FAILED:
                 # We sent nothing on the old connection: simply follow it.  Its old segments
                 # cannot pass for new ones: they sit ~2**61 away from the new random ISN.
-                peer.past_remote_conns.append(peer.remote_conn)
+                peer.remember_conn(peer.remote_conn)
                 peer.remote_known = False
                 peer.ready.clear()
                 peer.reassembly.clear()
@@ -700,7 +725,7 @@ class Engine:
                 self._fail_messages(peer, PeerUnreachable(
                     f"peer {peer.address.hex()} reset the connection (it had declared us dead)"))
                 self._reset_peer(peer)
-                self._start_hello(peer, now)
+                renewed = True
         elif peer.state is PeerState.FAILED or peer.state is PeerState.CLOSED:
             c.num_stale_recvs += 1
             return
@@ -716,9 +741,13 @@ class Engine:
         if typ == T_HELLO:
             peer.hello_reply = True
             self._hello[peer] = None
+        if renewed:
+            # this datagram was addressed to our old connection: the peer cannot know the
+            # new one until our HELLO tells it
+            self._start_hello(peer, now)
         # A HELLO_ACK proves the peer knows our current connection (it was looked up by
         # it); a HELLO does only if it is addressed to it.
-        if hello.echo_incarnation == self.incarnation and (typ == T_HELLO_ACK or dst == peer.local_conn):
+        elif hello.echo_incarnation == self.incarnation and (typ == T_HELLO_ACK or dst == peer.local_conn):
             first = not peer.confirmed
             if first and typ == T_HELLO_ACK and peer.hello_count == 1 and peer.hello_sent_at is not None:
                 peer.timer.sample(now - peer.hello_sent_at)  # one HELLO, one answer: an RTT
@@ -736,7 +765,7 @@ class Engine:
         self.counters.num_peer_restarts += 1
         self._fail_messages(peer, PeerRestarted(
             f"peer {peer.address.hex()} restarted (incarnation {peer.remote_inc:#x} -> new)"))
-        peer.past_incarnations.append(peer.remote_inc)
+        peer.remember_incarnation(peer.remote_inc)
         self._reset_peer(peer)
         self.events.append((EV_PEER_RESTARTED, peer))
 
@@ -745,7 +774,7 @@ class Engine:
         connection id and ISN (so that nothing of the old connection can be taken for the
         new), fresh windows and timers.  Counters and history stay."""
         if peer.remote_known:
-            peer.past_remote_conns.append(peer.remote_conn)
+            peer.remember_conn(peer.remote_conn)
         keep = (peer.counters, peer.user_data, peer.past_incarnations, peer.past_remote_conns)
         self.peers_by_conn.pop(peer.local_conn, None)
         for table in (self._resending, self._sending, self._acking, self._hello, self._timed):
@@ -776,8 +805,8 @@ class Engine:
                 if msg.callback is not None:
                     self.events.append((EV_COMPLETE, msg.callback, exc))
         peer.unacked.clear()
-        peer.queue.clear()
-        peer.resend.clear()
+        peer.queue = ()
+        peer.resend = ()
         peer.reassembly.clear()
         peer.ready.clear()
 
@@ -859,7 +888,7 @@ class Engine:
                     # packet-threshold rule find the rest without a storm
                     front.lost = LOST_TIMEOUT
                     peer.unacked.move_to_end(front.seq)
-                    peer.resend.append(front)
+                    (peer.resend or peer.new_resend()).append(front)
                     peer.timer.expired()
                     peer.rto_base = now  # the next timeout counts from this one
                     if peer.tx_serial >= peer.recovery_serial:  # slow start again

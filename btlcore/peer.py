@@ -120,16 +120,18 @@ class Peer:
         self.error: BaseException | None = None
         self.user_data: Any = None
         # incarnations this address had before (a late HELLO of one is no restart)
-        self.past_incarnations: deque[int] = deque(maxlen=16)
-        self.past_remote_conns: deque[int] = deque(maxlen=16)  # likewise, connections
+        self.past_incarnations: tuple[int, ...] = ()
+        self.past_remote_conns: tuple[int, ...] = ()  # likewise, connections
         self.remote_isn = 0
 
         self.isn = isn
         self.next_seq = isn + 1
         self.snd_una = isn  # everything up to here is acknowledged
-        self.queue: deque[OutMessage] = deque()
+        # queue and resend are deques once used; an empty tuple until then keeps an idle
+        # peer small (a deque costs ~770 bytes)
+        self.queue: deque[OutMessage] | tuple[()] = ()
         self.unacked: OrderedDict[int, Segment] = OrderedDict()  # in transmission order
-        self.resend: deque[Segment] = deque()
+        self.resend: deque[Segment] | tuple[()] = ()
         self.scoreboard = SackScoreboard()
         self.tx_serial = 0
         self.acked_serial = [0, 0]  # per channel: highest transmission serial acknowledged
@@ -158,6 +160,17 @@ class Peer:
 
     def __repr__(self) -> str:
         return f"<Peer {self.address.hex()} {self.state.value} conn={self.local_conn:#x}>"
+
+    def new_resend(self) -> deque[Segment]:
+        self.resend = deque()
+        return self.resend
+
+    def remember_incarnation(self, inc: int) -> None:
+        """Keep the last 16 replaced incarnations (a late HELLO of one is stale)."""
+        self.past_incarnations = (self.past_incarnations + (inc,))[-16:]
+
+    def remember_conn(self, conn: int) -> None:
+        self.past_remote_conns = (self.past_remote_conns + (conn,))[-16:]
 
     @property
     def in_flight(self) -> int:

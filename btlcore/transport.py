@@ -51,6 +51,21 @@ class Message:
     data: bytes
 
 
+_last_incarnation = 0
+
+
+def make_incarnation(clock_seconds: float) -> int:
+    """This life's incarnation number: the wall clock in 1/1024 s on 32 bits (wrapping every
+    48 days), strictly increasing within the process; never 0.  Being ordered lets a peer
+    tell a late HELLO of an older life from a restart (see engine.stale_incarnation)."""
+    global _last_incarnation
+    value = int(clock_seconds * 1024) & 0xFFFFFFFF
+    if _last_incarnation and 0 <= (_last_incarnation - value) & 0xFFFFFFFF < 1 << 31:
+        value = (_last_incarnation + 1) & 0xFFFFFFFF
+    _last_incarnation = value = value or 1
+    return value
+
+
 class Transport:
     """A reliable transport on one device.  Create it with :func:`btlcore.open`."""
 
@@ -75,10 +90,17 @@ class Transport:
             if seed is not None:  # virtual-time devices: reproducible, distinct per node
                 seed = int.from_bytes(hashlib.sha256(repr((seed, self.address)).encode()).digest()[:8], "big")
         self.seed = seed if seed is not None else int.from_bytes(os.urandom(8), "big")
+        rng = random.Random(self.seed)
+        if caps.virtual_time:
+            # a simulated node's lives are ordered by its NIC's opening on the fabric
+            instance = getattr(device.device, "instance", 0)
+            incarnation = ((instance + 1) << 12 | rng.randrange(1 << 12)) & 0xFFFFFFFF
+        else:
+            incarnation = make_incarnation(time.time())
         self.engine = Engine(
             self.config, address=self.address, resolve=device.resolve,
             data_mtu=data_info.mtu, priority_mtu=prio_info.mtu, crc=use_crc,
-            rng=random.Random(self.seed), now=self.now())
+            rng=rng, now=self.now(), incarnation=incarnation)
         self._post = device.post_send
         self._poll = device.poll_recv
         self._backlog: deque[tuple[int, Any, Any]] = deque()

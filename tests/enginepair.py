@@ -78,9 +78,13 @@ class EngineNet:
         self.steps = 0
 
     def _make(self, i: int, seed: int) -> Engine:
+        # incarnations are ordered, as a Transport makes them from the clock: later lives
+        # of a node get larger numbers
+        self._lives = getattr(self, "_lives", 0) + 1
         return Engine(self.configs[i], address=bytes([65 + i]), resolve=lambda addr: bytes(addr),
                       data_mtu=self.mtu, priority_mtu=self.priority_mtu, crc=self.crc,
-                      rng=random.Random(seed), now=self.now)
+                      rng=random.Random(seed), now=self.now,
+                      incarnation=self._lives << 10)  # lives a "second" apart (1024 units)
 
     # ------------------------------------------------------------------ helpers
 

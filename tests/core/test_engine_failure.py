@@ -340,9 +340,6 @@ def test_delayed_hello_of_never_seen_older_incarnation() -> None:
     assert p.completions["a2"] == [None]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a restart detected from a HELLO_ACK (the new b answered a's "
-                   "HELLO meant for the old b): a takes a fresh connection id but never tells the new b, "
-                   "which keeps sending to the old id: everything it sends is dropped as unknown, forever")
 def test_restart_detected_by_hello_ack_keeps_talking() -> None:
     p = EnginePair()
     # b's datagrams: 0 old b's HELLO (delivered), 1 new b's HELLO (lost), 2 new b's HELLO_ACK to
