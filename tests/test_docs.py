@@ -723,10 +723,14 @@ def _hello(r: RawSender, inc: int, conn: int, isn: int, *, dst: int = 0, echo: i
 
 
 def test_the_last_16_replaced_incarnations_and_connections_are_stale() -> None:
-    """A late HELLO of one of the last 16 replaced incarnations, or of the last 16 replaced
-    connections of the recorded incarnation, is stale; an older one is no longer known."""
+    """A late HELLO of one of the last 16 replaced incarnations, or of one up to a minute of
+    the clock older than the recorded one, or of the last 16 replaced connections of the
+    recorded incarnation, is stale; any other new incarnation is a restart."""
+    from btlcore.engine import STALE_INCARNATION_WINDOW
+
     text = _read("protocol.md")
-    assert "the last 16\nincarnations" in text and "last 16 remote connection ids" in text
+    assert "the last 16 that a restart\nreplaced" in text and "last 16 remote connection ids" in text
+    assert STALE_INCARNATION_WINDOW == 60 * 1024 and "60 × 1024" in text
     r = RawSender()                              # incarnation 0x1234, connection 0x5678
     first = r.inc
     for k in range(1, 18):                       # 17 restarts: 0x1234 .. 0x1234 + 16 replaced
@@ -736,15 +740,38 @@ def test_the_last_16_replaced_incarnations_and_connections_are_stale() -> None:
     stale = peer.counters.num_stale_recvs
     _hello(r, first + 1, 1, 1000)                # replaced, among the last 16: stale
     assert peer.counters.num_stale_recvs == stale + 1 and peer.remote_inc == first + 17
-    _hello(r, first, 1, 1000)                    # replaced 17 restarts ago: a restart again
-    assert stats()["num_peer_restarts"] == 18 and peer.remote_inc == first
+    _hello(r, first - 1000, 1, 1000)             # never seen, a little older: a late packet
+    assert peer.counters.num_stale_recvs == stale + 2 and peer.remote_inc == first + 17
+    older = (first + 17 - STALE_INCARNATION_WINDOW - 1) & 0xFFFFFFFF
+    _hello(r, older, 1, 1000)                    # older than the window: a restart
+    assert stats()["num_peer_restarts"] == 18 and peer.remote_inc == older
+    _hello(r, first + 30, 1, 1000)               # later: a restart
+    assert stats()["num_peer_restarts"] == 19 and peer.remote_inc == first + 30
     for conn in range(2, 20):                    # new connections, same incarnation: followed
-        _hello(r, first, conn, 1000 + conn)
-    assert peer.remote_conn == 19 and stats()["num_peer_restarts"] == 18
-    _hello(r, first, 4, 1004)                    # a replaced connection among the last 16: stale
-    assert peer.counters.num_stale_recvs == stale + 2 and peer.remote_conn == 19
-    _hello(r, first, 2, 1002)                    # replaced 17 connections ago: followed again
-    assert peer.remote_conn == 2 and peer.counters.num_stale_recvs == stale + 2
+        _hello(r, first + 30, conn, 1000 + conn)
+    assert peer.remote_conn == 19 and stats()["num_peer_restarts"] == 19
+    _hello(r, first + 30, 4, 1004)               # a replaced connection among the last 16: stale
+    assert peer.counters.num_stale_recvs == stale + 3 and peer.remote_conn == 19
+    _hello(r, first + 30, 2, 1002)               # replaced 17 connections ago: followed again
+    assert peer.remote_conn == 2 and peer.counters.num_stale_recvs == stale + 3
+
+
+def test_incarnations_as_documented(clean_env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """protocol.md §5.1: the clock in 1/1024 s, strictly increasing in a process; on the
+    simulator, (NIC instance + 1) << 12 and 12 random bits."""
+    from btlcore import transport
+
+    text = _read("protocol.md")
+    assert "units of 1/1024 s" in text and "`(instance + 1) << 12 | r`" in text
+    monkeypatch.setattr(transport, "_last_incarnation", 0)
+    assert transport.make_incarnation(1000.0) == 1024_000
+    assert transport.make_incarnation(1000.0) == 1024_001  # same instant: still later
+    assert transport.make_incarnation(999.0) == 1024_002   # the clock stepped back: likewise
+    assert transport.make_incarnation(1001.0) == 1025_024
+    a, b = btlcore.open("sim"), btlcore.open("sim")
+    for t in (a, b):
+        assert t.engine.incarnation >> 12 == t.device.device.instance + 1
+    a.close(); b.close()
 
 
 def test_a_new_connection_in_the_same_incarnation_as_documented() -> None:
