@@ -189,7 +189,8 @@ def fabric(*, seed: int = 1, loss: float = 0.0, delay: float = 0.001, rate_mbps:
         link = sim.LinkModel(loss=loss, delay=delay, rate_mbps=rate_mbps)
     else:
         link = sim.LinkModel(burst=(loss, burst), delay=delay, rate_mbps=rate_mbps)
-    return sim.Fabric(seed=seed, default=link)
+    # 20 us of interrupt coalescing, as `btl transfer` uses: a real NIC's rx-usecs
+    return sim.Fabric(seed=seed, default=link, coalesce=20e-6)
 
 
 def sim_now(fab: Any, t: Any = None) -> float:

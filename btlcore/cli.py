@@ -28,6 +28,9 @@ from .verify import (
 )
 
 
+SIM_COALESCE = 20e-6
+
+
 class UsageError(Exception):
     """A mistake on the command line: reported in one line, exit status 2."""
 
@@ -211,7 +214,8 @@ def _run_sim_transfer(args: argparse.Namespace, messages: list[bytes] | None, cf
     from .backends.sim import Fabric
 
     link = _link_model(args)
-    fabric = Fabric(seed=seed, default=link, pcap=args.pcap)
+    # 20 us of interrupt coalescing, as a real NIC: receivers handle frames in batches
+    fabric = Fabric(seed=seed, default=link, pcap=args.pcap, coalesce=SIM_COALESCE)
     mtu = args.mtu or 9000
     a = open_transport("sim", config=cfg, fabric=fabric, mtu=mtu, name="a")
     b = open_transport("sim", config=cfg, fabric=fabric, mtu=mtu, name="b")

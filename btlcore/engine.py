@@ -1015,7 +1015,7 @@ class Engine:
         if put:
             flags |= F_PUT
             pos += PUT_LEN
-        buf = bytearray(pos + n)
+        buf = bytearray(pos)  # headers only: the payload is appended, not zero-filled first
         HEADER.pack_into(buf, 0, WIRE_VERSION, T_DATA, flags, 0, peer.remote_conn,
                          self.incarnation, 0, seq & SEQ_MASK, peer.window.cum & SEQ_MASK, msg.tag, n)
         if msg.chunked:
@@ -1023,7 +1023,7 @@ class Engine:
         if put:
             PUT.pack_into(buf, pos - PUT_LEN, msg.put_key, msg.put_offset)
         if n:
-            buf[pos:] = msg.data[msg.offset:msg.offset + n]
+            buf += msg.data[msg.offset:msg.offset + n]
         if self.crc:
             view = memoryview(buf)
             _U32.pack_into(buf, CRC_OFFSET, crc32c(view[CRC_OFFSET + 4:], crc32c(view[:CRC_OFFSET])))

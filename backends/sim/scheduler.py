@@ -26,7 +26,7 @@ class Scheduler:
     """The fabric's clock and event heap (the :class:`Fabric` is one).  A plain slotted
     class, not attrs: it is a base class with a hand-written ``__init__``."""
 
-    __slots__ = ("now", "heap", "landed", "pcap", "_serial")
+    __slots__ = ("now", "heap", "landed", "pcap", "_serial", "coalesce")
     now: float
     heap: list[tuple[Any, ...]]
     landed: bool
@@ -40,6 +40,7 @@ class Scheduler:
         self.landed = False
         self.pcap = None
         self._serial = count().__next__
+        self.coalesce = 0.0  # seconds; see advance()
 
     def clock(self) -> float:
         """The virtual time, seconds since the fabric was made."""
@@ -94,9 +95,18 @@ class Scheduler:
             if deadline is not None and deadline > self.now:
                 self.now = deadline
             return
-        now = self.now = heap[0][0]
+        # Interrupt coalescing (a NIC's rx-usecs): land everything due within ``coalesce``
+        # of the next event in one go, so that a receiver handles a batch per wake-up.  The
+        # clock stops at the last frame landed, never past the deadline.
+        first = heap[0][0]
+        horizon = first + self.coalesce
+        if deadline is not None and deadline < horizon:
+            horizon = deadline
+        now = self.now = first
         pcap = self.pcap
-        while heap and heap[0][0] <= now:
+        while heap and heap[0][0] <= horizon:
+            if heap[0][0] > now:
+                now = self.now = heap[0][0]
             _, _, link, channel, frame, note = heappop(heap)
             if link is None:
                 continue
