@@ -52,11 +52,13 @@ def test_deadline_caps_the_window() -> None:
     fab.set_link("a", "b", LinkModel(delay=1e-3))
     link = a.resolve(b.local_address())
     f1, f2 = _frames(2)
-    a.post_send(Channel.DATA, link, f1)
-    fab.advance(0.5)
-    a.post_send(Channel.DATA, link, f2)
-    b.wait(0.2)  # the first frame (at 1 ms) lands; the second (at 0.501 s) is past the deadline
-    assert len(b.poll_recv(10)) == 1 and fab.now <= 0.2
+    a.post_send(Channel.DATA, link, f1)  # lands at 1.0 ms
+    fab.advance(0.5e-3)
+    a.post_send(Channel.DATA, link, f2)  # lands at 1.5 ms
+    b.wait(1.2e-3)  # a whole second of coalescing, but the caller's deadline comes first
+    assert len(b.poll_recv(10)) == 1 and fab.now <= 1.2e-3
+    b.wait(None)
+    assert len(b.poll_recv(10)) == 1 and fab.now == pytest.approx(1.5e-3)
 
 
 def test_coalesced_transfer_is_deterministic_and_verified() -> None:
