@@ -92,7 +92,7 @@ class Config:
     rto_mode: str = _param("adaptive", "retransmit timeout: adaptive (RTT-based, backoff) or fixed (usnic's retrans_timeout)", choices=("adaptive", "fixed"))
     rto_initial: float = _param(0.02, "retransmit timeout before any RTT sample, seconds", lo=1e-6, hi=60.0)
     rto_min: float = _param(0.005, "lower bound of the adaptive retransmit timeout, seconds (usnic's later fixed timeout; lower fires spuriously when a busy host deschedules its peer)", lo=1e-6, hi=60.0)
-    rto_max: float = _param(2.0, "upper bound of the retransmit timeout after backoff, seconds", lo=1e-6, hi=600.0)
+    rto_max: float = _param(1.0, "upper bound of the retransmit timeout after backoff, seconds", lo=1e-6, hi=600.0)
     retrans_timeout: float = _param(0.005, "the fixed retransmit timeout (rto_mode=fixed), seconds", lo=1e-6, hi=60.0)
     max_resends_per_pass: int = _param(16, "cap on retransmissions per progress pass (usnic's storm fix)", lo=1, hi=1 << 20)
     max_retries: int = _param(20, "a segment sent this many times without an ACK declares the peer dead", lo=1, hi=1 << 20)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import random
 import struct
 from collections import deque
+from itertools import islice
 from collections.abc import Callable
 from typing import Any
 
@@ -62,6 +63,7 @@ _WRAP = 1 << 64
 _HELLO_INTERVAL_MAX = 1.0
 LOST_FAST = 1  # Segment.lost: declared lost by the fast-retransmit rule
 LOST_TIMEOUT = 2  # ... by the retransmit timeout
+TIMEOUT_PROBES = 2  # segments a retransmit timeout resends
 
 
 #: how much older (in incarnation units: 1/1024 s of the clock the driver built them from)
@@ -884,11 +886,17 @@ class Engine:
                 self._detect_losses(peer)
                 front = self._rto_front(peer)
                 if front is not None and max(front.sent_at, peer.rto_base) + peer.timer.rto <= now:
-                    # a timeout resends only the oldest segment (a probe); its ACK lets the
-                    # packet-threshold rule find the rest without a storm
-                    front.lost = LOST_TIMEOUT
-                    peer.unacked.move_to_end(front.seq)
-                    (peer.resend or peer.new_resend()).append(front)
+                    # A timeout resends the two oldest segments (probes), not the whole
+                    # window: their ACK lets the loss rule find the rest without a storm.
+                    # Two, not one: on a link losing in bursts, a lone probe per timeout
+                    # can stay inside the burst for many timeouts in a row.
+                    probes = [seg for seg in islice(
+                        (g for g in peer.unacked.values() if not g.lost), TIMEOUT_PROBES)]
+                    resend = peer.resend or peer.new_resend()
+                    for seg in probes:
+                        seg.lost = LOST_TIMEOUT
+                        peer.unacked.move_to_end(seg.seq)
+                        resend.append(seg)
                     peer.timer.expired()
                     peer.rto_base = now  # the next timeout counts from this one
                     if peer.tx_serial >= peer.recovery_serial:  # slow start again

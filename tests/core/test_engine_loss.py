@@ -66,7 +66,7 @@ def test_fast_retransmit_threshold_respected() -> None:
     assert (st["num_fast_retrans"], st["num_timeout_retrans"]) == (1, 0)
 
 
-def test_timeout_retransmit_backoff_and_probe_rule() -> None:
+def test_timeout_retransmit_backoff_and_two_probes() -> None:
     p = pair()
     mark = len(p.log)
     p.drop_where(lambda d: d.type == T_DATA, count=6)
@@ -77,15 +77,14 @@ def test_timeout_retransmit_backoff_and_probe_rule() -> None:
     p.run(lambda: all(p.completions[i] for i in range(3)))
     sent = data_log(p, 0, mark)
     assert [s for _t, s in sent[:3]] == [1, 2, 3]
-    # each timeout resends only the oldest outstanding transmission (a probe), with the
-    # timeout doubling each time
-    timeouts = sent[3:7]
-    assert [s for _t, s in timeouts] == [1, 2, 3, 1]
-    expect, t = [], t0
-    for k in range(4):
-        t = t + rto * 2 ** k
-        expect.append(t)
-    assert [t for t, _s in timeouts] == pytest.approx(expect, abs=1e-12)
+    # each timeout resends the two oldest outstanding transmissions (probes), the timeout
+    # doubling each time: [1, 2] at t0 + rto (lost), [3, 1] at t0 + 3 rto (3 lost, 1 gets
+    # through); 1's ACK ends the backoff and the last timeout resends [2, 3]
+    timeouts = sent[3:]
+    assert [s for _t, s in timeouts] == [1, 2, 3, 1, 2, 3]
+    assert [t for t, _s in timeouts[:4]] == pytest.approx(
+        [t0 + rto, t0 + rto, t0 + 3 * rto, t0 + 3 * rto], abs=1e-12)
+    assert timeouts[4][0] == timeouts[5][0] and timeouts[4][0] - timeouts[3][0] < 2 * rto
     st = p.a.stats()
     assert st["num_timeout_retrans"] == st["num_resends"] == 6 and st["num_fast_retrans"] == 0
     assert p.pa.timer.backoff == 1  # progress ended the backoff
