@@ -98,7 +98,7 @@ class Engine:
         self.address = address
         self._resolve = resolve
         self._rng = rng
-        # Incarnations are ordered (see newer_incarnation): the driver passes one made from
+        # Incarnations are ordered (see stale_incarnation): the driver passes one made from
         # the wall clock (Transport does), so that a late HELLO of an older life is told
         # from a restart; a bare engine draws a random one.
         self.incarnation = incarnation if incarnation else rng.randrange(1, 1 << 32)
@@ -728,6 +728,9 @@ class Engine:
                     f"peer {peer.address.hex()} reset the connection (it had declared us dead)"))
                 self._reset_peer(peer)
                 renewed = True
+        elif peer.state is PeerState.FAILED and not peer.remote_known and not self.closed:
+            # it never answered our handshake and we gave up; now it speaks: a new connection
+            self._reset_peer(peer)
         elif peer.state is PeerState.FAILED or peer.state is PeerState.CLOSED:
             c.num_stale_recvs += 1
             return

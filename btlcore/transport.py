@@ -52,6 +52,7 @@ class Message:
 
 
 _last_incarnation = 0
+_virtual_lives = 1000  # openings of virtual-time devices without an ``instance`` of their own
 
 
 def make_incarnation(clock_seconds: float) -> int:
@@ -93,7 +94,11 @@ class Transport:
         rng = random.Random(self.seed)
         if caps.virtual_time:
             # a simulated node's lives are ordered by its NIC's opening on the fabric
-            instance = getattr(device.device, "instance", 0)
+            instance = getattr(device.device, "instance", None)
+            if instance is None:  # a virtual-time device that does not number its openings
+                global _virtual_lives
+                _virtual_lives += 1
+                instance = _virtual_lives
             incarnation = ((instance + 1) << 12 | rng.randrange(1 << 12)) & 0xFFFFFFFF
         else:
             incarnation = make_incarnation(time.time())

@@ -196,3 +196,22 @@ def test_hello_carries_ack_delay_and_rto_uses_the_peers() -> None:
     assert hellos[p.a.incarnation].max_ack_delay_us == 200
     assert hellos[p.b.incarnation].max_ack_delay_us == 20000
     assert p.pa.timer.max_ack_delay == pytest.approx(0.02) and p.pb.timer.max_ack_delay == pytest.approx(0.0002)
+
+
+def test_peer_that_never_answered_can_connect_later() -> None:
+    """a gave up on b's handshake (b was down); b comes up and connects: accepted."""
+    from enginepair import EnginePair as _Pair
+    from btlcore import Config as _Config, PeerState as _State
+    p = _Pair(_Config(handshake_timeout=0.05))
+    p.add_hook(lambda s, d, raw, k: "drop" if s == 0 else None)  # b hears nothing of a
+    p.send(0, 1, 1, b"nobody", key="early")
+    p.run(lambda: p.completions["early"], max_time=1.0)
+    assert p.pa.state is _State.FAILED
+    p.hooks.clear()  # b is up now
+    p.send(1, 0, 2, b"I am here", key="b")
+    p.run(lambda: p.completions["b"], max_time=p.now + 5)
+    assert p.completions["b"] == [None]
+    assert [(t, d) for _a, t, d in p.delivered[0]] == [(2, b"I am here")]
+    p.send(0, 1, 3, b"welcome", key="a")
+    p.run(lambda: p.completions["a"], max_time=p.now + 5)
+    assert p.completions["a"] == [None] and p.pa.state is _State.ESTABLISHED
