@@ -258,7 +258,7 @@ class Engine:
         elif self.crc:  # we require a CRC: a frame without one may have lost its flag bit
             self.counters.num_crc_errors += 1
             return
-        if typ == T_DATA:
+        if typ == T_DATA or typ == T_ACK:
             peer = self.peers_by_conn.get(dst)
             if peer is None:
                 self.counters.num_unk_recvs += 1
@@ -266,16 +266,10 @@ class Engine:
             if inc != peer.remote_inc or not peer.remote_known or peer.state is PeerState.FAILED:
                 peer.counters.num_stale_recvs += 1
                 return
-            self._on_data(peer, data, n, flags, seq_w, ack_w, tag, plen, now)
-        elif typ == T_ACK:
-            peer = self.peers_by_conn.get(dst)
-            if peer is None:
-                self.counters.num_unk_recvs += 1
-                return
-            if inc != peer.remote_inc or not peer.remote_known or peer.state is PeerState.FAILED:
-                peer.counters.num_stale_recvs += 1
-                return
-            self._on_ack(peer, data, n, ack_w, plen, now)
+            if typ == T_DATA:
+                self._on_data(peer, data, n, flags, seq_w, ack_w, tag, plen, now)
+            else:
+                self._on_ack(peer, data, n, ack_w, plen, now)
         elif typ == T_HELLO or typ == T_HELLO_ACK:
             if n != HEADER_LEN + plen:
                 self.counters.num_malformed_recvs += 1

@@ -12,24 +12,6 @@ from typing import Any
 
 import attrs
 
-#: counters summed over peers; ``max_*`` ones are high-water marks (max, not sum)
-PEER_COUNTERS = (
-    "num_total_sends", "num_resends", "num_timeout_retrans", "num_fast_retrans",
-    "num_chunk_sends", "num_frag_sends", "num_ack_sends", "num_hello_sends",
-    "num_total_recvs", "num_dup_recvs", "num_oow_low_recvs", "num_oow_high_recvs",
-    "num_frag_recvs", "num_chunk_recvs", "num_badfrag_recvs", "num_ack_recvs",
-    "num_old_dup_acks", "num_dup_acks", "num_hello_recvs", "num_stale_recvs",
-    "num_reassembly_drops", "num_put_errors",
-    "num_msgs_sent", "num_msgs_completed", "num_msgs_delivered", "num_puts_delivered",
-    "num_bytes_sent", "num_bytes_delivered", "num_send_errors",
-    "max_send_window", "max_recv_window",
-)
-MODULE_COUNTERS = (
-    "num_unk_recvs", "num_crc_errors", "num_malformed_recvs", "num_send_pushbacks",
-    "num_peer_failures", "num_peer_restarts",
-)
-
-
 @attrs.define(slots=True)
 class PeerCounters:
     """One peer's counters (see ``docs/api.md`` for what each counts)."""
@@ -80,6 +62,11 @@ class ModuleCounters:
     num_send_pushbacks: int = 0
     num_peer_failures: int = 0
     num_peer_restarts: int = 0
+
+
+#: counters summed over peers; ``max_*`` ones are high-water marks (max, not sum)
+PEER_COUNTERS = tuple(f.name for f in attrs.fields(PeerCounters))
+MODULE_COUNTERS = tuple(f.name for f in attrs.fields(ModuleCounters))
 
 
 def aggregate(module: ModuleCounters, peers: Iterable[PeerCounters]) -> dict[str, int]:

@@ -11,13 +11,13 @@ pass silently.
 from __future__ import annotations
 
 import ipaddress
-import os
 import socket
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
+from btlcore import options as _shared
 from btlcore.errors import ConfigError
 
 ENV_PREFIX = "BTL_UDP_"
@@ -159,23 +159,12 @@ def _resolve_host(name: str, host: Any) -> tuple[int, str]:
 
 def env_options(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The ``BTL_UDP_*`` variables as options.  An unknown one is an error."""
-    environ = os.environ if environ is None else environ
-    out = {}
-    for key, value in environ.items():
-        if key.startswith(ENV_PREFIX):
-            name = key[len(ENV_PREFIX):].lower()
-            if name not in ALLOWED:
-                raise ConfigError(f"unknown environment variable {key}; known: "
-                                  + ", ".join(ENV_PREFIX + n.upper() for n in ALLOWED))
-            out[name] = value
-    return out
+    return _shared.env_options(ENV_PREFIX, ALLOWED, environ)
 
 
 def parse(options: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> UdpOptions:
     """Validate ``options`` (over ``BTL_UDP_*`` defaults) into :class:`UdpOptions`."""
-    for name in options:
-        if name not in ALLOWED:
-            raise ConfigError(f"unknown udp option {name!r}; known options: {', '.join(ALLOWED)}")
+    _shared.check_known("udp", options, ALLOWED)
     opts: dict[str, Any] = env_options(environ)
     if "bind" in options:  # an explicit bind overrides host/port from the environment
         opts.pop("host", None)

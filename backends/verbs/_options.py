@@ -10,12 +10,12 @@ pyverbs); here only the values' shapes.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
+from btlcore import options as _shared
 from btlcore.errors import ConfigError
 
 ENV_PREFIX = "BTL_VERBS_"
@@ -86,23 +86,12 @@ def _auto_int(name: str, value: Any, lo: int, hi: int) -> int | None:
 
 def env_options(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The ``BTL_VERBS_*`` variables as options.  An unknown one is an error."""
-    environ = os.environ if environ is None else environ
-    out = {}
-    for key, value in environ.items():
-        if key.startswith(ENV_PREFIX):
-            name = key[len(ENV_PREFIX):].lower()
-            if name not in ALLOWED:
-                raise ConfigError(f"unknown environment variable {key}; known: "
-                                  + ", ".join(ENV_PREFIX + n.upper() for n in ALLOWED))
-            out[name] = value
-    return out
+    return _shared.env_options(ENV_PREFIX, ALLOWED, environ)
 
 
 def parse(options: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> VerbsOptions:
     """Validate ``options`` (over ``BTL_VERBS_*`` defaults) into :class:`VerbsOptions`."""
-    for name in options:
-        if name not in ALLOWED:
-            raise ConfigError(f"unknown verbs option {name!r}; known options: {', '.join(ALLOWED)}")
+    _shared.check_known("verbs", options, ALLOWED)
     opts: dict[str, Any] = env_options(environ)
     opts.update(options)
     device = opts.get("device")
