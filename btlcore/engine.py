@@ -218,8 +218,15 @@ class Engine:
 
     def has_work(self) -> bool:
         """True if a send pass would produce something right now."""
-        return bool(self._resending or self._sending or any(
-            p.ack_now or p.hello_reply for p in self._acking.keys() | self._hello.keys()))
+        if self._resending or self._sending:
+            return True
+        for peer in self._acking:
+            if peer.ack_now:
+                return True
+        for peer in self._hello:
+            if peer.hello_reply:
+                return True
+        return False
 
     def ack_now(self) -> None:
         """Owe no ACK: make every pending standalone ACK due at once (close/flush, so that

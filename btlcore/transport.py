@@ -243,7 +243,14 @@ class Transport:
         if self.config.stats_interval and now - self._last_stats >= self.config.stats_interval:
             self._last_stats = now
             print(self.stats_line(), file=sys.stderr)
-        return self._dispatch(engine.drain_events()) if engine.events else 0
+        if not engine.events:
+            return 0
+        n = self._dispatch(engine.drain_events())
+        if engine._sending:
+            # handlers answered (a reply, the next request): send it in this pass, not the
+            # next one -- a request/response hop costs one pass less
+            self._flush_sends(now)
+        return n
 
     def _flush_sends(self, now: float) -> None:
         post = self._post
