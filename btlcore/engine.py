@@ -64,6 +64,7 @@ _HELLO_INTERVAL_MAX = 1.0
 LOST_FAST = 1  # Segment.lost: declared lost by the fast-retransmit rule
 LOST_TIMEOUT = 2  # ... by the retransmit timeout
 TIMEOUT_PROBES = 2  # segments a retransmit timeout resends
+CWND_BETA = 0.7  # multiplicative decrease per loss episode (CUBIC's; Reno halves)
 
 
 #: how much older (in incarnation units: 1/1024 s of the clock the driver built them from)
@@ -623,7 +624,7 @@ class Engine:
             if lost[-1].tx_serial >= peer.recovery_serial:
                 # a new loss episode: halve once (losses of what was sent before now count
                 # against this same episode)
-                peer.ssthresh = peer.cwnd = max(peer.cwnd / 2, 2.0)
+                peer.ssthresh = peer.cwnd = max(peer.cwnd * CWND_BETA, 2.0)
                 peer.recovery_serial = peer.tx_serial + 1
             unacked = peer.unacked
             resend = peer.resend or peer.new_resend()

@@ -212,7 +212,7 @@ def test_initial_congestion_window_limits_first_flight() -> None:
 
 
 def cwnd_trace(p: EnginePair, done) -> list[float]:
-    """Distinct ssthresh values seen, in order (each new one is a halving)."""
+    """Distinct ssthresh values seen, in order (each new one is a decrease)."""
     trace: list[float] = []
 
     def check() -> bool:
@@ -224,7 +224,7 @@ def cwnd_trace(p: EnginePair, done) -> list[float]:
     return trace
 
 
-def test_cwnd_halves_once_per_loss_episode() -> None:
+def test_cwnd_decreases_once_per_loss_episode() -> None:
     p = pair(cwnd_initial=32)
     lost = {3, 7, 11, 15}
     p.add_hook(lambda s, d, raw, k: "drop" if s == 0 and k in lost else None)
@@ -232,11 +232,22 @@ def test_cwnd_halves_once_per_loss_episode() -> None:
         p.send(0, 1, 1, b"x", key=i)
     trace = cwnd_trace(p, lambda: all(p.completions[i] for i in range(32)))
     assert trace[0] == float("inf")
-    assert len(trace) == 2  # four losses in one flight: one halving
+    assert len(trace) == 2  # four losses in one flight: one decrease
     assert p.a.stats()["num_fast_retrans"] == 4
 
 
-def test_cwnd_halves_again_in_a_later_episode() -> None:
+def test_cwnd_decrease_factor_is_cubic_beta() -> None:
+    # cwnd pinned at 40 (cwnd_initial = cwnd_max): one loss takes it to exactly 0.7 * 40
+    p = pair(cwnd_initial=40, cwnd_max=40)
+    p.drop_where(lambda d: d.type == T_DATA, count=1)
+    for i in range(20):
+        p.send(0, 1, 1, b"x", key=i)
+    p.run(lambda: all(p.completions[i] for i in range(20)))
+    assert p.a.stats()["num_fast_retrans"] == 1
+    assert p.pa.ssthresh == pytest.approx(28.0)
+
+
+def test_cwnd_decreases_again_in_a_later_episode() -> None:
     p = pair(cwnd_initial=32)
     for i in range(32):
         p.send(0, 1, 1, b"x", key=("a", i))
