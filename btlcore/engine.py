@@ -829,9 +829,11 @@ class Engine:
 
     # ------------------------------------------------------------------ timers
 
-    def get_timer(self) -> float | None:
-        """The next time :meth:`handle_timer` or a send pass has something to do."""
-        if self._resending or self._sending:
+    def get_timer(self, pending_work: bool = True) -> float | None:
+        """The next time :meth:`handle_timer` or a send pass has something to do.  With
+        ``pending_work=False``, timers only: a driver whose device refuses sends for now
+        must not be told that queued sends are due."""
+        if pending_work and (self._resending or self._sending):
             return self._now
         best = None
         cfg = self.config

@@ -41,6 +41,9 @@ from .stats import stats_json, stats_line
 
 Handler = Callable[[Peer, int, bytes], Any]
 
+#: how soon to post again after the device refused a datagram (its send queue was full)
+BACKLOG_RETRY = 50e-6
+
 
 @attrs.define(slots=True, frozen=True)
 class Message:
@@ -240,7 +243,7 @@ class Transport:
         if timer is not None and timer <= now:
             engine.handle_timer(now)
         self._flush_sends(now)
-        if self.config.stats_interval and now - self._last_stats >= self.config.stats_interval:
+        if self.config.stats_interval and self._last_stats + self.config.stats_interval <= now:
             self._last_stats = now
             print(self.stats_line(), file=sys.stderr)
         if not engine.events:
@@ -320,9 +323,20 @@ class Transport:
 
     def next_deadline(self) -> float | None:
         """When this transport next needs a progress pass (None: only on input)."""
-        if self._backlog or self.engine.has_work() or self.engine.events:
+        if self._backlog:
+            # the device pushed back: retry shortly (or when it wakes us), not "now" -- on
+            # virtual time "now" would never let the clock reach the moment a slot frees
+            timer = self.engine.get_timer(pending_work=False)
+            retry = self.now() + BACKLOG_RETRY
+            return retry if timer is None or retry < timer else timer
+        if self.engine.has_work() or self.engine.events:
             return self.now()
-        return self.engine.get_timer()
+        timer = self.engine.get_timer()
+        if self.config.stats_interval:  # the periodic stats line is due even when idle
+            due = self._last_stats + self.config.stats_interval
+            if timer is None or due < timer:
+                timer = due
+        return timer
 
     def _wait(self, deadline: float | None) -> None:
         own = self.next_deadline()
