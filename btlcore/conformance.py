@@ -88,6 +88,21 @@ def _payloads(rng: random.Random, n: int, lo: int, hi: int) -> list[bytes]:
     return [rng.randbytes(rng.randint(lo, hi)) for _ in range(n)]
 
 
+def _send_and_check(harness: BackendHarness, a: Transport, b: Transport, msgs: list[bytes]) -> Sink:
+    """Send ``msgs`` from ``a`` to ``b``; check they all arrive in order, intact, and that
+    every completion callback fired once with success."""
+    sink = Sink()
+    b.on(TAG, sink)
+    done: list[BaseException | None] = []
+    peer = a.connect(b.address)
+    for m in msgs:
+        a.send(peer, TAG, m, done.append)
+    harness.run([a, b], lambda: len(done) == len(msgs) and len(sink.got) == len(msgs))
+    assert sink.got == msgs
+    assert done == [None] * len(msgs)
+    return sink
+
+
 def _drop_filter(rate: float, seed: int) -> Callable[[int, bytes], bool]:
     rng = random.Random(seed)
     return lambda channel, data: rng.random() >= rate
@@ -116,31 +131,12 @@ class ConformanceTests:
 
     def test_small_messages_in_order(self, harness: BackendHarness) -> None:
         a, b = harness.open(self.config()), harness.open(self.config())
-        sink = Sink()
-        b.on(TAG, sink)
-        msgs = _payloads(random.Random(1), 300, 0, 2000)
-        done: list[BaseException | None] = []
-        peer = a.connect(b.address)
-        for m in msgs:
-            a.send(peer, TAG, m, done.append)
-        harness.run([a, b], lambda: len(done) == len(msgs) and len(sink.got) == len(msgs))
-        assert sink.got == msgs
-        assert done == [None] * len(msgs)
+        _send_and_check(harness, a, b, _payloads(random.Random(1), 300, 0, 2000))
 
     def test_large_messages(self, harness: BackendHarness) -> None:
         a, b = harness.open(self.config()), harness.open(self.config())
-        sink = Sink()
-        b.on(TAG, sink)
         rng = random.Random(2)
-        msgs = [rng.randbytes(n) for n in (1 << 20, 3 * (1 << 20) + 7, 65536, 1)]
-        done: list[BaseException | None] = []
-        peer = a.connect(b.address)
-        for m in msgs:
-            a.send(peer, TAG, m, done.append)
-        harness.run([a, b], lambda: len(done) == len(msgs) and len(sink.got) == len(msgs))
-        assert [len(x) for x in sink.got] == [len(m) for m in msgs]
-        assert sink.got == msgs
-        assert done == [None] * len(msgs)
+        _send_and_check(harness, a, b, [rng.randbytes(n) for n in (1 << 20, 3 * (1 << 20) + 7, 65536, 1)])
         assert b.stats()["num_chunk_recvs"] > 0
 
     def test_both_directions_at_once(self, harness: BackendHarness) -> None:
@@ -209,16 +205,7 @@ class ConformanceTests:
         a, b = harness.open(self.config()), harness.open(self.config())
         a.add_send_filter(_drop_filter(0.1, 5))
         b.add_send_filter(_drop_filter(0.1, 6))
-        sink = Sink()
-        b.on(TAG, sink)
-        msgs = _payloads(random.Random(7), 200, 0, 30000)
-        done: list[BaseException | None] = []
-        peer = a.connect(b.address)
-        for m in msgs:
-            a.send(peer, TAG, m, done.append)
-        harness.run([a, b], lambda: len(done) == len(msgs) and len(sink.got) == len(msgs))
-        assert sink.got == msgs
-        assert done == [None] * len(msgs)
+        _send_and_check(harness, a, b, _payloads(random.Random(7), 200, 0, 30000))
         stats = a.stats()
         assert stats["num_resends"] > 0
         assert stats["num_fast_retrans"] + stats["num_timeout_retrans"] == stats["num_resends"]

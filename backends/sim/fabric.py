@@ -89,6 +89,10 @@ class Fabric(Scheduler):
         if name in self.names:
             raise ConfigError(f"bad value {name!r} for sim option 'name': another NIC on this "
                               "fabric has it")
+        return self._install_nic(node_id, name, options)
+
+    def _install_nic(self, node_id: int, name: str, options: Mapping[str, Any]) -> SimNIC:
+        """Make the NIC and file it under its node id and name; number its opening."""
         nic = SimNIC(self, node_id, name, options["mtu"], options["send_queue_depth"],
                      options["recv_queue_depth"])
         nic.instance = self._opened
@@ -114,13 +118,8 @@ class Fabric(Scheduler):
         if name != old.name and name in self.names:
             raise ConfigError(f"bad value {name!r} for sim option 'name': another NIC on this "
                               "fabric has it")
-        nic = SimNIC(self, node_id, name, options["mtu"], options["send_queue_depth"],
-                     options["recv_queue_depth"])
-        nic.instance = self._opened
-        self._opened += 1
-        self.nics[node_id] = nic
         self.names.pop(old.name, None)
-        self.names[name] = nic
+        nic = self._install_nic(node_id, name, options)
         nic.links = old.links
         for (src, dst), link in self._links.items():
             if src == node_id:
