@@ -21,7 +21,7 @@ from typing import Any
 from . import registry
 from .config import Config
 from .errors import BtlError
-from .transport import Transport, open as open_transport, run_until
+from .transport import open as open_transport, run_until
 from .verify import (
     FILE_CHUNK, TAG_DATA, TAG_FILE, TAG_FIN, TAG_REPORT, Verifier, decode_json, encode_json,
     file_chunks, file_meta, make_messages,

@@ -5,7 +5,6 @@ incarnation is accepted, nothing stale is delivered to it)."""
 
 from __future__ import annotations
 
-import json
 import random
 import socket
 import subprocess

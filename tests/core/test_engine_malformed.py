@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from btlcore import Config
 from btlcore.wire import (
-    ACK_BODY, CHUNK_LEN, F_ACK, F_CHUNK, F_CRC, F_PUT, HEADER_LEN, T_ACK, T_DATA, T_HELLO, Datagram,
-    Hello, ack_payload, decode, seal,
+    ACK_BODY, F_ACK, HEADER_LEN, T_ACK, T_DATA, T_HELLO, Datagram,
+    Hello, ack_payload, seal,
 )
-from enginepair import EnginePair, safe_decode
+from enginepair import EnginePair
 
 
 def drops(e) -> int:

@@ -6,7 +6,7 @@ import pytest
 
 from btlcore import Config
 from btlcore.engine import EV_PUT, EV_PUT_ERROR
-from btlcore.wire import F_PUT, T_ACK, T_DATA, decode
+from btlcore.wire import F_PUT, T_ACK, T_DATA
 from enginepair import EnginePair, safe_decode
 
 

@@ -10,9 +10,8 @@ import itertools
 import struct
 import time
 from collections import deque
-from typing import Any
 
-from btlcore import Capabilities, Channel, ChannelInfo, ConfigError, Probe, hookimpl
+from btlcore import Capabilities, ChannelInfo, ConfigError, Probe, hookimpl
 
 _SWITCH: dict[int, "MemDevice"] = {}
 _IDS = itertools.count(1)
