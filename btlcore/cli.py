@@ -209,8 +209,8 @@ def cmd_params(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_sim_transfer(args: argparse.Namespace, messages: list[bytes] | None, cfg: Config,
-                      seed: int, label: str = "transfer") -> dict[str, Any]:
+def _run_sim_transfer(args: argparse.Namespace, messages: list[bytes], cfg: Config,
+                      seed: int) -> dict[str, Any]:
     from .backends.sim import Fabric
 
     link = _link_model(args)
@@ -222,8 +222,6 @@ def _run_sim_transfer(args: argparse.Namespace, messages: list[bytes] | None, cf
     verifier = Verifier(ordered=cfg.ordered)
     b.on(TAG_DATA, lambda p, t, d: verifier.on_data(d))
     done: list[BaseException | None] = []
-    errors = [e for e in done if e is not None]
-    assert messages is not None
     total = len(messages)
     progress = Progress(total, not args.json)
     peer = a.connect(b.address)
@@ -256,7 +254,7 @@ def _run_sim_transfer(args: argparse.Namespace, messages: list[bytes] | None, cf
     a.close()
     b.close()
     if args.pcap:
-        fabric.close_pcap() if hasattr(fabric, "close_pcap") else None
+        fabric.close_pcap()
     verified = report["verified"] and not timed_out and not errors and len(done) == total
     return {
         "backend": "sim",
@@ -406,11 +404,16 @@ def cmd_transfer(args: argparse.Namespace) -> int:
             if getattr(args, knob) is not None:
                 raise UsageError(f"--{knob} applies to the simulator only (--backend sim)")
         result = _run_remote_transfer(args, cfg, seed)
+    return _report(args, result, "transfer")
+
+
+def _report(args: argparse.Namespace, result: dict[str, Any], title: str) -> int:
+    """Print the result (one JSON object, or the human summary); exit 0 only if verified."""
     if args.json:
         result.pop("stats_line", None)
         print(json.dumps(result, sort_keys=True, default=str))
     else:
-        _print_summary(result, "transfer")
+        _print_summary(result, title)
     return 0 if result["verified"] else 1
 
 
@@ -432,13 +435,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"btlcore demo: two nodes on the simulator, 2% loss, 1% reorder, 0.5% duplicates, "
               f"0.2% corruption, 0.5 ms delay, 1 Gbit/s; {len(small)} small and {len(large)} "
               f"large messages (seed {seed})")
-    result = _run_sim_transfer(ns, messages, _config(args), seed, label="demo")
-    if args.json:
-        result.pop("stats_line", None)
-        print(json.dumps(result, sort_keys=True, default=str))
-    else:
-        _print_summary(result, "demo")
-    return 0 if result["verified"] else 1
+    return _report(args, _run_sim_transfer(ns, messages, _config(args), seed), "demo")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
