@@ -157,11 +157,11 @@ def delta(after: Mapping[str, float], before: Mapping[str, float]) -> dict[str, 
 def data_segments(s: Mapping[str, float]) -> float:
     """Data segments transmitted (first sends and resends), from a sender's counters.
 
-    usnic counts fragments and chunks apart from ACKs; if those are absent, total sends less
-    standalone ACKs and handshakes."""
+    usnic counts a fragment or chunk once, when it is first sent, and its resends apart; if
+    those counters are absent, total sends less standalone ACKs and handshakes."""
     frag = s.get("num_frag_sends", 0) + s.get("num_chunk_sends", 0)
     if frag:
-        return frag
+        return frag + s.get("num_resends", 0)
     return s.get("num_total_sends", 0) - s.get("num_ack_sends", 0) - s.get("num_hello_sends", 0)
 
 

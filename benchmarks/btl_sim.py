@@ -5,8 +5,10 @@
 * Efficiency under random loss (1 %, 5 %, 10 %) and a burst model (Gilbert-Elliott, mean loss
   5 %, mean burst 4 datagrams), one transfer of 1 MiB messages on a 1 Gb/s link with a 1 ms
   one-way delay:
-    - transmissions per lost segment: retransmissions / data segments the link dropped
-      (1.0 is ideal: every loss repaired once, none resent needlessly);
+    - transmissions per lost segment: retransmissions / data segments the link dropped,
+      first transmissions and retransmissions alike (1.0 is ideal: every loss repaired once,
+      none resent needlessly); beside it, the share of retransmissions that reached the
+      receiver as duplicates (needless ones, seen from the other end);
     - standalone ACKs per data segment;
     - goodput as a fraction of the link rate (virtual time);
     - completion time in RTTs (virtual);
@@ -104,7 +106,7 @@ def efficiency(profile: Profile, loss: float, burst: float | None = None) -> lis
     A.require("simulator")
     key = f"burst{int(round(loss * 100))}" if burst else f"random{int(round(loss * 100))}"
     label = (f"{loss:.0%} burst loss (mean burst {burst:g})" if burst else f"{loss:.0%} random loss")
-    tx, acks, frac, rtts = [], [], [], []
+    tx, acks, frac, rtts, needless = [], [], [], [], []
     estimated = False
     ideal_rtts = ideal_frac = 0.0
     for i in range(profile.trials):
@@ -123,6 +125,9 @@ def efficiency(profile: Profile, loss: float, burst: float | None = None) -> lis
         else:
             lost, estimated = loss * segs, True
         tx.append(s.get("num_resends", 0) / lost if lost else 1.0)
+        # cross-check from the other end: retransmissions that arrived as duplicates
+        resends = s.get("num_resends", 0)
+        needless.append(rc.get("num_dup_recvs", 0) / resends if resends else 0.0)
         acks.append(rc.get("num_ack_sends", 0) / segs if segs else 0.0)
         link_bps = LINK_MBPS * 1e6 / 8
         frac.append(r["bytes"] / r["virtual"] / link_bps if r["virtual"] > 0 else 0.0)
@@ -137,7 +142,7 @@ def efficiency(profile: Profile, loss: float, burst: float | None = None) -> lis
     sec = SECTION
     return [
         measured(f"btl.loss.{key}.tx_per_loss", sec, f"{label}: transmissions per lost segment", "x", tx,
-                 better="lower", **common),
+                 better="lower", needless=sorted(needless)[len(needless) // 2], **common),
         measured(f"btl.loss.{key}.acks_per_seg", sec, f"{label}: standalone ACKs per data segment", "x", acks,
                  better="lower", **common),
         measured(f"btl.loss.{key}.goodput_frac", sec, f"{label}: goodput / link rate", "x", frac,

@@ -67,6 +67,8 @@ def _note(r: Mapping[str, Any]) -> str:
         parts.append(f"tx/seg {ex['tx_per_segment']:.3f}, ACKs/seg {ex['acks_per_segment']:.3f}")
     if "ideal" in ex and r.get("unit") == "x":
         parts.append(f"ideal {ex['ideal']:.3g}")
+    if "needless" in ex:
+        parts.append(f"{ex['needless']:.1%} of retransmissions arrived as duplicates")
     if ex.get("lost_estimated"):
         parts.append("losses estimated")
     return "; ".join(parts)
