@@ -105,7 +105,7 @@ class Config:
     crc: str = _param("auto", "end-to-end CRC32C: auto (when the device does not guarantee integrity), on, off", choices=("auto", "on", "off"))
     accept_peers: bool = _param(True, "accept handshakes from peers this side did not connect to")
     cwnd_max: int = _param(1024, "congestion window cap in segments (AIMD, as UCX UD); 0 disables congestion control", lo=0, hi=1 << 20)
-    cwnd_initial: int = _param(32, "congestion window at start and after a timeout's slow start, segments", lo=2, hi=1 << 20)
+    cwnd_initial: int = _param(32, "congestion window at start and after persistent congestion (three timeouts in a row), segments", lo=2, hi=1 << 20)
     stats_interval: float = _param(0.0, "print the stats line every this many seconds of progress; 0 never", lo=0.0, hi=86400.0)
 
     def __attrs_post_init__(self) -> None:

@@ -65,6 +65,7 @@ LOST_FAST = 1  # Segment.lost: declared lost by the fast-retransmit rule
 LOST_TIMEOUT = 2  # ... by the retransmit timeout
 TIMEOUT_PROBES = 2  # segments a retransmit timeout resends
 CWND_BETA = 0.7  # multiplicative decrease per loss episode (CUBIC's; Reno halves)
+PERSISTENT_TIMEOUTS = 3  # timeouts in a row that mean persistent congestion: slow start again
 
 
 #: how much older (in incarnation units: 1/1024 s of the clock the driver built them from)
@@ -533,6 +534,15 @@ class Engine:
         peer.last_progress = now
         peer.rto_base = now
         peer.timer.backoff = 1
+        peer.timeouts = 0
+        if peer.probe_seq is not None and peer.snd_una >= peer.probe_seq:
+            # A timeout's probes are acknowledged.  Had the originals arrived, the receiver
+            # would have reported a duplicate (AF_DUPLICATE): without one, they were lost,
+            # which is a loss episode like any other (RFC 8985's TLP rule).
+            if not peer.probe_dup and peer.probe_serial >= peer.recovery_serial:
+                peer.ssthresh = peer.cwnd = max(peer.cwnd * CWND_BETA, 2.0)
+                peer.recovery_serial = peer.tx_serial + 1
+            peer.probe_seq = None
         if peer.queue and peer.state is PeerState.ESTABLISHED:
             self._sending[peer] = None
 
@@ -549,8 +559,10 @@ class Engine:
         if not peer.confirmed:
             self._confirm(peer, now)
         peer.remote_window = max(8, window)
-        if ack_flags & AF_DUPLICATE and peer.reo_mult < 16 and peer.counters.num_resends:
-            peer.reo_mult += 1  # a resend was not needed: allow more reordering (RACK)
+        if ack_flags & AF_DUPLICATE:
+            peer.probe_dup = True  # (only read while a timeout's probes are out)
+            if peer.reo_mult < 16 and peer.counters.num_resends:
+                peer.reo_mult += 1  # a resend was not needed: allow more reordering (RACK)
         una = peer.snd_una
         cum = una + ((ack_w - una) & SEQ_MASK)
         if cum - una >= _HALF:
@@ -906,10 +918,22 @@ class Engine:
                         resend.append(seg)
                     peer.timer.expired()
                     peer.rto_base = now  # the next timeout counts from this one
-                    if peer.tx_serial >= peer.recovery_serial:  # slow start again
-                        peer.ssthresh = max(peer.cwnd / 2, 2.0)
-                        peer.cwnd = min(self._cwnd_initial, peer.ssthresh)
-                        peer.recovery_serial = peer.tx_serial + 1
+                    # A timeout alone says little: lost ACKs cause it as well as lost data.
+                    # The first one's probes are judged when acknowledged (see _progress);
+                    # only several in a row, nothing acknowledged, mean persistent
+                    # congestion and restart slow start (QUIC's PTO and persistent
+                    # congestion, RFC 9002).
+                    peer.timeouts += 1
+                    if peer.timeouts >= PERSISTENT_TIMEOUTS:
+                        if peer.tx_serial >= peer.recovery_serial:
+                            peer.ssthresh = max(peer.cwnd / 2, 2.0)
+                            peer.cwnd = min(self._cwnd_initial, peer.ssthresh)
+                            peer.recovery_serial = peer.tx_serial + 1
+                        peer.probe_seq = None
+                    elif peer.probe_seq is None:
+                        peer.probe_seq = max(seg.seq for seg in probes)
+                        peer.probe_serial = probes[0].tx_serial
+                        peer.probe_dup = False
                     self._resending[peer] = None
             if peer.hello_started is not None and peer.state is PeerState.CONNECTING \
                     and peer.hello_started + cfg.handshake_timeout <= now:

@@ -93,7 +93,8 @@ class Peer:
         # send side
         "isn", "next_seq", "snd_una", "queue", "unacked", "resend", "scoreboard",
         "tx_serial", "acked_serial", "reo_mult", "loss_seq_limit", "cwnd", "ssthresh",
-        "recovery_serial", "timer", "last_progress", "rto_base", "msg_counter",
+        "recovery_serial", "timeouts", "probe_seq", "probe_serial", "probe_dup", "timer",
+        "last_progress", "rto_base", "msg_counter",
         "remote_window",
         # receive side
         "window", "rx_high_time", "dup_seen", "last_ack_sent", "ready", "reassembly", "ack_count", "ack_deadline", "ack_now",
@@ -139,6 +140,12 @@ class Peer:
         self.cwnd = 0.0  # congestion window, segments (set by the engine)
         self.ssthresh = float("inf")
         self.recovery_serial = 0  # losses of segments sent before this serial: same episode
+        # timeouts in a row without progress; the probes of the first one, judged when they
+        # are acknowledged (a duplicate report means the timeout was spurious)
+        self.timeouts = 0
+        self.probe_seq: int | None = None
+        self.probe_serial = 0
+        self.probe_dup = False
         self.reo_mult = 1  # reordering allowance, in quarters of an RTT (grows on spurious resends)
         self.timer = timer
         self.last_progress = 0.0  # last time the peer acknowledged something new

@@ -261,14 +261,44 @@ def test_cwnd_decreases_again_in_a_later_episode() -> None:
     assert len(trace1) == 2 and len(trace2) == 2 and p.pa.ssthresh != first
 
 
-def test_timeout_restarts_slow_start() -> None:
+def test_timeout_over_real_loss_is_one_loss_episode() -> None:
+    # the three segments are lost; the timeout's probes come back acknowledged without a
+    # duplicate report, so the originals were lost: one decrease by beta, no slow start
     p = pair(cwnd_initial=32)
     p.drop_where(lambda d: d.type == T_DATA, count=3)
     for i in range(3):
         p.send(0, 1, 1, b"x", key=i)
-    p.run(lambda: p.a.stats()["num_timeout_retrans"] >= 1)
-    # ssthresh halves; slow start restarts from min(cwnd_initial, ssthresh)
-    assert p.pa.cwnd == 16.0 and p.pa.ssthresh == 16.0
+    trace = cwnd_trace(p, lambda: all(p.completions[i] for i in range(3)))
+    assert p.a.stats()["num_timeout_retrans"] >= 2
+    assert len(trace) == 2 and trace[0] == float("inf")
+    assert 0.7 * 32 <= trace[1] <= 0.7 * 35  # (cwnd grew by the two probes acked first)
+
+
+def test_timeout_from_lost_acks_keeps_the_window() -> None:
+    # every segment arrives but the ACKs are lost: the timeout's probes reach the receiver as
+    # duplicates, it says so, and the congestion window is left alone
+    p = pair(cwnd_initial=32)
+    p.drop_where(lambda d: d.type == T_ACK, src=1, count=2)
+    for i in range(3):
+        p.send(0, 1, 1, b"x", key=i)
+    trace = cwnd_trace(p, lambda: all(p.completions[i] for i in range(3)))
+    assert p.a.stats()["num_timeout_retrans"] >= 1
+    assert p.b.stats()["num_dup_recvs"] >= 1
+    assert trace == [float("inf")]
+    assert p.pa.cwnd >= 32
+
+
+def test_persistent_timeouts_restart_slow_start() -> None:
+    # the originals and the probes of two timeouts lost: the third timeout in a row, with
+    # nothing acknowledged, is persistent congestion
+    p = pair(cwnd_initial=32)
+    p.drop_where(lambda d: d.type == T_DATA, count=3 + 2 + 2)
+    for i in range(3):
+        p.send(0, 1, 1, b"x", key=i)
+    p.run(lambda: p.a.stats()["num_timeout_retrans"] >= 6)
+    assert p.pa.ssthresh == 16.0 and p.pa.cwnd == 16.0  # halved; restart from min(initial, it)
+    p.run(lambda: all(p.completions[i] for i in range(3)))
+    assert p.pa.ssthresh == 16.0  # the probes' episode is not counted twice
 
 
 def test_ack_loss_recovered_by_later_ack() -> None:
