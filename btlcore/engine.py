@@ -65,6 +65,8 @@ LOST_FAST = 1  # Segment.lost: declared lost by the fast-retransmit rule
 LOST_TIMEOUT = 2  # ... by the retransmit timeout
 TIMEOUT_PROBES = 2  # segments a retransmit timeout resends
 CWND_BETA = 0.7  # multiplicative decrease per loss episode (CUBIC's; Reno halves)
+CWND_BETA_RANDOM = 0.8  # ... when the RTT shows no queue: the loss was likely not congestion (Veno)
+VENO_BACKLOG = 3.0  # segments this flow keeps queued (cwnd x (1 - min_rtt/srtt)) below which a loss looks random
 PERSISTENT_TIMEOUTS = 3  # timeouts in a row that mean persistent congestion: slow start again
 
 
@@ -540,8 +542,7 @@ class Engine:
             # would have reported a duplicate (AF_DUPLICATE): without one, they were lost,
             # which is a loss episode like any other (RFC 8985's TLP rule).
             if not peer.probe_dup and peer.probe_serial >= peer.recovery_serial:
-                peer.ssthresh = peer.cwnd = max(peer.cwnd * CWND_BETA, 2.0)
-                peer.recovery_serial = peer.tx_serial + 1
+                self._loss_episode(peer)
             peer.probe_seq = None
         if peer.queue and peer.state is PeerState.ESTABLISHED:
             self._sending[peer] = None
@@ -634,10 +635,9 @@ class Engine:
                 lost.append(seg)
         if lost:
             if lost[-1].tx_serial >= peer.recovery_serial:
-                # a new loss episode: halve once (losses of what was sent before now count
-                # against this same episode)
-                peer.ssthresh = peer.cwnd = max(peer.cwnd * CWND_BETA, 2.0)
-                peer.recovery_serial = peer.tx_serial + 1
+                # a new loss episode: decrease once (losses of what was sent before now
+                # count against this same episode)
+                self._loss_episode(peer)
             unacked = peer.unacked
             resend = peer.resend or peer.new_resend()
             for seg in lost:
@@ -645,6 +645,19 @@ class Engine:
                 unacked.move_to_end(seg.seq)
                 resend.append(seg)
             self._resending[peer] = None
+
+    @staticmethod
+    def _loss_episode(peer: Peer) -> None:
+        """Multiplicative decrease, once per loss episode.  TCP Veno's rule picks the factor:
+        if the round trip shows (almost) no queue built by this flow, the loss was more likely
+        random than congestion, and the cut is gentler; either way the window decreases, so
+        AIMD still converges where the estimate is wrong (a shallow-buffered switch)."""
+        t = peer.timer
+        beta = CWND_BETA
+        if t.min_rtt and t.srtt and peer.cwnd * (1.0 - t.min_rtt / t.srtt) < VENO_BACKLOG:
+            beta = CWND_BETA_RANDOM
+        peer.ssthresh = peer.cwnd = max(peer.cwnd * beta, 2.0)
+        peer.recovery_serial = peer.tx_serial + 1
 
     def _reorder_time(self, peer: Peer) -> float:
         """How long after its send a segment may still arrive late rather than be lost."""
