@@ -196,6 +196,12 @@ def test_targets_and_ratios() -> None:
     assert tg["memory per idle peer"]["status"] == report.NA
     [ra] = [r for r in report.ratios(results) if r["label"] == "bulk 8972 B vs raw UDP blast"]
     assert ra["ratio"] == pytest.approx(0.75)
+    # beside a ratio to a reference: what raw UDP itself reaches against it
+    assert tg["UDP bulk goodput vs kernel TCP stream"]["why"] == "raw UDP itself: 0.667x"
+    results.append(_fake("ref.quic_bulk.8972", 1e8, "B/s"))
+    tg = {t["target"]: t for t in report.targets(results)}
+    assert tg["UDP bulk goodput vs aioquic at 8972 B"]["status"] == report.FAIL
+    assert tg["UDP bulk goodput vs aioquic at 8972 B"]["why"] == "raw UDP itself: 20x"
 
 
 def test_docs_written(tmp_path: Path) -> None:
