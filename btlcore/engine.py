@@ -67,6 +67,7 @@ TIMEOUT_PROBES = 2  # segments a retransmit timeout resends
 CWND_BETA = 0.7  # multiplicative decrease per loss episode (CUBIC's; Reno halves)
 CWND_BETA_RANDOM = 0.8  # ... when the RTT shows no queue: the loss was likely not congestion (Veno)
 VENO_BACKLOG = 3.0  # segments this flow keeps queued (cwnd x (1 - min_rtt/srtt)) below which a loss looks random
+REO_PERSIST = 16  # loss episodes a widened reordering allowance lasts (RFC 8985's reo_wnd_persist)
 PERSISTENT_TIMEOUTS = 3  # timeouts in a row that mean persistent congestion: slow start again
 
 
@@ -520,6 +521,7 @@ class Engine:
             min_rtt = peer.timer.min_rtt
             if min_rtt is not None and self._now - seg.sent_at < min_rtt * 0.5 and peer.reo_mult < 16:
                 peer.reo_mult += 1
+                peer.reo_persist = REO_PERSIST
         if peer.cwnd < self._cwnd_max:  # AIMD: slow start, then one segment per window
             peer.cwnd += 1.0 if peer.cwnd < peer.ssthresh else 1.0 / peer.cwnd
         msg = seg.msg
@@ -564,6 +566,7 @@ class Engine:
             peer.probe_dup = True  # (only read while a timeout's probes are out)
             if peer.reo_mult < 16 and peer.counters.num_resends:
                 peer.reo_mult += 1  # a resend was not needed: allow more reordering (RACK)
+                peer.reo_persist = REO_PERSIST
         una = peer.snd_una
         cum = una + ((ack_w - una) & SEQ_MASK)
         if cum - una >= _HALF:
@@ -658,6 +661,13 @@ class Engine:
             beta = CWND_BETA_RANDOM
         peer.ssthresh = peer.cwnd = max(peer.cwnd * beta, 2.0)
         peer.recovery_serial = peer.tx_serial + 1
+        if peer.reo_persist:
+            # a widened reordering allowance lasts REO_PERSIST loss episodes without a new
+            # spurious resend, then goes back to a quarter RTT (RACK): a network that
+            # reordered or duplicated once does not slow loss detection for good
+            peer.reo_persist -= 1
+            if not peer.reo_persist:
+                peer.reo_mult = 1
 
     def _reorder_time(self, peer: Peer) -> float:
         """How long after its send a segment may still arrive late rather than be lost."""

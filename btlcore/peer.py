@@ -92,7 +92,7 @@ class Peer:
         "error", "user_data", "past_incarnations", "past_remote_conns", "remote_isn",
         # send side
         "isn", "next_seq", "snd_una", "queue", "unacked", "resend", "scoreboard",
-        "tx_serial", "acked_serial", "reo_mult", "loss_seq_limit", "cwnd", "ssthresh",
+        "tx_serial", "acked_serial", "reo_mult", "reo_persist", "loss_seq_limit", "cwnd", "ssthresh",
         "recovery_serial", "timeouts", "probe_seq", "probe_serial", "probe_dup", "timer",
         "last_progress", "rto_base", "msg_counter",
         "remote_window",
@@ -147,6 +147,7 @@ class Peer:
         self.probe_serial = 0
         self.probe_dup = False
         self.reo_mult = 1  # reordering allowance, in quarters of an RTT (grows on spurious resends)
+        self.reo_persist = 0  # loss episodes the widened allowance lasts (RACK's reo_wnd_persist)
         self.timer = timer
         self.last_progress = 0.0  # last time the peer acknowledged something new
         self.rto_base = 0.0  # the retransmit timer counts from max(this, oldest send)

@@ -382,3 +382,25 @@ def test_persistent_reordering_adapts() -> None:
     assert 0 < st["num_fast_retrans"] <= 40  # of 400 late segments
     assert p.pa.reo_mult > 1
     assert [d for _a, _t, d in p.delivered[1]] == [b"x" * 100] * n
+
+
+def test_widened_reordering_allowance_wears_off() -> None:
+    """After the reordering stops, 16 loss episodes without a spurious resend bring the
+    allowance back to a quarter RTT (RACK's reo_wnd_persist)."""
+    p = pair()
+    reorder = [True]
+    p.add_hook(lambda s, d, raw, k: ("delay", 0.002) if reorder[0] and s == 0 and k % 5 == 2 else None)
+    for i in range(500):
+        p.send(0, 1, 1, b"x" * 100, key=i)
+    p.run(lambda: all(p.completions[i] for i in range(500)))
+    assert p.pa.reo_mult > 1
+    reorder[0] = False
+    widened = p.pa.reo_mult
+    for r in range(17):  # one loss per flight: one loss episode each
+        p.drop_where(lambda d: d.type == T_DATA, count=1)
+        for i in range(20):
+            p.send(0, 1, 1, b"y", key=(r, i))
+        p.run(lambda: all(p.completions[(r, i)] for i in range(20)))
+        if r < 14:
+            assert p.pa.reo_mult == widened  # not before its time
+    assert p.pa.reo_mult == 1
