@@ -104,6 +104,7 @@ class Config:
     flush_timeout: float = _param(5.0, "how long close() waits for outstanding ACKs, seconds", lo=0.0, hi=86400.0)
     crc: str = _param("auto", "end-to-end CRC32C: auto (when the device does not guarantee integrity), on, off", choices=("auto", "on", "off"))
     accept_peers: bool = _param(True, "accept handshakes from peers this side did not connect to")
+    max_peers: int = _param(65536, "most peers a handshake from an unknown address may bring the peer table to (connect() is not limited)", lo=1, hi=1 << 30)
     cwnd_max: int = _param(1024, "congestion window cap in segments (AIMD, as UCX UD); 0 disables congestion control", lo=0, hi=1 << 20)
     cwnd_initial: int = _param(32, "congestion window at start and after persistent congestion (three timeouts in a row), segments", lo=2, hi=1 << 20)
     stats_interval: float = _param(0.0, "print the stats line every this many seconds of progress; 0 never", lo=0.0, hi=86400.0)

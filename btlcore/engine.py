@@ -153,6 +153,7 @@ class Engine:
             peer = self._new_peer(bytes(address), self._resolve(bytes(address)))
         elif peer.state is PeerState.FAILED:
             self._reset_peer(peer)  # connecting again after a failure: a new connection
+        peer.inbound_since = None  # the application holds it now: never swept
         if peer.state is PeerState.CONNECTING and peer.hello_next is None and not peer.confirmed:
             self._start_hello(peer, now)
         return peer
@@ -705,6 +706,7 @@ class Engine:
     def _confirm(self, peer: Peer, now: float) -> None:
         """The peer has shown it knows our current incarnation."""
         peer.confirmed = True
+        peer.inbound_since = None
         if peer.remote_known and peer.state is PeerState.CONNECTING:
             peer.state = PeerState.ESTABLISHED
             peer.hello_next = None
@@ -713,6 +715,20 @@ class Engine:
             if peer.queue:
                 self._sending[peer] = None
 
+    def _sweep_inbound(self, now: float) -> bool:
+        """At the peer cap: forget peers that a HELLO created and that never confirmed within
+        ``handshake_timeout`` (the application never saw them: nothing was delivered).  A
+        flood of HELLOs from forged addresses leaves only such peers.  True if room was made."""
+        limit = now - self.config.handshake_timeout
+        gone = [p for p in self.peers_by_addr.values()
+                if p.inbound_since is not None and p.inbound_since <= limit and not p.unacked and not p.queue]
+        for peer in gone:
+            del self.peers_by_addr[peer.address]
+            self.peers_by_conn.pop(peer.local_conn, None)
+            for table in (self._resending, self._sending, self._acking, self._hello, self._timed):
+                table.pop(peer, None)
+        return len(self.peers_by_addr) < self.config.max_peers
+
     def _on_hello(self, typ: int, dst: int, hello: Hello, now: float) -> None:
         if typ == T_HELLO:
             peer = self.peers_by_addr.get(hello.address)
@@ -720,12 +736,16 @@ class Engine:
                 if not self.config.accept_peers or self.closed:
                     self.counters.num_unk_recvs += 1
                     return
+                if len(self.peers_by_addr) >= self.config.max_peers and not self._sweep_inbound(now):
+                    self.counters.num_refused_peers += 1
+                    return
                 try:
                     dest = self._resolve(hello.address)
                 except (ValueError, TypeError):
                     self.counters.num_malformed_recvs += 1
                     return
                 peer = self._new_peer(hello.address, dest)
+                peer.inbound_since = now
         else:
             peer = self.peers_by_conn.get(dst)
             if peer is None or hello.echo_incarnation != self.incarnation:

@@ -57,6 +57,7 @@ class ModuleCounters:
     """Counters that belong to the transport rather than to one peer."""
 
     num_unk_recvs: int = 0
+    num_refused_peers: int = 0
     num_crc_errors: int = 0
     num_malformed_recvs: int = 0
     num_send_pushbacks: int = 0

@@ -215,3 +215,40 @@ def test_peer_that_never_answered_can_connect_later() -> None:
     p.send(0, 1, 3, b"welcome", key="a")
     p.run(lambda: p.completions["a"], max_time=p.now + 5)
     assert p.completions["a"] == [None] and p.pa.state is _State.ESTABLISHED
+
+
+def _engine(address: bytes, **cfg: object) -> Engine:
+    return Engine(Config(**cfg), address=address, resolve=lambda a: a, data_mtu=1500, priority_mtu=768,
+                  crc=True, rng=random.Random(address), now=0.0)
+
+
+def _hello_from(address: bytes, to: bytes) -> bytes:
+    """A first HELLO from ``address``, as a forger would send it (nobody answers there)."""
+    e = _engine(address)
+    e.connect(to, 0.0)
+    [(_ch, _dest, buf)] = e.datagrams_to_send(0.0)
+    return bytes(buf)
+
+
+def test_peer_cap_refuses_handshakes_and_sweeps_ones_never_confirmed() -> None:
+    b = _engine(b"B", max_peers=4, handshake_timeout=1.0)
+    held = b.connect(b"H", 0.0)  # the application's own peer: never swept
+    for i in range(3):
+        b.receive_datagram(_hello_from(b"F%d" % i, b"B"), 0.1)
+    assert len(b.peers_by_addr) == 4
+    b.receive_datagram(_hello_from(b"X", b"B"), 0.5)  # at the cap, none old enough to forget
+    assert b"X" not in b.peers_by_addr and b.stats()["num_refused_peers"] == 1
+    # later, a real peer: the three HELLO-made peers that never confirmed are forgotten
+    a = _engine(b"A")
+    pa = a.connect(b"B", 2.0)
+    now = 2.0
+    for _ in range(4):
+        for ch, dest, buf in a.datagrams_to_send(now):
+            b.receive_datagram(bytes(buf), now)
+        for ch, dest, buf in b.datagrams_to_send(now):
+            if dest == b"A":
+                a.receive_datagram(bytes(buf), now)
+        now += 0.001
+    assert set(b.peers_by_addr) == {b"H", b"A"}
+    assert pa.state is PeerState.ESTABLISHED and b.peers_by_addr[b"A"].state is PeerState.ESTABLISHED
+    assert b.peers_by_addr[b"H"] is held and b.stats()["num_refused_peers"] == 1
