@@ -12,7 +12,7 @@ test) drives it::
 
 Where things happen, for a newcomer:
 
-* a message becomes datagrams in :meth:`Engine._cut_segment` (called from the send pass in
+* a message becomes datagrams in :meth:`Engine._cut_segments` (called from the send pass in
   :meth:`Engine.datagrams_to_send`);
 * a lost segment is noticed in :meth:`Engine._detect_losses` (SACK/packet threshold: fast
   retransmit) and :meth:`Engine.handle_timer` (retransmit timeout);
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import random
 import struct
+from math import ceil
 from collections import deque
 from itertools import islice
 from collections.abc import Callable
@@ -39,7 +40,8 @@ from .peer import Callback, OutMessage, Peer, PeerState, Reassembly, Segment
 from .rtt import RetransmitTimer
 from .stats import ModuleCounters, aggregate
 from .wire import (
-    ACK_BODY, AF_DUPLICATE, AF_TRUNCATED, CHUNK, CHUNK_LEN, CRC_OFFSET, F_ACK, F_CHUNK, F_CRC, F_PUT, HEADER, HEADER_LEN,
+    ACK_BODY, AF_DUPLICATE, AF_TRUNCATED, CHUNK, CHUNK_LEN, CRC_OFFSET, F_ACK, F_CHUNK, F_CRC, F_PUT, HEAD_PREFIX,
+    HEAD_REST, HEAD_REST_CHUNK, HEAD_REST_CHUNK_PUT, HEAD_REST_PUT, HEADER, HEADER_LEN,
     HELLO_BODY, KNOWN_FLAGS, MAX_SACK_RANGES, PUT, PUT_LEN, SACK_RANGE, SEQ_MASK, T_ACK, T_DATA,
     T_HELLO, T_HELLO_ACK, U32_MASK, WIRE_VERSION, Hello, MalformedDatagram, crc32c,
 )
@@ -58,6 +60,7 @@ DATA = 1
 
 _U32 = struct.Struct("!I")
 _U64 = struct.Struct("!Q")
+_NO_CRC = bytes(4)
 _HALF = 1 << 63
 _WRAP = 1 << 64
 _HELLO_INTERVAL_MAX = 1.0
@@ -920,15 +923,15 @@ class Engine:
     # ------------------------------------------------------------------ send pass
 
     def datagrams_to_send(self, now: float, budget: int = 1 << 30,
-                          resends: bool = True) -> list[tuple[int, Any, bytearray]]:
+                          resends: bool = True) -> list[tuple[int, Any, bytes | bytearray]]:
         """Up to ``budget`` datagrams to post now, as ``(channel, dest, datagram)``.
 
-        The engine counts them as sent.  The driver must post them before calling the engine
-        again (the buffers are the segments' own and get re-stamped on retransmission).  A
+        The engine counts them as sent, and never changes a datagram it handed out (a
+        retransmission re-stamps a copy), so the device may keep one without copying.  A
         driver calling it several times in one progress pass asks for ``resends`` only the
         first time, so that ``max_resends_per_pass`` holds per pass."""
         self._now = now
-        out: list[tuple[int, Any, bytearray]] = []
+        out: list[tuple[int, Any, bytes | bytearray]] = []
         cfg = self.config
         if self._resending and resends:
             self._resend_pass(out, now, min(budget, cfg.max_resends_per_pass))
@@ -942,7 +945,7 @@ class Engine:
 
     def _stamp(self, peer: Peer, seg: Segment, now: float, out: list[Any]) -> None:
         """Fill in the current ACK point (and CRC) and count one transmission."""
-        buf = seg.buf
+        buf = seg.buf = bytearray(seg.buf)  # a copy: a datagram handed out is never changed
         _U64.pack_into(buf, 24, peer.window.cum & SEQ_MASK)
         if self.crc:
             view = memoryview(buf)
@@ -993,14 +996,15 @@ class Engine:
         window = self.config.window
         for peer in list(self._sending):
             limit = peer.snd_una + min(window, peer.remote_window)
-            credits = credits_per_peer
-            queue = peer.queue
             unacked, resend, cwnd = peer.unacked, peer.resend, peer.cwnd
-            while queue and credits and peer.next_seq <= limit and len(out) < budget \
-                    and len(unacked) - len(resend) < cwnd:
-                self._cut_segment(peer, queue[0], now, out)
-                credits -= 1
-            if not queue or peer.next_seq > limit or len(unacked) - len(resend) >= cwnd:
+            # how many segments this peer may send now: credits, flow and congestion window
+            room = min(credits_per_peer, limit + 1 - peer.next_seq, budget - len(out))
+            in_flight = len(unacked) - len(resend)
+            if cwnd < in_flight + room:
+                room = ceil(cwnd - in_flight)  # (exact: an int below a float is subtracted exactly)
+            if room > 0 and peer.queue:
+                self._cut_segments(peer, now, out, room)
+            if not peer.queue or peer.next_seq > limit or len(unacked) - len(resend) >= cwnd:
                 del self._sending[peer]  # re-added by a new send or an ACK that opens the window
             else:
                 del self._sending[peer]  # round robin: to the back of the line
@@ -1011,61 +1015,98 @@ class Engine:
             if depth > peer.counters.max_send_window:
                 peer.counters.max_send_window = depth
 
-    def _cut_segment(self, peer: Peer, msg: OutMessage, now: float, out: list[Any]) -> None:
-        """Where a message becomes datagrams: cut the next segment of ``msg`` and send it."""
-        c = peer.counters
+    def _cut_segments(self, peer: Peer, now: float, out: list[Any], room: int) -> None:
+        """Where messages become datagrams: cut up to ``room`` segments from the head of
+        ``peer``'s queue and send them.
+
+        Each datagram is one immutable ``bytes``, joined from the header's pieces and the
+        payload slice once the CRC was computed over them: the payload is copied once, and
+        the device need not copy it again.  This runs once per segment sent, so the state it
+        touches is read into locals once per call and written back at the end."""
+        queue = peer.queue
+        unacked = peer.unacked
+        dest = peer.dest
+        append = out.append
+        crc = self.crc
+        conn, inc = peer.remote_conn, self.incarnation
         seq = peer.next_seq
-        put = msg.put_key is not None
-        flags = F_ACK | self._crc_flag
-        pos = HEADER_LEN
-        if msg.chunked:
-            cap = self._chunk_cap - (PUT_LEN if put else 0)
-            n = min(cap, msg.length - msg.offset)
-            flags |= F_CHUNK
-            pos += CHUNK_LEN
-            c.num_chunk_sends += 1
-        else:
-            n = msg.length
-            c.num_frag_sends += 1
-        if put:
-            flags |= F_PUT
-            pos += PUT_LEN
-        buf = bytearray(pos)  # headers only: the payload is appended, not zero-filled first
-        HEADER.pack_into(buf, 0, WIRE_VERSION, T_DATA, flags, 0, peer.remote_conn,
-                         self.incarnation, 0, seq & SEQ_MASK, peer.window.cum & SEQ_MASK, msg.tag, n)
-        if msg.chunked:
-            CHUNK.pack_into(buf, HEADER_LEN, msg.msg_id, msg.length, msg.offset)
-        if put:
-            PUT.pack_into(buf, pos - PUT_LEN, msg.put_key, msg.put_offset)
-        if n:
-            buf += msg.data[msg.offset:msg.offset + n]
-        if self.crc:
-            view = memoryview(buf)
-            _U32.pack_into(buf, CRC_OFFSET, crc32c(view[CRC_OFFSET + 4:], crc32c(view[:CRC_OFFSET])))
-        channel = PRIORITY if not msg.chunked and pos + n <= self.priority_limit else DATA
-        seg = Segment(seq, buf, channel, msg)
-        msg.offset += n
-        msg.outstanding += 1
-        if msg.offset >= msg.length:
-            msg.cut_all = True
-            peer.queue.popleft()
-        peer.next_seq = seq + 1
-        if not peer.unacked:
+        serial = peer.tx_serial
+        ack_w = peer.window.cum & SEQ_MASK  # the ACK point rides along (see _stamp)
+        prefixes: dict[int, tuple[bytes, int]] = {}  # by flags: header bytes [0:12], their CRC
+        nbytes = chunks = frags = 0
+        if not unacked:
             peer.last_progress = now  # the death clock runs only while something is unacked
-        peer.unacked[seq] = seg
+        while room and queue:
+            msg = queue[0]
+            data, length, tag, off = msg.data, msg.length, msg.tag, msg.offset
+            put = msg.put_key is not None
+            flags = F_ACK | self._crc_flag
+            if msg.chunked:
+                flags |= F_CHUNK
+                cap = self._chunk_cap - (PUT_LEN if put else 0)
+                channel = DATA
+            else:
+                cap = length
+                pos = HEADER_LEN + (PUT_LEN if put else 0)
+                channel = PRIORITY if pos + length <= self.priority_limit else DATA
+            if put:
+                flags |= F_PUT
+            pre = prefixes.get(flags)
+            if pre is None:
+                head = HEAD_PREFIX.pack(WIRE_VERSION, T_DATA, flags, 0, conn, inc)
+                pre = prefixes[flags] = (head, crc32c(head) if crc else 0)
+            prefix, pre_crc = pre
+            cut = 0
+            while cut < room:
+                n = length - off
+                if n > cap:
+                    n = cap
+                if flags & F_CHUNK:
+                    if put:
+                        rest = HEAD_REST_CHUNK_PUT.pack(seq & SEQ_MASK, ack_w, tag, n, msg.msg_id, length,
+                                                        off, msg.put_key, msg.put_offset)
+                    else:
+                        rest = HEAD_REST_CHUNK.pack(seq & SEQ_MASK, ack_w, tag, n, msg.msg_id, length, off)
+                elif put:
+                    rest = HEAD_REST_PUT.pack(seq & SEQ_MASK, ack_w, tag, n, msg.put_key, msg.put_offset)
+                else:
+                    rest = HEAD_REST.pack(seq & SEQ_MASK, ack_w, tag, n)
+                payload = data[off:off + n]
+                check = _U32.pack(crc32c(payload, crc32c(rest, pre_crc))) if crc else _NO_CRC
+                frame = b"".join((prefix, check, rest, payload))
+                serial += 1
+                # first transmission: sent now, once, with this serial
+                unacked[seq] = Segment(seq, frame, channel, msg, now, 1, serial)
+                append((channel, dest, frame))
+                seq += 1
+                off += n
+                nbytes += n
+                cut += 1
+                if off >= length:
+                    break
+            room -= cut
+            msg.offset = off
+            msg.outstanding += cut
+            if flags & F_CHUNK:
+                chunks += cut
+            else:
+                frags += cut
+            if off >= length:
+                msg.cut_all = True
+                queue.popleft()
+        peer.next_seq = seq
+        peer.tx_serial = serial
+        c = peer.counters
+        c.num_chunk_sends += chunks
+        c.num_frag_sends += frags
+        c.num_total_sends += chunks + frags
+        c.num_bytes_sent += nbytes
         self._timed[peer] = None
-        c.num_total_sends += 1
-        c.num_bytes_sent += n
-        # first transmission: the header already carries the ACK point (see _stamp)
-        seg.sent_at = now
-        seg.tx_count = 1
-        peer.tx_serial += 1
-        seg.tx_serial = peer.tx_serial
+        # the ACK point rode along: no standalone ACK needed unless SACK news is waiting
         peer.ack_count = 0
         peer.ack_deadline = None
         if not peer.sack_dirty:
             peer.ack_now = False
-        out.append((channel, peer.dest, buf))
 
     def _ack_pass(self, out: list[Any], now: float, budget: int) -> None:
         for peer in list(self._acking):

@@ -49,19 +49,20 @@ class OutMessage:
 
 
 class Segment:
-    """One sequenced datagram held until acknowledged.  ``buf`` is the whole datagram; its
-    ACK and CRC fields are re-stamped at every transmission."""
+    """One sequenced datagram held until acknowledged.  ``buf`` is the whole datagram; a
+    retransmission re-stamps its ACK and CRC fields in a copy."""
 
     __slots__ = ("seq", "buf", "channel", "msg", "sent_at", "tx_count", "tx_serial", "lost")
 
-    def __init__(self, seq: int, buf: bytearray, channel: int, msg: OutMessage) -> None:
+    def __init__(self, seq: int, buf: bytes | bytearray, channel: int, msg: OutMessage,
+                 sent_at: float = 0.0, tx_count: int = 0, tx_serial: int = 0) -> None:
         self.seq = seq
         self.buf = buf
         self.channel = channel
         self.msg = msg
-        self.sent_at = 0.0
-        self.tx_count = 0
-        self.tx_serial = 0
+        self.sent_at = sent_at
+        self.tx_count = tx_count
+        self.tx_serial = tx_serial
         self.lost = 0  # queued for retransmission: 0 no, else engine.LOST_FAST/LOST_TIMEOUT
 
 
