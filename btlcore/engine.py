@@ -312,26 +312,40 @@ class Engine:
             self._confirm(peer, now)
         w = peer.window
         cum = w.cum
-        if seq_w == (cum + 1) & SEQ_MASK and pos == HEADER_LEN and not w._starts \
+        if seq_w == (cum + 1) & SEQ_MASK and not w._starts \
                 and (not flags & F_ACK or ack_w == peer.snd_una & SEQ_MASK):
-            # The common case, kept short: the next segment in order, a whole message, no
-            # holes to fill, and a piggy-backed ACK that tells nothing new.
-            seq = w.cum = cum + 1
-            if seq > w.high:
-                w.high = seq
-                peer.rx_high_time = now
-            c.num_frag_recvs += 1
-            c.num_msgs_delivered += 1
-            c.num_bytes_delivered += plen
-            self.events.append((EV_MESSAGE, peer, tag, bytes(memoryview(data)[HEADER_LEN:])))
-            peer.ack_count += 1
-            if peer.ack_count >= self._ack_frequency:
-                peer.ack_now = True
-            elif peer.ack_deadline is None:
-                peer.ack_deadline = now + self._ack_delay
-            self._acking[peer] = None
-            self._timed[peer] = None
-            return
+            # The common cases, kept short: the next segment in order, no holes to fill, a
+            # piggy-backed ACK that tells nothing new; and either a whole message, or a
+            # chunk in the middle of a message being reassembled (not its first nor last).
+            ras = None
+            if pos != HEADER_LEN and flags & (F_CHUNK | F_PUT) == F_CHUNK:
+                msg_id, msg_len, off = CHUNK.unpack_from(data, HEADER_LEN)
+                ras = peer.reassembly.get(msg_id)
+                if ras is not None and (ras.msg_len != msg_len or ras.buf is None or plen <= 0
+                                        or off + plen >= msg_len or ras.received + plen >= msg_len):
+                    ras = None
+            if pos == HEADER_LEN or ras is not None:
+                seq = w.cum = cum + 1
+                if seq > w.high:
+                    w.high = seq
+                    peer.rx_high_time = now
+                if ras is None:
+                    c.num_frag_recvs += 1
+                    c.num_msgs_delivered += 1
+                    c.num_bytes_delivered += plen
+                    self.events.append((EV_MESSAGE, peer, tag, bytes(memoryview(data)[HEADER_LEN:])))
+                else:
+                    c.num_chunk_recvs += 1
+                    ras.buf[off:off + plen] = memoryview(data)[pos:]
+                    ras.received += plen
+                peer.ack_count += 1
+                if peer.ack_count >= self._ack_frequency:
+                    peer.ack_now = True
+                elif peer.ack_deadline is None:
+                    peer.ack_deadline = now + self._ack_delay
+                self._acking[peer] = None
+                self._timed[peer] = None
+                return
         if flags & F_ACK and ack_w != peer.snd_una & SEQ_MASK:
             at_cum = self._on_cum_ack(peer, ack_w, now)
             if at_cum is not None:
