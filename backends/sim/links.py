@@ -175,6 +175,9 @@ class Link:
     # -- what the per-frame path reads --------------------------------------------------
     ideal: bool = True
     """No stage can act: post_send delivers at once without calling :meth:`transmit`."""
+    plain: bool = True
+    """No stage after the rate limiter can act but the fixed delay (:meth:`transmit`'s
+    short cut)."""
     dst_rx: list[list[bytes]] = attrs.Factory(list)
     dst_mtus: list[int] = attrs.Factory(list)
     dst_depth: list[int] = attrs.Factory(list)
@@ -226,7 +229,9 @@ class Link:
         self.refresh()
 
     def refresh(self) -> None:
-        """Recompute whether the ideal path may be taken."""
+        """Recompute whether the ideal path (and the plain one) may be taken."""
+        self.plain = not (self.partitions or self.nth or self.rules or self.loss or self.ge_q
+                          or self.duplicate or self.corrupt or self.jitter or self.reorder)
         self.ideal = (
             self.model.ideal
             and not self.partitions
@@ -264,6 +269,13 @@ class Link:
             heappush(self.src.inflight[channel], t)
         else:
             self.src.completed += 1
+        if self.plain:  # the stages below cannot act: deliver after the fixed delay
+            arrival = t + self.delay
+            if arrival > now:  # Scheduler.schedule_frame, inline
+                heappush(fab.heap, (arrival, fab._serial(), self, channel, bytes(data), None))
+            else:
+                fab.land(self, channel, bytes(data), None)
+            return True
         if self.partitions:
             for start, end in self.partitions:
                 if start <= t < end:
