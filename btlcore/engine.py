@@ -261,8 +261,8 @@ class Engine:
         if version != WIRE_VERSION or flags & ~KNOWN_FLAGS:
             self.counters.num_malformed_recvs += 1
             return
+        view = memoryview(data)  # one view for the CRC and the payload copy
         if flags & F_CRC:
-            view = memoryview(data)
             if crc32c(view[CRC_OFFSET + 4:], crc32c(view[:CRC_OFFSET])) != crc:
                 self.counters.num_crc_errors += 1
                 return
@@ -278,15 +278,15 @@ class Engine:
                 peer.counters.num_stale_recvs += 1
                 return
             if typ == T_DATA:
-                self._on_data(peer, data, n, flags, seq_w, ack_w, tag, plen, now)
+                self._on_data(peer, view, n, flags, seq_w, ack_w, tag, plen, now)
             else:
-                self._on_ack(peer, data, n, ack_w, plen, now)
+                self._on_ack(peer, view, n, ack_w, plen, now)
         elif typ == T_HELLO or typ == T_HELLO_ACK:
             if n != HEADER_LEN + plen:
                 self.counters.num_malformed_recvs += 1
                 return
             try:
-                hello = Hello.decode(memoryview(data)[HEADER_LEN:])
+                hello = Hello.decode(view[HEADER_LEN:])
             except MalformedDatagram:
                 self.counters.num_malformed_recvs += 1
                 return
@@ -297,7 +297,7 @@ class Engine:
         else:
             self.counters.num_malformed_recvs += 1
 
-    def _on_data(self, peer: Peer, data: Any, n: int, flags: int, seq_w: int, ack_w: int,
+    def _on_data(self, peer: Peer, data: memoryview, n: int, flags: int, seq_w: int, ack_w: int,
                  tag: int, plen: int, now: float) -> None:
         if flags & (F_CHUNK | F_PUT):
             pos = HEADER_LEN + (CHUNK_LEN if flags & F_CHUNK else 0) + (PUT_LEN if flags & F_PUT else 0)
@@ -321,7 +321,7 @@ class Engine:
             if pos != HEADER_LEN and flags & (F_CHUNK | F_PUT) == F_CHUNK:
                 msg_id, msg_len, off = CHUNK.unpack_from(data, HEADER_LEN)
                 ras = peer.reassembly.get(msg_id)
-                if ras is not None and (ras.msg_len != msg_len or ras.buf is None or plen <= 0
+                if ras is not None and (ras.msg_len != msg_len or ras.view is None or plen <= 0
                                         or off + plen >= msg_len or ras.received + plen >= msg_len):
                     ras = None
             if pos == HEADER_LEN or ras is not None:
@@ -333,10 +333,10 @@ class Engine:
                     c.num_frag_recvs += 1
                     c.num_msgs_delivered += 1
                     c.num_bytes_delivered += plen
-                    self.events.append((EV_MESSAGE, peer, tag, bytes(memoryview(data)[HEADER_LEN:])))
+                    self.events.append((EV_MESSAGE, peer, tag, bytes(data[HEADER_LEN:])))
                 else:
                     c.num_chunk_recvs += 1
-                    ras.buf[off:off + plen] = memoryview(data)[pos:]
+                    ras.view[off:off + plen] = data[pos:]
                     ras.received += plen
                 peer.ack_count += 1
                 if peer.ack_count >= self._ack_frequency:
@@ -409,7 +409,7 @@ class Engine:
                 and (not flags & F_CHUNK or poff + msg_len <= len(region))
             if not flags & F_CHUNK:
                 if fits:
-                    region[start:start + plen] = memoryview(data)[pos:]  # type: ignore[index]
+                    region[start:start + plen] = data[pos:]  # type: ignore[index]
                     item = (EV_PUT, peer, key, poff, plen)
                     c.num_puts_delivered += 1
                 else:
@@ -420,7 +420,7 @@ class Engine:
                 if ras is None:
                     ras = peer.reassembly[msg_id] = Reassembly(msg_len, tag, key, poff)
                 if fits and not ras.failed:
-                    region[start:start + plen] = memoryview(data)[pos:]  # type: ignore[index]
+                    region[start:start + plen] = data[pos:]  # type: ignore[index]
                 elif not ras.failed:
                     # an unknown key, out of bounds, or the region was unexposed mid-way:
                     # reported once, when the whole put has arrived
@@ -441,12 +441,13 @@ class Engine:
             c.num_chunk_recvs += 1
             if ras is None:
                 ras = peer.reassembly[msg_id] = Reassembly(msg_len, tag, None, 0)
-            ras.buf[off:off + plen] = memoryview(data)[pos:]  # type: ignore[index]
+            ras.view[off:off + plen] = data[pos:]  # type: ignore[index]
             ras.received += plen
             if off + plen == msg_len:
                 ras.last_seq = seq
             if ras.received >= msg_len:
                 del peer.reassembly[msg_id]
+                ras.view.release()  # type: ignore[union-attr]  # the buffer is the user's now
                 item = (EV_MESSAGE, peer, ras.tag, ras.buf)
                 seq_done = ras.last_seq
                 c.num_msgs_delivered += 1
@@ -454,7 +455,7 @@ class Engine:
                 peer.ack_now = True  # usnic ACKs a completed large message at once
         else:
             c.num_frag_recvs += 1
-            item = (EV_MESSAGE, peer, tag, bytes(memoryview(data)[pos:]))
+            item = (EV_MESSAGE, peer, tag, bytes(data[pos:]))
             seq_done = seq
             c.num_msgs_delivered += 1
             c.num_bytes_delivered += plen
@@ -553,7 +554,7 @@ class Engine:
         if peer.queue and peer.state is PeerState.ESTABLISHED:
             self._sending[peer] = None
 
-    def _on_ack(self, peer: Peer, data: Any, n: int, ack_w: int, plen: int, now: float) -> None:
+    def _on_ack(self, peer: Peer, data: memoryview, n: int, ack_w: int, plen: int, now: float) -> None:
         c = peer.counters
         if n != HEADER_LEN + plen or plen < ACK_BODY.size:
             self.counters.num_malformed_recvs += 1

@@ -69,10 +69,14 @@ class Segment:
 class Reassembly:
     """A chunked message being put back together (or a chunked put being tracked)."""
 
-    __slots__ = ("buf", "msg_len", "received", "tag", "last_seq", "put_key", "put_offset", "failed")
+    __slots__ = ("buf", "view", "msg_len", "received", "tag", "last_seq", "put_key", "put_offset",
+                 "failed")
 
     def __init__(self, msg_len: int, tag: int, put_key: int | None, put_offset: int) -> None:
         self.buf = bytearray(msg_len) if put_key is None else None
+        # chunks are copied in through one view made once (a view per chunk costs more than
+        # the copy of a small one); released before ``buf`` is handed over
+        self.view = memoryview(self.buf) if self.buf is not None else None
         self.msg_len = msg_len
         self.received = 0
         self.tag = tag
