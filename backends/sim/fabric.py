@@ -330,7 +330,7 @@ class Fabric(Scheduler):
                 else:
                     out[key] += value
         out["drops"] = {c: out["drops"][c] for c in DROP_CAUSES if c in out["drops"]}
-        out["in_flight"] = sum(1 for ev in self.heap if ev[2] is not None)
+        out["in_flight"] = self.pending() - sum(1 for ev in self.heap if ev[2] is None)
         return out
 
     def close(self) -> None:

@@ -42,6 +42,7 @@ A draw that would make the delay negative is clamped to zero.
 from __future__ import annotations
 
 import random
+from collections import deque
 from heapq import heappush
 from typing import TYPE_CHECKING, Any
 
@@ -178,6 +179,12 @@ class Link:
     plain: bool = True
     """No stage after the rate limiter can act but the fixed delay (:meth:`transmit`'s
     short cut)."""
+    head: tuple[Any, ...] | None = None
+    """The event of this link's that stands in the fabric's heap for ``fifo`` (see
+    :class:`~.scheduler.Scheduler`)."""
+    fifo: deque[tuple[Any, ...]] = attrs.Factory(deque)
+    """Plain-path frames in flight behind ``head``, in arrival order: they join the heap
+    one at a time, or land straight from here when nothing in the heap comes first."""
     dst_rx: list[list[bytes]] = attrs.Factory(list)
     dst_mtus: list[int] = attrs.Factory(list)
     dst_depth: list[int] = attrs.Factory(list)
@@ -271,10 +278,18 @@ class Link:
             self.src.completed += 1
         if self.plain:  # the stages below cannot act: deliver after the fixed delay
             arrival = t + self.delay
-            if arrival > now:  # Scheduler.schedule_frame, inline
-                heappush(fab.heap, (arrival, fab._serial(), self, channel, bytes(data), None))
-            else:
+            if arrival <= now:
                 fab.land(self, channel, bytes(data), None)
+                return True
+            event = (arrival, fab._serial(), self, channel, bytes(data), None)
+            fifo = self.fifo
+            if self.head is None:
+                self.head = event
+                heappush(fab.heap, event)
+            elif arrival >= (fifo[-1][0] if fifo else self.head[0]):
+                fifo.append(event)  # arrivals on a plain link keep their order: no heap push
+            else:
+                heappush(fab.heap, event)  # the model changed to a shorter delay meanwhile
             return True
         if self.partitions:
             for start, end in self.partitions:
