@@ -69,6 +69,8 @@ def _note(r: Mapping[str, Any]) -> str:
         parts.append(f"ideal {ex['ideal']:.3g}")
     if ex.get("lost_estimated"):
         parts.append("losses estimated")
+    if "crc" in ex and ex["crc"] is not None:
+        parts.append("CRC32C on" if ex["crc"] else "no CRC (the device promises integrity)")
     return "; ".join(parts)
 
 

@@ -154,7 +154,7 @@ class SimNIC:
             max_inline=0,
             send_queue_depth=self.send_queue_depth,
             recv_queue_depth=self.recv_queue_depth,
-            integrity=False,
+            integrity=self.fabric.integrity,  # only a fabric that can never corrupt says so
             virtual_time=True,
         )
 
