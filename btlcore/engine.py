@@ -321,7 +321,7 @@ class Engine:
             if pos != HEADER_LEN and flags & (F_CHUNK | F_PUT) == F_CHUNK:
                 msg_id, msg_len, off = CHUNK.unpack_from(data, HEADER_LEN)
                 ras = peer.reassembly.get(msg_id)
-                if ras is not None and (ras.msg_len != msg_len or ras.view is None or plen <= 0
+                if ras is not None and (ras.msg_len != msg_len or ras.put_key is not None or plen <= 0
                                         or off + plen >= msg_len or ras.received + plen >= msg_len):
                     ras = None
             if pos == HEADER_LEN or ras is not None:
@@ -336,7 +336,11 @@ class Engine:
                     self.events.append((EV_MESSAGE, peer, tag, bytes(data[HEADER_LEN:])))
                 else:
                     c.num_chunk_recvs += 1
-                    ras.view[off:off + plen] = data[pos:]
+                    parts = ras.parts
+                    if parts is not None and off == ras.received and type(data.obj) is bytes:
+                        parts.append(data[pos:])  # Reassembly.add, inline: kept, not copied
+                    else:
+                        ras.add(off, data[pos:])
                     ras.received += plen
                 peer.ack_count += 1
                 if peer.ack_count >= self._ack_frequency:
@@ -441,14 +445,13 @@ class Engine:
             c.num_chunk_recvs += 1
             if ras is None:
                 ras = peer.reassembly[msg_id] = Reassembly(msg_len, tag, None, 0)
-            ras.view[off:off + plen] = data[pos:]  # type: ignore[index]
+            ras.add(off, data[pos:])
             ras.received += plen
             if off + plen == msg_len:
                 ras.last_seq = seq
             if ras.received >= msg_len:
                 del peer.reassembly[msg_id]
-                ras.view.release()  # type: ignore[union-attr]  # the buffer is the user's now
-                item = (EV_MESSAGE, peer, ras.tag, ras.buf)
+                item = (EV_MESSAGE, peer, ras.tag, ras.take())
                 seq_done = ras.last_seq
                 c.num_msgs_delivered += 1
                 c.num_bytes_delivered += msg_len
