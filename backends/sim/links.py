@@ -42,6 +42,7 @@ A draw that would make the delay negative is clamped to zero.
 from __future__ import annotations
 
 import random
+from bisect import insort
 from collections import deque
 from heapq import heappush
 from typing import TYPE_CHECKING, Any
@@ -273,7 +274,11 @@ class Link:
                 return self.drop("queue", data, now)
             t = start + n / self.bytes_per_s
             self.busy_until = t
-            heappush(self.src.inflight[channel], t)
+            infl = self.src.inflight[channel]
+            if not infl or t >= infl[-1]:
+                infl.append(t)  # the usual case: after every slot taken before
+            else:
+                insort(infl, t)  # another link of this NIC's is further behind
         else:
             self.src.completed += 1
         if self.plain:  # the stages below cannot act: deliver after the fixed delay
