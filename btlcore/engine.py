@@ -61,6 +61,11 @@ DATA = 1
 _U32 = struct.Struct("!I")
 _U64 = struct.Struct("!Q")
 _NO_CRC = bytes(4)
+_UNKNOWN_FLAGS = 0xFF & ~KNOWN_FLAGS
+# where a data segment's payload starts, by its F_CHUNK | F_PUT bits
+_PAYLOAD_AT = {0: HEADER_LEN, F_CHUNK: HEADER_LEN + CHUNK_LEN, F_PUT: HEADER_LEN + PUT_LEN,
+               F_CHUNK | F_PUT: HEADER_LEN + CHUNK_LEN + PUT_LEN}
+_FAILED = PeerState.FAILED
 _HALF = 1 << 63
 _WRAP = 1 << 64
 _HELLO_INTERVAL_MAX = 1.0
@@ -258,7 +263,7 @@ class Engine:
             self.counters.num_malformed_recvs += 1
             return
         version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = HEADER.unpack_from(data)
-        if version != WIRE_VERSION or flags & ~KNOWN_FLAGS:
+        if version != WIRE_VERSION or flags & _UNKNOWN_FLAGS:
             self.counters.num_malformed_recvs += 1
             return
         view = memoryview(data)  # one view for the CRC and the payload copy
@@ -274,7 +279,7 @@ class Engine:
             if peer is None:
                 self.counters.num_unk_recvs += 1
                 return
-            if inc != peer.remote_inc or not peer.remote_known or peer.state is PeerState.FAILED:
+            if inc != peer.remote_inc or not peer.remote_known or peer.state is _FAILED:
                 peer.counters.num_stale_recvs += 1
                 return
             if typ == T_DATA:
@@ -299,10 +304,7 @@ class Engine:
 
     def _on_data(self, peer: Peer, data: memoryview, n: int, flags: int, seq_w: int, ack_w: int,
                  tag: int, plen: int, now: float) -> None:
-        if flags & (F_CHUNK | F_PUT):
-            pos = HEADER_LEN + (CHUNK_LEN if flags & F_CHUNK else 0) + (PUT_LEN if flags & F_PUT else 0)
-        else:
-            pos = HEADER_LEN
+        pos = _PAYLOAD_AT[flags & (F_CHUNK | F_PUT)]
         if n != pos + plen:  # malformed: drop before anything in it is believed
             self.counters.num_malformed_recvs += 1
             return
@@ -511,12 +513,12 @@ class Engine:
             cum = peer.next_seq - 1  # ACKs for what we never sent: ignore the excess
             if cum <= una:
                 return None
-        unacked = peer.unacked
+        pop, acked = peer.unacked.pop, self._acked  # (once per ACK: the loop runs per segment)
         top = None
         for s in range(una + 1, cum + 1):
-            seg = unacked.pop(s, None)
+            seg = pop(s, None)
             if seg is not None:
-                self._acked(peer, seg)
+                acked(peer, seg)
                 top = seg
         peer.snd_una = cum
         peer.scoreboard.prune(cum)
@@ -1056,7 +1058,7 @@ class Engine:
             peer.last_progress = now  # the death clock runs only while something is unacked
         while room and queue:
             msg = queue[0]
-            data, length, tag, off = msg.data, msg.length, msg.tag, msg.offset
+            data, length, tag, off, msg_id = msg.data, msg.length, msg.tag, msg.offset, msg.msg_id
             put = msg.put_key is not None
             flags = F_ACK | self._crc_flag
             if msg.chunked:
@@ -1081,10 +1083,10 @@ class Engine:
                     n = cap
                 if flags & F_CHUNK:
                     if put:
-                        rest = HEAD_REST_CHUNK_PUT.pack(seq & SEQ_MASK, ack_w, tag, n, msg.msg_id, length,
+                        rest = HEAD_REST_CHUNK_PUT.pack(seq & SEQ_MASK, ack_w, tag, n, msg_id, length,
                                                         off, msg.put_key, msg.put_offset)
                     else:
-                        rest = HEAD_REST_CHUNK.pack(seq & SEQ_MASK, ack_w, tag, n, msg.msg_id, length, off)
+                        rest = HEAD_REST_CHUNK.pack(seq & SEQ_MASK, ack_w, tag, n, msg_id, length, off)
                 elif put:
                     rest = HEAD_REST_PUT.pack(seq & SEQ_MASK, ack_w, tag, n, msg.put_key, msg.put_offset)
                 else:
