@@ -44,6 +44,7 @@ from __future__ import annotations
 import random
 from bisect import insort
 from collections import deque
+from collections.abc import Sequence
 from heapq import heappush
 from typing import TYPE_CHECKING, Any
 
@@ -346,6 +347,52 @@ class Link:
             else:
                 fab.land(self, channel, out, note)
         return True
+
+    def transmit_run(self, channel: int, items: Sequence[tuple[int, Any, Any]], i: int) -> int:
+        """Take ``items[i:]`` on the plain path for as long as they go to this link on
+        ``channel`` and nothing but the rate limiter and the fixed delay applies; return the
+        index of the first item not taken (the caller posts it the one-frame way, which
+        raises, drops, reaps or refuses as :meth:`transmit` and ``post_send`` do).  Called
+        after one frame of the run went the one-frame way, so the link's head is set: the
+        rest join its FIFO with the link's state held in locals, as a bulk sender's frames
+        do.  The same frames, serials and times as one :meth:`transmit` per frame."""
+        head = self.head
+        if head is None or not (self.plain and self.bytes_per_s and self.delay and not self.queue_limit):
+            return i
+        src = self.src
+        infl = src.inflight[channel]
+        depth = src.sq_depth[channel]
+        limit = min(self.mtu, src.mtus[channel])  # beyond either: dropped or refused, not here
+        bps = self.bytes_per_s
+        delay = self.delay
+        fab = self.fabric
+        now = fab.now
+        serial = fab._serial
+        fifo = self.fifo
+        append = fifo.append
+        busy = self.busy_until
+        tail = fifo[-1][0] if fifo else head[0]
+        first = i
+        nbytes = 0
+        total = len(items)
+        while i < total:
+            ch, dest, data = items[i]
+            n = len(data)
+            if dest is not self or ch != channel or n > limit or len(infl) >= depth:
+                break
+            t = (busy if busy > now else now) + n / bps  # (as transmit computes it, bit for bit)
+            if (infl and t < infl[-1]) or t + delay < tail:
+                break  # out of order here or there: the one-frame way sorts it out
+            busy = t
+            infl.append(t)
+            tail = t + delay
+            append((tail, serial(), self, channel, bytes(data), None))
+            nbytes += n
+            i += 1
+        self.busy_until = busy
+        self.offered += i - first
+        self.bytes_offered += nbytes
+        return i
 
     def _delay_draw(self) -> float:
         d = self.delay

@@ -66,7 +66,10 @@ def btl_device_post_send_many(device: SimNIC, items: Sequence[tuple[Channel, Lin
     mtus = device.mtus
     inflight = device.inflight
     sq_depth = device.sq_depth
-    for i, (channel, dest, data) in enumerate(items):
+    i = 0
+    total = len(items)
+    while i < total:
+        channel, dest, data = items[i]
         if dest.src is not device:
             raise ValueError(f"destination {dest!r} was not resolved on {device.name}")
         n = len(data)
@@ -78,6 +81,7 @@ def btl_device_post_send_many(device: SimNIC, items: Sequence[tuple[Channel, Lin
         infl = inflight[channel]
         if infl and len(infl) >= sq_depth[channel] and not device.reap(channel):
             return i  # the send queue is full; the fabric wakes wait() when a slot frees
+        i += 1
         if dest.ideal and n <= dest.dst_mtus[channel]:
             queue = dest.dst_rx[channel]
             if len(queue) < dest.dst_depth[channel]:
@@ -88,7 +92,9 @@ def btl_device_post_send_many(device: SimNIC, items: Sequence[tuple[Channel, Lin
                 dest.fabric.landed = True
                 continue
         dest.transmit(channel, data)
-    return len(items)
+        if dest.plain and i < total:
+            i = dest.transmit_run(channel, items, i)  # the frames that follow it on this link
+    return total
 
 
 @hookimpl
