@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import random
 import struct
-from math import ceil
 from collections import deque
 from itertools import islice
 from collections.abc import Callable
+from math import ceil
 from typing import Any
 
 from .config import Config
