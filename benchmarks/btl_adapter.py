@@ -179,18 +179,26 @@ def _sim() -> Any:
 
 
 def fabric(*, seed: int = 1, loss: float = 0.0, delay: float = 0.001, rate_mbps: float = 1000.0,
-           burst: float | None = None) -> Any:
+           burst: float | None = None, integrity: bool = False) -> Any:
     """A simulated fabric with one link model for every direction.
 
     ``burst``: mean length of a loss burst (Gilbert-Elliott, every frame lost in the bad
-    state); ``loss`` is then the long-run loss rate."""
+    state); ``loss`` is then the long-run loss rate.  ``integrity``: a fabric that promises
+    never to corrupt a frame, so that the transports leave out their CRC (as on verbs)."""
     sim = _sim()
     if burst is None:
         link = sim.LinkModel(loss=loss, delay=delay, rate_mbps=rate_mbps)
     else:
         link = sim.LinkModel(burst=(loss, burst), delay=delay, rate_mbps=rate_mbps)
     # 20 us of interrupt coalescing, as `btl transfer` uses: a real NIC's rx-usecs
+    if integrity:
+        return sim.Fabric(seed=seed, default=link, coalesce=20e-6, integrity=True)
     return sim.Fabric(seed=seed, default=link, coalesce=20e-6)
+
+
+def crc_on(t: Any) -> bool | None:
+    """Whether the transport puts a CRC32C on its datagrams (None if it does not say)."""
+    return getattr(getattr(t, "engine", None), "crc", None)
 
 
 def sim_now(fab: Any, t: Any = None) -> float:

@@ -71,6 +71,8 @@ def _note(r: Mapping[str, Any]) -> str:
         parts.append(f"{ex['needless']:.1%} of retransmissions arrived as duplicates")
     if ex.get("lost_estimated"):
         parts.append("losses estimated")
+    if "crc" in ex and ex["crc"] is not None:
+        parts.append("CRC32C on" if ex["crc"] else "no CRC (the device promises integrity)")
     return "; ".join(parts)
 
 

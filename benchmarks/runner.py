@@ -99,6 +99,10 @@ def plan(p: Profile, host: str = harness.LOOPBACK_V4) -> list[Item]:
 
     add("btl_sim", [("btl.sim_rate", "simulator, lossless: data segments per wall-second", "1/s", "higher")],
         lambda: alone("simulator", btl_sim.segment_rate, p.deadline, profile=p))
+    add("btl_sim", [("btl.sim_rate_integrity",
+                     "simulator, lossless, fabric that never corrupts: data segments per wall-second", "1/s",
+                     "higher")],
+        lambda: alone("simulator", btl_sim.segment_rate, p.deadline, profile=p, integrity=True))
     models: list[tuple[float, float | None]] = [(x, None) for x in p.loss_rates] + [(btl_sim.BURST_LOSS, btl_sim.BURST_LENGTH)]
     for loss, burst in models:
         key = f"burst{round(loss * 100)}" if burst else f"random{round(loss * 100)}"

@@ -12,7 +12,7 @@ test) drives it::
 
 Where things happen, for a newcomer:
 
-* a message becomes datagrams in :meth:`Engine._cut_segment` (called from the send pass in
+* a message becomes datagrams in :meth:`Engine._cut_segments` (called from the send pass in
   :meth:`Engine.datagrams_to_send`);
 * a lost segment is noticed in :meth:`Engine._detect_losses` (SACK/packet threshold: fast
   retransmit) and :meth:`Engine.handle_timer` (retransmit timeout);
@@ -31,6 +31,7 @@ import struct
 from collections import deque
 from itertools import islice
 from collections.abc import Callable
+from math import ceil
 from typing import Any
 
 from .config import Config
@@ -39,7 +40,8 @@ from .peer import Callback, OutMessage, Peer, PeerState, Reassembly, Segment
 from .rtt import RetransmitTimer
 from .stats import ModuleCounters, aggregate
 from .wire import (
-    ACK_BODY, AF_DUPLICATE, AF_TRUNCATED, CHUNK, CHUNK_LEN, CRC_OFFSET, F_ACK, F_CHUNK, F_CRC, F_PUT, HEADER, HEADER_LEN,
+    ACK_BODY, AF_DUPLICATE, AF_TRUNCATED, CHUNK, CHUNK_LEN, CRC_OFFSET, F_ACK, F_CHUNK, F_CRC, F_PUT, HEAD_PREFIX,
+    HEAD_REST, HEAD_REST_CHUNK, HEAD_REST_CHUNK_PUT, HEAD_REST_PUT, HEADER, HEADER_LEN,
     HELLO_BODY, KNOWN_FLAGS, MAX_SACK_RANGES, PUT, PUT_LEN, SACK_RANGE, SEQ_MASK, T_ACK, T_DATA,
     T_HELLO, T_HELLO_ACK, U32_MASK, WIRE_VERSION, Hello, MalformedDatagram, crc32c,
 )
@@ -58,6 +60,12 @@ DATA = 1
 
 _U32 = struct.Struct("!I")
 _U64 = struct.Struct("!Q")
+_NO_CRC = bytes(4)
+_UNKNOWN_FLAGS = 0xFF & ~KNOWN_FLAGS
+# where a data segment's payload starts, by its F_CHUNK | F_PUT bits
+_PAYLOAD_AT = {0: HEADER_LEN, F_CHUNK: HEADER_LEN + CHUNK_LEN, F_PUT: HEADER_LEN + PUT_LEN,
+               F_CHUNK | F_PUT: HEADER_LEN + CHUNK_LEN + PUT_LEN}
+_FAILED = PeerState.FAILED
 _HALF = 1 << 63
 _WRAP = 1 << 64
 _HELLO_INTERVAL_MAX = 1.0
@@ -260,11 +268,11 @@ class Engine:
             self.counters.num_malformed_recvs += 1
             return
         version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = HEADER.unpack_from(data)
-        if version != WIRE_VERSION or flags & ~KNOWN_FLAGS:
+        if version != WIRE_VERSION or flags & _UNKNOWN_FLAGS:
             self.counters.num_malformed_recvs += 1
             return
+        view = memoryview(data)  # one view for the CRC and the payload copy
         if flags & F_CRC:
-            view = memoryview(data)
             if crc32c(view[CRC_OFFSET + 4:], crc32c(view[:CRC_OFFSET])) != crc:
                 self.counters.num_crc_errors += 1
                 return
@@ -276,19 +284,19 @@ class Engine:
             if peer is None:
                 self.counters.num_unk_recvs += 1
                 return
-            if inc != peer.remote_inc or not peer.remote_known or peer.state is PeerState.FAILED:
+            if inc != peer.remote_inc or not peer.remote_known or peer.state is _FAILED:
                 peer.counters.num_stale_recvs += 1
                 return
             if typ == T_DATA:
-                self._on_data(peer, data, n, flags, seq_w, ack_w, tag, plen, now)
+                self._on_data(peer, view, n, flags, seq_w, ack_w, tag, plen, now)
             else:
-                self._on_ack(peer, data, n, ack_w, plen, now)
+                self._on_ack(peer, view, n, ack_w, plen, now)
         elif typ == T_HELLO or typ == T_HELLO_ACK:
             if n != HEADER_LEN + plen:
                 self.counters.num_malformed_recvs += 1
                 return
             try:
-                hello = Hello.decode(memoryview(data)[HEADER_LEN:])
+                hello = Hello.decode(view[HEADER_LEN:])
             except MalformedDatagram:
                 self.counters.num_malformed_recvs += 1
                 return
@@ -299,12 +307,9 @@ class Engine:
         else:
             self.counters.num_malformed_recvs += 1
 
-    def _on_data(self, peer: Peer, data: Any, n: int, flags: int, seq_w: int, ack_w: int,
+    def _on_data(self, peer: Peer, data: memoryview, n: int, flags: int, seq_w: int, ack_w: int,
                  tag: int, plen: int, now: float) -> None:
-        if flags & (F_CHUNK | F_PUT):
-            pos = HEADER_LEN + (CHUNK_LEN if flags & F_CHUNK else 0) + (PUT_LEN if flags & F_PUT else 0)
-        else:
-            pos = HEADER_LEN
+        pos = _PAYLOAD_AT[flags & (F_CHUNK | F_PUT)]
         if n != pos + plen:  # malformed: drop before anything in it is believed
             self.counters.num_malformed_recvs += 1
             return
@@ -314,26 +319,44 @@ class Engine:
             self._confirm(peer, now)
         w = peer.window
         cum = w.cum
-        if seq_w == (cum + 1) & SEQ_MASK and pos == HEADER_LEN and not w._starts \
+        if seq_w == (cum + 1) & SEQ_MASK and not w._starts \
                 and (not flags & F_ACK or ack_w == peer.snd_una & SEQ_MASK):
-            # The common case, kept short: the next segment in order, a whole message, no
-            # holes to fill, and a piggy-backed ACK that tells nothing new.
-            seq = w.cum = cum + 1
-            if seq > w.high:
-                w.high = seq
-                peer.rx_high_time = now
-            c.num_frag_recvs += 1
-            c.num_msgs_delivered += 1
-            c.num_bytes_delivered += plen
-            self.events.append((EV_MESSAGE, peer, tag, bytes(memoryview(data)[HEADER_LEN:])))
-            peer.ack_count += 1
-            if peer.ack_count >= self._ack_frequency:
-                peer.ack_now = True
-            elif peer.ack_deadline is None:
-                peer.ack_deadline = now + self._ack_delay
-            self._acking[peer] = None
-            self._timed[peer] = None
-            return
+            # The common cases, kept short: the next segment in order, no holes to fill, a
+            # piggy-backed ACK that tells nothing new; and either a whole message, or a
+            # chunk in the middle of a message being reassembled (not its first nor last).
+            ras = None
+            if pos != HEADER_LEN and flags & (F_CHUNK | F_PUT) == F_CHUNK:
+                msg_id, msg_len, off = CHUNK.unpack_from(data, HEADER_LEN)
+                ras = peer.reassembly.get(msg_id)
+                if ras is not None and (ras.msg_len != msg_len or ras.put_key is not None or plen <= 0
+                                        or off + plen >= msg_len or ras.received + plen >= msg_len):
+                    ras = None
+            if pos == HEADER_LEN or ras is not None:
+                seq = w.cum = cum + 1
+                if seq > w.high:
+                    w.high = seq
+                    peer.rx_high_time = now
+                if ras is None:
+                    c.num_frag_recvs += 1
+                    c.num_msgs_delivered += 1
+                    c.num_bytes_delivered += plen
+                    self.events.append((EV_MESSAGE, peer, tag, bytes(data[HEADER_LEN:])))
+                else:
+                    c.num_chunk_recvs += 1
+                    parts = ras.parts
+                    if parts is not None and off == ras.received and type(data.obj) is bytes:
+                        parts.append(data[pos:])  # Reassembly.add, inline: kept, not copied
+                    else:
+                        ras.add(off, data[pos:])
+                    ras.received += plen
+                peer.ack_count += 1
+                if peer.ack_count >= self._ack_frequency:
+                    peer.ack_now = True
+                elif peer.ack_deadline is None:
+                    peer.ack_deadline = now + self._ack_delay
+                self._acking[peer] = None
+                self._timed[peer] = None
+                return
         if flags & F_ACK and ack_w != peer.snd_una & SEQ_MASK:
             at_cum = self._on_cum_ack(peer, ack_w, now)
             if at_cum is not None:
@@ -397,7 +420,7 @@ class Engine:
                 and (not flags & F_CHUNK or poff + msg_len <= len(region))
             if not flags & F_CHUNK:
                 if fits:
-                    region[start:start + plen] = memoryview(data)[pos:]  # type: ignore[index]
+                    region[start:start + plen] = data[pos:]  # type: ignore[index]
                     item = (EV_PUT, peer, key, poff, plen)
                     c.num_puts_delivered += 1
                 else:
@@ -408,7 +431,7 @@ class Engine:
                 if ras is None:
                     ras = peer.reassembly[msg_id] = Reassembly(msg_len, tag, key, poff)
                 if fits and not ras.failed:
-                    region[start:start + plen] = memoryview(data)[pos:]  # type: ignore[index]
+                    region[start:start + plen] = data[pos:]  # type: ignore[index]
                 elif not ras.failed:
                     # an unknown key, out of bounds, or the region was unexposed mid-way:
                     # reported once, when the whole put has arrived
@@ -429,20 +452,20 @@ class Engine:
             c.num_chunk_recvs += 1
             if ras is None:
                 ras = peer.reassembly[msg_id] = Reassembly(msg_len, tag, None, 0)
-            ras.buf[off:off + plen] = memoryview(data)[pos:]  # type: ignore[index]
+            ras.add(off, data[pos:])
             ras.received += plen
             if off + plen == msg_len:
                 ras.last_seq = seq
             if ras.received >= msg_len:
                 del peer.reassembly[msg_id]
-                item = (EV_MESSAGE, peer, ras.tag, ras.buf)
+                item = (EV_MESSAGE, peer, ras.tag, ras.take())
                 seq_done = ras.last_seq
                 c.num_msgs_delivered += 1
                 c.num_bytes_delivered += msg_len
                 peer.ack_now = True  # usnic ACKs a completed large message at once
         else:
             c.num_frag_recvs += 1
-            item = (EV_MESSAGE, peer, tag, bytes(memoryview(data)[pos:]))
+            item = (EV_MESSAGE, peer, tag, bytes(data[pos:]))
             seq_done = seq
             c.num_msgs_delivered += 1
             c.num_bytes_delivered += plen
@@ -495,12 +518,12 @@ class Engine:
             cum = peer.next_seq - 1  # ACKs for what we never sent: ignore the excess
             if cum <= una:
                 return None
-        unacked = peer.unacked
+        pop, acked = peer.unacked.pop, self._acked  # (once per ACK: the loop runs per segment)
         top = None
         for s in range(una + 1, cum + 1):
-            seg = unacked.pop(s, None)
+            seg = pop(s, None)
             if seg is not None:
-                self._acked(peer, seg)
+                acked(peer, seg)
                 top = seg
         peer.snd_una = cum
         peer.scoreboard.prune(cum)
@@ -550,7 +573,7 @@ class Engine:
         if peer.queue and peer.state is PeerState.ESTABLISHED:
             self._sending[peer] = None
 
-    def _on_ack(self, peer: Peer, data: Any, n: int, ack_w: int, plen: int, now: float) -> None:
+    def _on_ack(self, peer: Peer, data: memoryview, n: int, ack_w: int, plen: int, now: float) -> None:
         c = peer.counters
         if n != HEADER_LEN + plen or plen < ACK_BODY.size:
             self.counters.num_malformed_recvs += 1
@@ -987,15 +1010,15 @@ class Engine:
     # ------------------------------------------------------------------ send pass
 
     def datagrams_to_send(self, now: float, budget: int = 1 << 30,
-                          resends: bool = True) -> list[tuple[int, Any, bytearray]]:
+                          resends: bool = True) -> list[tuple[int, Any, bytes | bytearray]]:
         """Up to ``budget`` datagrams to post now, as ``(channel, dest, datagram)``.
 
-        The engine counts them as sent.  The driver must post them before calling the engine
-        again (the buffers are the segments' own and get re-stamped on retransmission).  A
+        The engine counts them as sent, and never changes a datagram it handed out (a
+        retransmission re-stamps a copy), so the device may keep one without copying.  A
         driver calling it several times in one progress pass asks for ``resends`` only the
         first time, so that ``max_resends_per_pass`` holds per pass."""
         self._now = now
-        out: list[tuple[int, Any, bytearray]] = []
+        out: list[tuple[int, Any, bytes | bytearray]] = []
         cfg = self.config
         if self._resending and resends:
             self._resend_pass(out, now, min(budget, cfg.max_resends_per_pass))
@@ -1009,7 +1032,7 @@ class Engine:
 
     def _stamp(self, peer: Peer, seg: Segment, now: float, out: list[Any]) -> None:
         """Fill in the current ACK point (and CRC) and count one transmission."""
-        buf = seg.buf
+        buf = seg.buf = bytearray(seg.buf)  # a copy: a datagram handed out is never changed
         _U64.pack_into(buf, 24, peer.window.cum & SEQ_MASK)
         if self.crc:
             view = memoryview(buf)
@@ -1060,14 +1083,15 @@ class Engine:
         window = self.config.window
         for peer in list(self._sending):
             limit = peer.snd_una + min(window, peer.remote_window)
-            credits = credits_per_peer
-            queue = peer.queue
             unacked, resend, cwnd = peer.unacked, peer.resend, peer.cwnd
-            while queue and credits and peer.next_seq <= limit and len(out) < budget \
-                    and len(unacked) - len(resend) < cwnd:
-                self._cut_segment(peer, queue[0], now, out)
-                credits -= 1
-            if not queue or peer.next_seq > limit or len(unacked) - len(resend) >= cwnd:
+            # how many segments this peer may send now: credits, flow and congestion window
+            room = min(credits_per_peer, limit + 1 - peer.next_seq, budget - len(out))
+            in_flight = len(unacked) - len(resend)
+            if cwnd < in_flight + room:
+                room = ceil(cwnd - in_flight)  # (exact: an int below a float is subtracted exactly)
+            if room > 0 and peer.queue:
+                self._cut_segments(peer, now, out, room)
+            if not peer.queue or peer.next_seq > limit or len(unacked) - len(resend) >= cwnd:
                 del self._sending[peer]  # re-added by a new send or an ACK that opens the window
             else:
                 del self._sending[peer]  # round robin: to the back of the line
@@ -1078,61 +1102,98 @@ class Engine:
             if depth > peer.counters.max_send_window:
                 peer.counters.max_send_window = depth
 
-    def _cut_segment(self, peer: Peer, msg: OutMessage, now: float, out: list[Any]) -> None:
-        """Where a message becomes datagrams: cut the next segment of ``msg`` and send it."""
-        c = peer.counters
+    def _cut_segments(self, peer: Peer, now: float, out: list[Any], room: int) -> None:
+        """Where messages become datagrams: cut up to ``room`` segments from the head of
+        ``peer``'s queue and send them.
+
+        Each datagram is one immutable ``bytes``, joined from the header's pieces and the
+        payload slice once the CRC was computed over them: the payload is copied once, and
+        the device need not copy it again.  This runs once per segment sent, so the state it
+        touches is read into locals once per call and written back at the end."""
+        queue = peer.queue
+        unacked = peer.unacked
+        dest = peer.dest
+        append = out.append
+        crc = self.crc
+        conn, inc = peer.remote_conn, self.incarnation
         seq = peer.next_seq
-        put = msg.put_key is not None
-        flags = F_ACK | self._crc_flag
-        pos = HEADER_LEN
-        if msg.chunked:
-            cap = self._chunk_cap - (PUT_LEN if put else 0)
-            n = min(cap, msg.length - msg.offset)
-            flags |= F_CHUNK
-            pos += CHUNK_LEN
-            c.num_chunk_sends += 1
-        else:
-            n = msg.length
-            c.num_frag_sends += 1
-        if put:
-            flags |= F_PUT
-            pos += PUT_LEN
-        buf = bytearray(pos)  # headers only: the payload is appended, not zero-filled first
-        HEADER.pack_into(buf, 0, WIRE_VERSION, T_DATA, flags, 0, peer.remote_conn,
-                         self.incarnation, 0, seq & SEQ_MASK, peer.window.cum & SEQ_MASK, msg.tag, n)
-        if msg.chunked:
-            CHUNK.pack_into(buf, HEADER_LEN, msg.msg_id, msg.length, msg.offset)
-        if put:
-            PUT.pack_into(buf, pos - PUT_LEN, msg.put_key, msg.put_offset)
-        if n:
-            buf += msg.data[msg.offset:msg.offset + n]
-        if self.crc:
-            view = memoryview(buf)
-            _U32.pack_into(buf, CRC_OFFSET, crc32c(view[CRC_OFFSET + 4:], crc32c(view[:CRC_OFFSET])))
-        channel = PRIORITY if not msg.chunked and pos + n <= self.priority_limit else DATA
-        seg = Segment(seq, buf, channel, msg)
-        msg.offset += n
-        msg.outstanding += 1
-        if msg.offset >= msg.length:
-            msg.cut_all = True
-            peer.queue.popleft()
-        peer.next_seq = seq + 1
-        if not peer.unacked:
+        serial = peer.tx_serial
+        ack_w = peer.window.cum & SEQ_MASK  # the ACK point rides along (see _stamp)
+        prefixes: dict[int, tuple[bytes, int]] = {}  # by flags: header bytes [0:12], their CRC
+        nbytes = chunks = frags = 0
+        if not unacked:
             peer.last_progress = now  # the death clock runs only while something is unacked
-        peer.unacked[seq] = seg
+        while room and queue:
+            msg = queue[0]
+            data, length, tag, off, msg_id = msg.data, msg.length, msg.tag, msg.offset, msg.msg_id
+            put = msg.put_key is not None
+            flags = F_ACK | self._crc_flag
+            if msg.chunked:
+                flags |= F_CHUNK
+                cap = self._chunk_cap - (PUT_LEN if put else 0)
+                channel = DATA
+            else:
+                cap = length
+                pos = HEADER_LEN + (PUT_LEN if put else 0)
+                channel = PRIORITY if pos + length <= self.priority_limit else DATA
+            if put:
+                flags |= F_PUT
+            pre = prefixes.get(flags)
+            if pre is None:
+                head = HEAD_PREFIX.pack(WIRE_VERSION, T_DATA, flags, 0, conn, inc)
+                pre = prefixes[flags] = (head, crc32c(head) if crc else 0)
+            prefix, pre_crc = pre
+            cut = 0
+            while cut < room:
+                n = length - off
+                if n > cap:
+                    n = cap
+                if flags & F_CHUNK:
+                    if put:
+                        rest = HEAD_REST_CHUNK_PUT.pack(seq & SEQ_MASK, ack_w, tag, n, msg_id, length,
+                                                        off, msg.put_key, msg.put_offset)
+                    else:
+                        rest = HEAD_REST_CHUNK.pack(seq & SEQ_MASK, ack_w, tag, n, msg_id, length, off)
+                elif put:
+                    rest = HEAD_REST_PUT.pack(seq & SEQ_MASK, ack_w, tag, n, msg.put_key, msg.put_offset)
+                else:
+                    rest = HEAD_REST.pack(seq & SEQ_MASK, ack_w, tag, n)
+                payload = data[off:off + n]
+                check = _U32.pack(crc32c(payload, crc32c(rest, pre_crc))) if crc else _NO_CRC
+                frame = b"".join((prefix, check, rest, payload))
+                serial += 1
+                # first transmission: sent now, once, with this serial
+                unacked[seq] = Segment(seq, frame, channel, msg, now, 1, serial)
+                append((channel, dest, frame))
+                seq += 1
+                off += n
+                nbytes += n
+                cut += 1
+                if off >= length:
+                    break
+            room -= cut
+            msg.offset = off
+            msg.outstanding += cut
+            if flags & F_CHUNK:
+                chunks += cut
+            else:
+                frags += cut
+            if off >= length:
+                msg.cut_all = True
+                queue.popleft()
+        peer.next_seq = seq
+        peer.tx_serial = serial
+        c = peer.counters
+        c.num_chunk_sends += chunks
+        c.num_frag_sends += frags
+        c.num_total_sends += chunks + frags
+        c.num_bytes_sent += nbytes
         self._timed[peer] = None
-        c.num_total_sends += 1
-        c.num_bytes_sent += n
-        # first transmission: the header already carries the ACK point (see _stamp)
-        seg.sent_at = now
-        seg.tx_count = 1
-        peer.tx_serial += 1
-        seg.tx_serial = peer.tx_serial
+        # the ACK point rode along: no standalone ACK needed unless SACK news is waiting
         peer.ack_count = 0
         peer.ack_deadline = None
         if not peer.sack_dirty:
             peer.ack_now = False
-        out.append((channel, peer.dest, buf))
 
     def _ack_pass(self, out: list[Any], now: float, budget: int) -> None:
         for peer in list(self._acking):

@@ -49,29 +49,39 @@ class OutMessage:
 
 
 class Segment:
-    """One sequenced datagram held until acknowledged.  ``buf`` is the whole datagram; its
-    ACK and CRC fields are re-stamped at every transmission."""
+    """One sequenced datagram held until acknowledged.  ``buf`` is the whole datagram; a
+    retransmission re-stamps its ACK and CRC fields in a copy."""
 
     __slots__ = ("seq", "buf", "channel", "msg", "sent_at", "tx_count", "tx_serial", "lost")
 
-    def __init__(self, seq: int, buf: bytearray, channel: int, msg: OutMessage) -> None:
+    def __init__(self, seq: int, buf: bytes | bytearray, channel: int, msg: OutMessage,
+                 sent_at: float = 0.0, tx_count: int = 0, tx_serial: int = 0) -> None:
         self.seq = seq
         self.buf = buf
         self.channel = channel
         self.msg = msg
-        self.sent_at = 0.0
-        self.tx_count = 0
-        self.tx_serial = 0
+        self.sent_at = sent_at
+        self.tx_count = tx_count
+        self.tx_serial = tx_serial
         self.lost = 0  # queued for retransmission: 0 no, else engine.LOST_FAST/LOST_TIMEOUT
 
 
 class Reassembly:
-    """A chunked message being put back together (or a chunked put being tracked)."""
+    """A chunked message being put back together (or a chunked put being tracked).
 
-    __slots__ = ("buf", "msg_len", "received", "tag", "last_seq", "put_key", "put_offset", "failed")
+    Chunks that arrive in order as immutable ``bytes`` datagrams (the simulator's) are kept
+    as views of those datagrams and joined once the last one is in: no zero-filled buffer
+    and one copy of the payload, instead of zeroing a buffer and copying every chunk into it.
+    Anything else (a chunk out of order, a datagram the device will reuse) switches to
+    copying into a buffer, with what was kept so far copied in first."""
+
+    __slots__ = ("buf", "view", "parts", "msg_len", "received", "tag", "last_seq", "put_key",
+                 "put_offset", "failed")
 
     def __init__(self, msg_len: int, tag: int, put_key: int | None, put_offset: int) -> None:
-        self.buf = bytearray(msg_len) if put_key is None else None
+        self.buf: bytearray | None = None  # made when the first chunk cannot be kept
+        self.view: memoryview | None = None  # of buf: one view made once, not one per chunk
+        self.parts: list[memoryview] | None = [] if put_key is None else None  # kept chunks
         self.msg_len = msg_len
         self.received = 0
         self.tag = tag
@@ -79,6 +89,31 @@ class Reassembly:
         self.put_key = put_key
         self.put_offset = put_offset
         self.failed = False  # a put that could not be placed (reported when complete)
+
+    def add(self, off: int, chunk: memoryview) -> None:
+        """Take the chunk at ``off`` (a view of the datagram; before ``received`` counts it)."""
+        parts = self.parts
+        if parts is not None:
+            if off == self.received and type(chunk.obj) is bytes:
+                parts.append(chunk)  # immutable: kept, not copied
+                return
+            self.buf = bytearray(self.msg_len)
+            view = self.view = memoryview(self.buf)
+            pos = 0
+            for part in parts:
+                view[pos:pos + len(part)] = part
+                pos += len(part)
+            self.parts = None
+        self.view[off:off + len(chunk)] = chunk  # type: ignore[index]
+
+    def take(self) -> bytearray:
+        """The whole message, once every byte arrived (call once)."""
+        if self.parts is not None:
+            self.buf = bytearray().join(self.parts)  # the chunks tile it: they came in order
+            self.parts = None
+        elif self.view is not None:
+            self.view.release()  # the buffer is the user's now
+        return self.buf  # type: ignore[return-value]
 
 
 class Peer:

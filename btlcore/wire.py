@@ -95,10 +95,20 @@ SACK_RANGE = struct.Struct("!II")
 HELLO_BODY = struct.Struct("!IIQIIIH")
 
 HEADER_LEN = HEADER.size  # 36
+# The header cut around its CRC field, for the send path, which computes the CRC over the
+# pieces before joining them into one immutable datagram: bytes [0:12] (constant for a
+# peer's data segments, so its CRC is computed once per pass), then [16:36] with the
+# extensions that follow (chunk, put, or both).
+HEAD_PREFIX = struct.Struct("!BBBBII")
+HEAD_REST = struct.Struct("!QQHH")
+HEAD_REST_CHUNK = struct.Struct("!QQHHIII")
+HEAD_REST_PUT = struct.Struct("!QQHHIQ")
+HEAD_REST_CHUNK_PUT = struct.Struct("!QQHHIIIIQ")
 CHUNK_LEN = CHUNK.size  # 12
 PUT_LEN = PUT.size  # 12
 CRC_OFFSET = 12
 ACK_OFFSET = 24
+assert HEAD_PREFIX.size == CRC_OFFSET and CRC_OFFSET + 4 + HEAD_REST.size == HEADER_LEN
 MAX_SACK_RANGES = 64
 AF_TRUNCATED = 0x01
 AF_DUPLICATE = 0x02

@@ -38,8 +38,10 @@ class Fabric(Scheduler):
     """Any number of simulated NICs on one virtual clock.  See the module docstring."""
 
     __slots__ = ("seed", "_opened", "nics", "names", "_default", "_models", "_links", "_partitions",
-                 "_rules", "_nth")
+                 "_rules", "_nth", "integrity")
     seed: int
+    integrity: bool
+    """The fabric never corrupts a frame (see ``__init__``); its NICs report it."""
     _opened: int
     nics: dict[int, SimNIC]
     names: dict[str, SimNIC]
@@ -51,12 +53,22 @@ class Fabric(Scheduler):
     _nth: dict[tuple[int, int], frozenset[int]]
 
     def __init__(self, seed: int = 0, default: LinkModel | None = None,
-                 pcap: str | os.PathLike[str] | None = None, coalesce: float = 0.0) -> None:
+                 pcap: str | os.PathLike[str] | None = None, coalesce: float = 0.0,
+                 integrity: bool = False) -> None:
         """``coalesce``: interrupt coalescing, seconds (a NIC's rx-usecs).  0 wakes the
         receivers at every frame's exact arrival; e.g. 20e-6 lands everything due within
         20 us of the next arrival at once, so that receivers handle batches (much faster to
-        simulate, and closer to a real NIC).  Deterministic either way."""
+        simulate, and closer to a real NIC).  Deterministic either way.
+
+        ``integrity``: a promise, kept for the fabric's whole life, that no frame is ever
+        corrupted: a link model with ``corrupt > 0`` is refused (as the default or for any
+        direction), and the NICs report ``Capabilities.integrity``, as a NIC with a link-level
+        CRC does, so the core leaves out its own CRC32C (unless ``Config(crc="on")``).  Off
+        by default: then corruption may be configured at any time, and the core checks."""
         Scheduler.__init__(self)
+        if not isinstance(integrity, bool):
+            raise ConfigError(f"bad value {integrity!r} for fabric 'integrity': allowed is True or False")
+        self.integrity = integrity
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ConfigError(f"bad fabric seed {seed!r}: allowed is an integer")
         if not isinstance(coalesce, (int, float)) or isinstance(coalesce, bool) or not 0 <= coalesce <= 1:
@@ -67,7 +79,7 @@ class Fabric(Scheduler):
         self.nics = {}
         self.names = {}
         self._opened = 0
-        self._default = default if default is not None else LinkModel()
+        self._default = self._allowed(default) if default is not None else LinkModel()
         self._models = {}
         self._links = {}
         self._partitions = []
@@ -203,6 +215,13 @@ class Fabric(Scheduler):
         for link in self._links.values():
             self._rebuild(link)
 
+    def _allowed(self, model: LinkModel) -> LinkModel:
+        """``model``, unless it breaks the fabric's integrity promise."""
+        if self.integrity and model.corrupt:
+            raise ConfigError(f"link parameter 'corrupt' must be 0 on a fabric made with "
+                              f"integrity=True (its NICs promise intact frames), not {model.corrupt!r}")
+        return model
+
     @property
     def default_model(self) -> LinkModel:
         """The model of every direction that ``set_link`` did not name."""
@@ -212,7 +231,7 @@ class Fabric(Scheduler):
     def default_model(self, model: LinkModel) -> None:
         if not isinstance(model, LinkModel):
             raise TypeError(f"expected a LinkModel, got {type(model).__name__}")
-        self._default = model
+        self._default = self._allowed(model)
         self._rebuild_all()
 
     def set_link(self, src: NodeRef, dst: NodeRef, model: LinkModel | None, *,
@@ -221,6 +240,8 @@ class Fabric(Scheduler):
         model; ``None`` returns it to the default.  Frames already in flight keep theirs."""
         if model is not None and not isinstance(model, LinkModel):
             raise TypeError(f"expected a LinkModel, got {type(model).__name__}")
+        if model is not None:
+            self._allowed(model)
         a, b = self.node(src).node_id, self.node(dst).node_id
         for key in ((a, b), (b, a)) if both_ways else ((a, b),):
             if model is None:
@@ -330,7 +351,7 @@ class Fabric(Scheduler):
                 else:
                     out[key] += value
         out["drops"] = {c: out["drops"][c] for c in DROP_CAUSES if c in out["drops"]}
-        out["in_flight"] = sum(1 for ev in self.heap if ev[2] is not None)
+        out["in_flight"] = self.pending() - sum(1 for ev in self.heap if ev[2] is None)
         return out
 
     def close(self) -> None:

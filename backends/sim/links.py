@@ -42,6 +42,9 @@ A draw that would make the delay negative is clamped to zero.
 from __future__ import annotations
 
 import random
+from bisect import insort
+from collections import deque
+from collections.abc import Sequence
 from heapq import heappush
 from typing import TYPE_CHECKING, Any
 
@@ -175,6 +178,15 @@ class Link:
     # -- what the per-frame path reads --------------------------------------------------
     ideal: bool = True
     """No stage can act: post_send delivers at once without calling :meth:`transmit`."""
+    plain: bool = True
+    """No stage after the rate limiter can act but the fixed delay (:meth:`transmit`'s
+    short cut)."""
+    head: tuple[Any, ...] | None = None
+    """The event of this link's that stands in the fabric's heap for ``fifo`` (see
+    :class:`~.scheduler.Scheduler`)."""
+    fifo: deque[tuple[Any, ...]] = attrs.Factory(deque)
+    """Plain-path frames in flight behind ``head``, in arrival order: they join the heap
+    one at a time, or land straight from here when nothing in the heap comes first."""
     dst_rx: list[list[bytes]] = attrs.Factory(list)
     dst_mtus: list[int] = attrs.Factory(list)
     dst_depth: list[int] = attrs.Factory(list)
@@ -226,7 +238,9 @@ class Link:
         self.refresh()
 
     def refresh(self) -> None:
-        """Recompute whether the ideal path may be taken."""
+        """Recompute whether the ideal path (and the plain one) may be taken."""
+        self.plain = not (self.partitions or self.nth or self.rules or self.loss or self.ge_q
+                          or self.duplicate or self.corrupt or self.jitter or self.reorder)
         self.ideal = (
             self.model.ideal
             and not self.partitions
@@ -261,9 +275,28 @@ class Link:
                 return self.drop("queue", data, now)
             t = start + n / self.bytes_per_s
             self.busy_until = t
-            heappush(self.src.inflight[channel], t)
+            infl = self.src.inflight[channel]
+            if not infl or t >= infl[-1]:
+                infl.append(t)  # the usual case: after every slot taken before
+            else:
+                insort(infl, t)  # another link of this NIC's is further behind
         else:
             self.src.completed += 1
+        if self.plain:  # the stages below cannot act: deliver after the fixed delay
+            arrival = t + self.delay
+            if arrival <= now:
+                fab.land(self, channel, bytes(data), None)
+                return True
+            event = (arrival, fab._serial(), self, channel, bytes(data), None)
+            fifo = self.fifo
+            if self.head is None:
+                self.head = event
+                heappush(fab.heap, event)
+            elif arrival >= (fifo[-1][0] if fifo else self.head[0]):
+                fifo.append(event)  # arrivals on a plain link keep their order: no heap push
+            else:
+                heappush(fab.heap, event)  # the model changed to a shorter delay meanwhile
+            return True
         if self.partitions:
             for start, end in self.partitions:
                 if start <= t < end:
@@ -314,6 +347,52 @@ class Link:
             else:
                 fab.land(self, channel, out, note)
         return True
+
+    def transmit_run(self, channel: int, items: Sequence[tuple[int, Any, Any]], i: int) -> int:
+        """Take ``items[i:]`` on the plain path for as long as they go to this link on
+        ``channel`` and nothing but the rate limiter and the fixed delay applies; return the
+        index of the first item not taken (the caller posts it the one-frame way, which
+        raises, drops, reaps or refuses as :meth:`transmit` and ``post_send`` do).  Called
+        after one frame of the run went the one-frame way, so the link's head is set: the
+        rest join its FIFO with the link's state held in locals, as a bulk sender's frames
+        do.  The same frames, serials and times as one :meth:`transmit` per frame."""
+        head = self.head
+        if head is None or not (self.plain and self.bytes_per_s and self.delay and not self.queue_limit):
+            return i
+        src = self.src
+        infl = src.inflight[channel]
+        depth = src.sq_depth[channel]
+        limit = min(self.mtu, src.mtus[channel])  # beyond either: dropped or refused, not here
+        bps = self.bytes_per_s
+        delay = self.delay
+        fab = self.fabric
+        now = fab.now
+        serial = fab._serial
+        fifo = self.fifo
+        append = fifo.append
+        busy = self.busy_until
+        tail = fifo[-1][0] if fifo else head[0]
+        first = i
+        nbytes = 0
+        total = len(items)
+        while i < total:
+            ch, dest, data = items[i]
+            n = len(data)
+            if dest is not self or ch != channel or n > limit or len(infl) >= depth:
+                break
+            t = (busy if busy > now else now) + n / bps  # (as transmit computes it, bit for bit)
+            if (infl and t < infl[-1]) or t + delay < tail:
+                break  # out of order here or there: the one-frame way sorts it out
+            busy = t
+            infl.append(t)
+            tail = t + delay
+            append((tail, serial(), self, channel, bytes(data), None))
+            nbytes += n
+            i += 1
+        self.busy_until = busy
+        self.offered += i - first
+        self.bytes_offered += nbytes
+        return i
 
     def _delay_draw(self) -> float:
         d = self.delay

@@ -2,10 +2,10 @@
 
 ``btlcore.device.DeviceOps.bind`` binds these functions to a :class:`SimNIC`, so
 ``ops.post_send(channel, dest, data)`` calls :func:`btl_device_post_send` directly.  The
-per-frame hooks (``post_send``, ``poll_recv``, ``wait``) are the implementation, not
-wrappers: on a perfect link a post lands the frame in the peer's receive queue in a
-handful of slot reads, with no event, closure or object made.  Everything else delegates
-to the NIC or the fabric.
+per-frame hooks (``post_send_many``, which ``post_send`` wraps, ``poll_recv``, ``wait``)
+are the implementation, not wrappers: on a perfect link a post lands the frame in the
+peer's receive queue in a handful of slot reads, with no event, closure or object made.
+Everything else delegates to the NIC or the fabric.
 
 Device options (``btlcore.registry.open_device("sim", options)``):
 
@@ -55,27 +55,46 @@ def btl_device_create_channel(device: SimNIC, channel: Channel, mtu: int) -> Cha
 @hookimpl
 def btl_device_post_send(device: SimNIC, channel: Channel, dest: Link,
                          data: bytes | bytearray | memoryview) -> bool:
-    if dest.src is not device:
-        raise ValueError(f"destination {dest!r} was not resolved on {device.name}")
-    n = len(data)
-    if n > device.mtus[channel]:
-        if device.closed:
-            raise RuntimeError(f"{device.name}: device is closed")
-        raise ValueError(f"{device.name}: a {n}-byte datagram exceeds channel "
-                         f"{Channel(channel).name}'s MTU of {device.mtus[channel]}")
-    infl = device.inflight[channel]
-    if infl and len(infl) >= device.sq_depth[channel] and not device.reap(channel):
-        return False  # the send queue is full; the fabric wakes wait() when a slot frees
-    if dest.ideal and n <= dest.dst_mtus[channel]:
-        queue = dest.dst_rx[channel]
-        if len(queue) < dest.dst_depth[channel]:
-            queue.append(bytes(data))
-            dest.fast_frames += 1
-            dest.fast_bytes += n
-            device.completed += 1
-            dest.fabric.landed = True
-            return True
-    return dest.transmit(channel, data)
+    return btl_device_post_send_many(device, ((channel, dest, data),)) == 1
+
+
+@hookimpl
+def btl_device_post_send_many(device: SimNIC, items: Sequence[tuple[Channel, Link, Any]]) -> int:
+    """Post ``(channel, dest, data)`` items in order; return how many were taken (a full
+    send queue stops the batch).  The driver hands over a progress pass's frames in one
+    call, so the per-frame work here is a few slot reads and one append or heap push."""
+    mtus = device.mtus
+    inflight = device.inflight
+    sq_depth = device.sq_depth
+    i = 0
+    total = len(items)
+    while i < total:
+        channel, dest, data = items[i]
+        if dest.src is not device:
+            raise ValueError(f"destination {dest!r} was not resolved on {device.name}")
+        n = len(data)
+        if n > mtus[channel]:
+            if device.closed:
+                raise RuntimeError(f"{device.name}: device is closed")
+            raise ValueError(f"{device.name}: a {n}-byte datagram exceeds channel "
+                             f"{Channel(channel).name}'s MTU of {mtus[channel]}")
+        infl = inflight[channel]
+        if infl and len(infl) >= sq_depth[channel] and not device.reap(channel):
+            return i  # the send queue is full; the fabric wakes wait() when a slot frees
+        i += 1
+        if dest.ideal and n <= dest.dst_mtus[channel]:
+            queue = dest.dst_rx[channel]
+            if len(queue) < dest.dst_depth[channel]:
+                queue.append(bytes(data))
+                dest.fast_frames += 1
+                dest.fast_bytes += n
+                device.completed += 1
+                dest.fabric.landed = True
+                continue
+        dest.transmit(channel, data)
+        if dest.plain and i < total:
+            i = dest.transmit_run(channel, items, i)  # the frames that follow it on this link
+    return total
 
 
 @hookimpl

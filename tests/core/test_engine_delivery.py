@@ -337,3 +337,31 @@ def test_delivered_data_types() -> None:
     evs = [e for _t, i, e in p.timeline if i == 1 and e[0] == 0]
     assert type(evs[0][3]) is bytes and evs[0][3] == b"small"
     assert type(evs[1][3]) is bytearray and evs[1][3] == payload(5000)  # the reassembly buffer, handed over
+
+
+@pytest.mark.parametrize("order", ["in order", "out of order"])
+@pytest.mark.parametrize("kind", ["bytes", "reused buffer"])
+def test_reassembly_keeps_or_copies_chunks_and_gives_the_same_message(order: str, kind: str) -> None:
+    from btlcore.peer import Reassembly
+
+    message = bytes(range(256)) * 40
+    cuts = [(off, message[off:off + 1000]) for off in range(0, len(message), 1000)]
+    if order == "out of order":
+        cuts[1], cuts[3] = cuts[3], cuts[1]
+    ras = Reassembly(len(message), 7, None, 0)
+    scratch = bytearray(2000)  # a device buffer, overwritten after every datagram
+    for off, chunk in cuts:
+        if kind == "bytes":
+            view = memoryview(b"header" + chunk)[6:]  # a view of an immutable datagram: kept
+        else:
+            scratch[6:6 + len(chunk)] = chunk
+            view = memoryview(scratch)[6:6 + len(chunk)]  # must be copied before it changes
+        ras.add(off, view)
+        ras.received += len(chunk)
+        if kind != "bytes":
+            scratch[:] = bytes(len(scratch))
+    kept = kind == "bytes" and order == "in order"
+    assert (ras.parts is not None) == kept and (ras.buf is None) == kept
+    out = ras.take()
+    assert type(out) is bytearray and out == message
+    out.extend(b"!")  # the user's to resize: no view of it is left behind

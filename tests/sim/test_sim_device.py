@@ -235,3 +235,33 @@ def test_device_seed_follows_the_fabric_seed_and_differs_per_opening() -> None:
     assert seeds[0] == seeds[1]
     assert len(set(seeds[0])) == 3
     assert Fabric(seed=1235).open_device().device.seed != seeds[0][0]
+
+
+def test_integrity_is_promised_only_by_a_fabric_that_refuses_corruption() -> None:
+    import btlcore
+
+    plain = Fabric(seed=1)
+    assert registry.open_device("sim", {"fabric": plain}).capabilities().integrity is False
+    plain.default_model = LinkModel(corrupt=0.5)  # allowed: nothing was promised
+
+    fabric = Fabric(seed=1, integrity=True)
+    a = btlcore.open("sim", fabric=fabric, name="a")
+    b = btlcore.open("sim", fabric=fabric, name="b", config=btlcore.Config(crc="on"))
+    assert a.capabilities.integrity is True
+    assert a.engine.crc is False  # crc="auto": the device's promise stands in for the CRC
+    assert b.engine.crc is True  # crc="on" still forces it
+    with pytest.raises(ConfigError, match="corrupt"):
+        fabric.default_model = LinkModel(corrupt=0.01)
+    with pytest.raises(ConfigError, match="corrupt"):
+        fabric.set_link("a", "b", LinkModel(corrupt=0.01))
+    with pytest.raises(ConfigError, match="corrupt"):
+        Fabric(seed=1, default=LinkModel(corrupt=0.01), integrity=True)
+    fabric.set_link("a", "b", LinkModel(loss=0.1, duplicate=0.1))  # losing and copying are fine
+    assert fabric.link_model("a", "b").corrupt == 0.0
+    c = btlcore.open("sim", fabric=fabric, name="c")
+    got: list[bytes] = []
+    c.on(1, lambda peer, tag, data: got.append(bytes(data)))
+    a.send(a.connect(c.address), 1, bytes(range(256)) * 100)  # chunked: no CRC on either end
+    btlcore.run_until([a, c], lambda: bool(got), timeout=5)
+    assert got == [bytes(range(256)) * 100]
+    assert c.stats()["num_crc_errors"] == 0

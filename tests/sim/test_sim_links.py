@@ -301,3 +301,18 @@ def test_links_made_before_and_after_set_link_behave_alike() -> None:
     lp.ab = late_a.resolve(late_b.local_address())
     lp.ba = late_b.resolve(late_a.local_address())
     assert _blast(e, 2000) == _blast(lp, 2000)
+
+
+def test_frames_sent_after_the_delay_shrank_overtake_those_in_flight(make_pair) -> None:
+    # A plain link's frames wait behind its first one (the per-link FIFO); a frame that
+    # would arrive before the FIFO's tail must still land in time order.
+    p = make_pair(LinkModel(delay=0.010, rate_mbps=1000.0))
+    items = [(Channel.DATA, p.ab, frame(seq, 200)) for seq in range(5)]
+    assert p.a.post_send_many(items) == 5
+    p.fabric.set_link("a", "b", LinkModel(delay=0.001, rate_mbps=1000.0))
+    p.send(5, size=200, start=5)
+    assert p.fabric.pending() == 10 and p.fabric.totals()["in_flight"] == 10
+    got = p.arrivals()
+    assert [seq_of(f) for _, f in got] == [5, 6, 7, 8, 9, 0, 1, 2, 3, 4]
+    assert [t for t, _ in got] == sorted(t for t, _ in got)
+    assert p.fabric.pending() == 0
