@@ -385,7 +385,9 @@ class Engine:
                         and not w.holds(seq) and cum < seq <= cum + w.size:
                     c.num_reassembly_drops += 1
                     return
-            elif ras.msg_len != msg_len:
+            elif ras.msg_len != msg_len or (ras.put_key is None) is bool(flags & F_PUT):
+                # (a chunk of a message where a put is being placed, or the reverse: the two
+                # keep different state, and a sender never reuses a live message id)
                 c.num_badfrag_recvs += 1
                 return
         verdict = w.accept(seq)

@@ -181,6 +181,23 @@ def test_chunk_with_conflicting_msg_len_is_badfrag() -> None:
     assert all(d != b"y" * 10 for _a, _t, d in p.delivered[1])
 
 
+@pytest.mark.parametrize("put_first", [True, False])
+def test_chunk_and_put_chunk_sharing_a_msg_id_is_badfrag(put_first: bool) -> None:
+    # one message id, once as a chunked put and once as a chunked message: the later one is
+    # refused (it used to raise TypeError, reassembling into the put's missing buffer)
+    p = fresh_pair()
+    region = bytearray(64)
+    key = p.b.expose(region)
+    seq = p.pb.window.cum + 1
+    put = dict(put_key=key, put_offset=0)
+    first = dict(seq=seq + 1, msg_id=5, msg_len=20, offset=10, payload=b"x" * 10, **(put if put_first else {}))
+    second = dict(seq=seq + 2, msg_id=5, msg_len=20, offset=0, payload=b"y" * 10, **({} if put_first else put))
+    p.b.receive_datagram(template(p, **first).encode(), p.now)
+    p.b.receive_datagram(template(p, **second).encode(), p.now)
+    assert p.pb.counters.num_badfrag_recvs == 1
+    assert bytes(region[:10]) != b"y" * 10
+
+
 def test_ack_malformed_bodies() -> None:
     p = fresh_pair()
     good = Datagram(T_ACK, F_ACK, p.pa.local_conn, p.b.incarnation, 0, p.pb.window.cum,
