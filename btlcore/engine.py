@@ -41,6 +41,7 @@ from .rtt import RetransmitTimer
 from .stats import ModuleCounters, aggregate
 from .wire import (
     ACK_BODY, AF_DUPLICATE, AF_TRUNCATED, CHUNK, CHUNK_LEN, CRC_OFFSET, F_ACK, F_CHUNK, F_CRC, F_PUT, HEAD_PREFIX,
+    HF_CRC_REQUIRED,
     HEAD_REST, HEAD_REST_CHUNK, HEAD_REST_CHUNK_PUT, HEAD_REST_PUT, HEADER, HEADER_LEN,
     HELLO_BODY, KNOWN_FLAGS, MAX_SACK_RANGES, PUT, PUT_LEN, SACK_RANGE, SEQ_MASK, T_ACK, T_DATA,
     T_HELLO, T_HELLO_ACK, U32_MASK, WIRE_VERSION, Hello, MalformedDatagram, crc32c,
@@ -120,8 +121,7 @@ class Engine:
         self.priority_limit = min(config.priority_limit, self.priority_mtu)
         if self.data_mtu < HEADER_LEN + CHUNK_LEN + PUT_LEN + 1:
             raise ValueError(f"device MTU {self.data_mtu} is too small for btlcore's headers")
-        self.crc = crc
-        self._crc_flag = F_CRC if crc else 0
+        self.crc = crc  # we require a CRC32C on everything we receive (and so send one)
         self._ack_channel = PRIORITY if self.priority_limit else DATA
         self._max_sack = max(0, min(MAX_SACK_RANGES,
                                     ((self.priority_mtu if self.priority_limit else self.data_mtu)
@@ -303,7 +303,7 @@ class Engine:
             if hello.incarnation != inc or inc == 0:
                 self.counters.num_malformed_recvs += 1
                 return
-            self._on_hello(typ, dst, hello, now)
+            self._on_hello(typ, dst, hello, bool(_r & HF_CRC_REQUIRED), now)
         else:
             self.counters.num_malformed_recvs += 1
 
@@ -711,6 +711,7 @@ class Engine:
                                 cfg.rto_max, cfg.retrans_timeout, cfg.ack_delay)
         peer = Peer(address, dest, conn, self._rng.randrange(1, 1 << 62), timer, cfg.window)
         peer.cwnd = self._cwnd_initial
+        peer.crc = self.crc
         self.peers_by_addr[address] = peer
         self.peers_by_conn[conn] = peer
         return peer
@@ -754,7 +755,7 @@ class Engine:
                 table.pop(peer, None)
         return len(self.peers_by_addr) < self.config.max_peers
 
-    def _on_hello(self, typ: int, dst: int, hello: Hello, now: float) -> None:
+    def _on_hello(self, typ: int, dst: int, hello: Hello, wants_crc: bool, now: float) -> None:
         if typ == T_HELLO:
             peer = self.peers_by_addr.get(hello.address)
             if peer is None:
@@ -816,6 +817,9 @@ class Engine:
         elif peer.state is PeerState.FAILED or peer.state is PeerState.CLOSED:
             c.num_stale_recvs += 1
             return
+        # CRC32C on what we send it if either side requires one: crc=on at one end and
+        # off (or auto on a device with integrity) at the other still talk
+        peer.crc = self.crc or wants_crc
         if not peer.remote_known:
             peer.remote_known = True
             peer.remote_inc = hello.incarnation
@@ -874,6 +878,7 @@ class Engine:
                       timer, cfg.window)
         peer.counters, peer.user_data, peer.past_incarnations, peer.past_remote_conns = keep
         peer.cwnd = self._cwnd_initial
+        peer.crc = self.crc
         self.peers_by_conn[conn] = peer
 
     # ------------------------------------------------------------------ failure
@@ -1036,7 +1041,7 @@ class Engine:
         """Fill in the current ACK point (and CRC) and count one transmission."""
         buf = seg.buf = bytearray(seg.buf)  # a copy: a datagram handed out is never changed
         _U64.pack_into(buf, 24, peer.window.cum & SEQ_MASK)
-        if self.crc:
+        if buf[2] & F_CRC:  # (as when it was cut)
             view = memoryview(buf)
             _U32.pack_into(buf, CRC_OFFSET, crc32c(view[CRC_OFFSET + 4:], crc32c(view[:CRC_OFFSET])))
         seg.sent_at = now
@@ -1116,7 +1121,7 @@ class Engine:
         unacked = peer.unacked
         dest = peer.dest
         append = out.append
-        crc = self.crc
+        crc = peer.crc
         conn, inc = peer.remote_conn, self.incarnation
         seq = peer.next_seq
         serial = peer.tx_serial
@@ -1129,7 +1134,7 @@ class Engine:
             msg = queue[0]
             data, length, tag, off, msg_id = msg.data, msg.length, msg.tag, msg.offset, msg.msg_id
             put = msg.put_key is not None
-            flags = F_ACK | self._crc_flag
+            flags = F_ACK | F_CRC if crc else F_ACK
             if msg.chunked:
                 flags |= F_CHUNK
                 cap = self._chunk_cap - (PUT_LEN if put else 0)
@@ -1229,20 +1234,16 @@ class Engine:
             delay = U32_MASK  # ranges were cut short: no RTT sample from this ACK
         body = ACK_BODY.size + SACK_RANGE.size * len(ranges)
         buf = bytearray(HEADER_LEN + body)
-        HEADER.pack_into(buf, 0, WIRE_VERSION, T_ACK, F_ACK | self._crc_flag, 0, peer.remote_conn,
-                         self.incarnation, 0, 0, w.cum & SEQ_MASK, 0, body)
+        HEADER.pack_into(buf, 0, WIRE_VERSION, T_ACK, F_ACK | F_CRC if peer.crc else F_ACK, 0,
+                         peer.remote_conn, self.incarnation, 0, 0, w.cum & SEQ_MASK, 0, body)
         ACK_BODY.pack_into(buf, HEADER_LEN, self.config.window, len(ranges), ack_flags, delay)
         pos = HEADER_LEN + ACK_BODY.size
         for start, length in ranges:
             SACK_RANGE.pack_into(buf, pos, start, length)
             pos += SACK_RANGE.size
-        self._seal(buf)
+        if peer.crc:
+            _seal(buf)
         return buf
-
-    def _seal(self, buf: bytearray) -> None:
-        if self.crc:
-            view = memoryview(buf)
-            _U32.pack_into(buf, CRC_OFFSET, crc32c(view[CRC_OFFSET + 4:], crc32c(view[:CRC_OFFSET])))
 
     def _hello_pass(self, out: list[Any], now: float, budget: int) -> None:
         for peer in list(self._hello):
@@ -1270,11 +1271,20 @@ class Engine:
         body = Hello(self.incarnation, peer.local_conn, peer.isn, peer.remote_inc,
                      self.config.window, self.address, int(self.config.ack_delay * 1e6)).encode()
         buf = bytearray(HEADER_LEN + len(body))
-        HEADER.pack_into(buf, 0, WIRE_VERSION, typ, self._crc_flag, 0, peer.remote_conn,
-                         self.incarnation, 0, 0, 0, 0, len(body))
+        # Always with a CRC32C, whatever either side's setting (a handshake is rare, and a
+        # side that requires CRCs must be able to read it); hello_flags says whether we
+        # require one on everything else.
+        HEADER.pack_into(buf, 0, WIRE_VERSION, typ, F_CRC, HF_CRC_REQUIRED if self.crc else 0,
+                         peer.remote_conn, self.incarnation, 0, 0, 0, 0, len(body))
         buf[HEADER_LEN:] = body
-        self._seal(buf)
+        _seal(buf)
         return buf
+
+
+def _seal(buf: bytearray) -> None:
+    """Write the CRC32C of a finished datagram whose flags already say F_CRC."""
+    view = memoryview(buf)
+    _U32.pack_into(buf, CRC_OFFSET, crc32c(view[CRC_OFFSET + 4:], crc32c(view[:CRC_OFFSET])))
 
 
 assert HELLO_BODY.size == 30

@@ -123,7 +123,7 @@ class Peer:
     __slots__ = (
         # identity and handshake
         "address", "dest", "local_conn", "remote_conn", "remote_inc", "state", "confirmed",
-        "remote_known", "inbound_since", "hello_next", "hello_count", "hello_sent_at", "hello_interval", "hello_started", "hello_reply",
+        "remote_known", "inbound_since", "crc", "hello_next", "hello_count", "hello_sent_at", "hello_interval", "hello_started", "hello_reply",
         "error", "user_data", "past_incarnations", "past_remote_conns", "remote_isn",
         # send side
         "isn", "next_seq", "snd_una", "queue", "unacked", "resend", "scoreboard",
@@ -149,6 +149,7 @@ class Peer:
         self.remote_known = False  # we know its incarnation, connection id and ISN
         # created by its HELLO and not confirmed yet: since when (None otherwise)
         self.inbound_since: float | None = None
+        self.crc = False  # put a CRC32C on what we send it (we or it require one; the engine sets it)
         self.hello_next: float | None = None  # when to (re)send a HELLO
         self.hello_interval = 0.0
         self.hello_count = 0  # HELLOs sent (an RTT sample needs exactly one)

@@ -12,7 +12,7 @@ Header::
      0   1   version          WIRE_VERSION
      1   1   type             T_DATA, T_ACK, T_HELLO, T_HELLO_ACK
      2   1   flags            F_ACK | F_CHUNK | F_PUT | F_CRC
-     3   1   reserved         0
+     3   1   hello_flags      T_HELLO / T_HELLO_ACK: HF_CRC_REQUIRED; other types: 0
      4   4   dst_conn         the receiver's connection id for this peer (0 in a first HELLO)
      8   4   src_incarnation  the sender's incarnation (random, never 0)
     12   4   crc              CRC32C of bytes [0:12] + [16:end] when F_CRC is set, else 0
@@ -86,6 +86,9 @@ F_CHUNK = 0x02
 F_PUT = 0x04
 F_CRC = 0x08
 KNOWN_FLAGS = F_ACK | F_CHUNK | F_PUT | F_CRC
+#: hello_flags (header byte 3 of a HELLO or HELLO_ACK): the sender drops every datagram
+#: without a CRC32C, so the receiver must put one on everything it sends it
+HF_CRC_REQUIRED = 0x01
 
 HEADER = struct.Struct("!BBBBIIIQQHH")
 CHUNK = struct.Struct("!III")

@@ -68,7 +68,7 @@ class BTL(Packet):
         ByteField("version", wire.WIRE_VERSION),
         ByteEnumField("type", wire.T_DATA, wire.TYPE_NAMES),
         FlagsField("flags", 0, 8, FLAG_NAMES),
-        ByteField("reserved", 0),
+        ByteField("hello_flags", 0),
         IntField("dst_conn", 0),
         XIntField("src_incarnation", 0),
         XIntField("crc", None),

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import scapy.all as scapy_all
 
 from btlcore import registry, wire
-from btlcore.backends.sim import Fabric, LinkModel, default_fabric
+from btlcore.backends.sim import Fabric, LinkModel, default_fabric, layers
 from btlcore.backends.sim import plugin as sim_plugin
 from btlcore.device import REQUIRED_HOOKS, Channel, DeviceSpec
 from btlcore.errors import ConfigError
@@ -265,3 +266,38 @@ def test_integrity_is_promised_only_by_a_fabric_that_refuses_corruption() -> Non
     btlcore.run_until([a, c], lambda: bool(got), timeout=5)
     assert got == [bytes(range(256)) * 100]
     assert c.stats()["num_crc_errors"] == 0
+
+
+@pytest.mark.parametrize("opener", ["on", "auto"])
+def test_crc_on_at_one_end_and_not_the_other_still_talk(opener: str, tmp_path) -> None:
+    """On a fabric with integrity, crc='auto' sends no CRC32C; a peer with crc='on' drops
+    every frame without one.  The handshake tells each side what the other requires, so the
+    'auto' end puts a CRC on what it sends to the 'on' end (and only there), whichever opens."""
+    import btlcore
+    from btlcore.wire import F_CRC, T_DATA
+
+    fabric = Fabric(seed=3, integrity=True, pcap=tmp_path / "crc.pcapng")
+    strict = btlcore.open("sim", fabric=fabric, name="strict", config=btlcore.Config(crc="on"))
+    lax = btlcore.open("sim", fabric=fabric, name="lax")
+    other = btlcore.open("sim", fabric=fabric, name="other")
+    got: dict[int, list[bytes]] = {id(t): [] for t in (strict, lax, other)}
+    for t in (strict, lax, other):
+        t.on(1, lambda peer, tag, data, _k=id(t): got[_k].append(bytes(data)))
+    big = bytes(range(256)) * 100
+    first, second = (strict, lax) if opener == "on" else (lax, strict)
+    first.send(first.connect(second.address), 1, big)
+    btlcore.run_until([strict, lax], lambda: bool(got[id(second)]), timeout=5)
+    second.send(second.connect(first.address), 1, big)
+    lax.send(lax.connect(other.address), 1, big)
+    btlcore.run_until([strict, lax, other], lambda: bool(got[id(other)] and got[id(first)]), timeout=5)
+    assert got[id(first)] == got[id(second)] == got[id(other)] == [big]
+    assert sum(t.stats()["num_crc_errors"] for t in (strict, lax, other)) == 0
+    # lax puts a CRC on what it sends to strict only; other, like lax, uses none
+    assert lax.engine.peers_by_addr[strict.address].crc is True
+    assert lax.engine.peers_by_addr[other.address].crc is False
+    assert other.engine.peers_by_addr[lax.address].crc is False
+    fabric.close()
+    data = [p[layers.BTL] for p in scapy_all.rdpcap(str(tmp_path / "crc.pcapng"))
+            if p.haslayer(layers.BTL) and p[layers.BTL].type == T_DATA]
+    with_crc = sum(1 for d in data if int(d.flags) & F_CRC)
+    assert 0 < with_crc < len(data)  # both kinds on the wire
