@@ -44,7 +44,7 @@ from typing import Any
 from btlcore.device import Capabilities, Channel, ChannelInfo
 from btlcore.errors import ConfigError
 
-from . import _address, _mmsg, _mtu
+from . import _address, _heap, _mmsg, _mtu
 from ._options import MAX_PAYLOAD, UdpOptions
 
 UDP_SEGMENT = getattr(socket, "UDP_SEGMENT", 103)  # Python 3.11 has no name for it
@@ -368,6 +368,7 @@ class UdpDevice:
                               "is one of auto, on, off")
         self.options = opts
         self.closed = False
+        self._keep_heap = _heap.keep_heap() if opts.keep_heap else False
         family = opts.family
         self.family = family
         self._max_payload = MAX_PAYLOAD[family]
@@ -630,6 +631,7 @@ class UdpDevice:
             "gro": self._gro,
             "recverr": self.options.recverr,
             "recvmmsg": self._batch is not None,
+            "keep_heap": self._keep_heap,
             "busy_poll": self._busy_poll,
             "rcvbuf_requested": self.options.rcvbuf,
             "rcvbuf_granted": self.rcvbuf_granted[1],

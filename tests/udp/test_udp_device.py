@@ -261,6 +261,7 @@ def test_address_of_other_family_refused(open_udp):
     ({"recvmmsg": "sometimes"}, ["'recvmmsg'", "one of auto, on, off"]),
     ({"recverr": "x"}, ["'recverr'", "true or false"]),
     ({"gro": 2}, ["'gro'", "true or false"]),
+    ({"keep_heap": "x"}, ["'keep_heap'", "true or false"]),
     ({"busy_poll": "perhaps"}, ["'busy_poll'", "true or false"]),
     ({"rcvbuf": 10}, ["'rcvbuf'", "byte count"]),
     ({"sndbuf": "lots"}, ["'sndbuf'"]),
@@ -647,6 +648,16 @@ def test_icmp_errors_neither_break_sends_nor_spin_wait(open_udp, host):
     st = a.device.stats()
     assert st["icmp_errors"] >= 1 and st["tx_datagrams"] == 15
     assert st["recverr"] is True
+
+
+def test_keep_heap(open_udp):
+    from btlcore.backends.udp import _heap
+
+    assert _options.parse({}, environ={}).keep_heap is True
+    assert _options.parse({"keep_heap": "off"}, environ={}).keep_heap is False
+    glibc = _heap.keep_heap()  # applied once per process; True wherever libc has mallopt
+    assert open_udp().device.stats()["keep_heap"] is glibc
+    assert open_udp(keep_heap=False).device.stats()["keep_heap"] is False
 
 
 def test_recverr_off(open_udp):
