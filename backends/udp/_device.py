@@ -361,6 +361,9 @@ class UdpDevice:
     post_send_batch = post_send_batch
     post_send_many = post_send_many
     poll_recv = poll_recv
+    #: wait() returns at once when a socket is readable, so the transport may wait before
+    #: it reads (a read of an empty socket is a wasted system call)
+    wait_wakes_on_input = True
 
     def __init__(self, opts: UdpOptions) -> None:
         if opts.recvmmsg == "on" and not _mmsg.available():
@@ -408,6 +411,7 @@ class UdpDevice:
         self._socks: tuple[socket.socket, socket.socket] = (socks[0], socks[1])
         self._prio_sock = socks[0]
         self._prio_fd = socks[0].fileno()
+        self._data_fd = socks[1].fileno()
         self._ready: tuple[bool, bool] | None = None  # set by wait(), used once by poll_recv
         self._sendto = (socks[0].sendto, socks[1].sendto)
         self._data_sock = socks[1]
@@ -566,7 +570,7 @@ class UdpDevice:
 
         epoll counts in whole milliseconds, rounding up: a 200 us wait (the core's ACK
         delay) would sleep 1.07 ms.  Short waits therefore block in ``select``, which keeps
-        microseconds (about 60 us late here), then ask epoll which socket and why."""
+        microseconds (about 60 us late here) and says which socket is readable."""
         if self.closed:
             return
         poll = self._poller.poll
@@ -583,8 +587,11 @@ class UdpDevice:
             if timeout <= 0:
                 events = poll(0)
             elif timeout < FINE_WAIT and self._select_fds:
+                # select's answer is enough: a pending error also shows as readable, and the
+                # read that gets it drains the error queue (no second call to ask epoll)
                 ready, _, _ = select.select(self._select_fds, (), (), timeout)
-                events = poll(0) if ready else ()
+                self._ready = (self._prio_fd in ready, self._data_fd in ready)
+                return
             else:
                 events = poll(timeout * self._poll_scale)
         prio = data = False

@@ -479,6 +479,19 @@ def test_wait_returns_at_once_if_data_is_queued(open_udp):
     assert [bytes(m) for m in b.poll_recv(1)] == [b"ready"]
 
 
+@pytest.mark.parametrize("channel", [Channel.PRIORITY, Channel.DATA])
+def test_short_wait_says_which_socket_is_readable(open_udp, channel):
+    # a wait under FINE_WAIT blocks in select, whose answer alone tells poll_recv what to read
+    a, b, to_b, _ = pair(open_udp)
+    a.post_send(channel, to_b, b"one")
+    time.sleep(0.02)
+    b.wait(time.monotonic() + 0.01)
+    assert b.device._ready == (channel == Channel.PRIORITY, channel == Channel.DATA)
+    assert [bytes(m) for m in b.poll_recv(4)] == [b"one"]
+    b.wait(time.monotonic() + 0.001)
+    assert b.device._ready == (False, False)
+
+
 def test_busy_poll_exchange(open_udp):
     a, b, to_b, to_a = pair(open_udp, busy_poll=True)
     assert a.device.stats()["busy_poll"] is True

@@ -1,0 +1,67 @@
+"""The transport's progress loop on the UDP device: what a round trip costs in reads."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import btlcore
+
+
+def _count_empty_reads(t: btlcore.Transport) -> list[int]:
+    """Wrap the device's recvmmsg: counts[0] calls, counts[1] calls that found nothing."""
+    batch = t.device.device._batch
+    counts = [0, 0]
+    real = batch.recv
+
+    def recv(fd: int, first: int, count: int) -> int:
+        k = real(fd, first, count)
+        counts[0] += 1
+        counts[1] += k == 0
+        return k
+
+    batch.recv = recv
+    return counts
+
+
+@pytest.mark.parametrize("busy_poll", [False, True])
+def test_round_trips_read_only_sockets_that_have_data(busy_poll: bool) -> None:
+    # progress(timeout) waits before it reads: epoll/select says which socket is readable,
+    # so an echo costs no read of an empty socket on either side
+    a = btlcore.open("udp", bind="127.0.0.1:0", recvmmsg="on", busy_poll=busy_poll)
+    b = btlcore.open("udp", bind="127.0.0.1:0", recvmmsg="on", busy_poll=busy_poll)
+    stop = threading.Event()
+    b.on(1, lambda peer, tag, data: b.send(peer, 1, data))
+    b.on(2, lambda peer, tag, data: stop.set())
+
+    def serve() -> None:
+        while not stop.is_set():
+            b.progress(timeout=0.05)
+        b.flush(1.0)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        got: list[bytes] = []
+        a.on(1, lambda peer, tag, data: got.append(bytes(data)))
+        peer = a.connect(b.address)
+        a.send(peer, 1, b"warm-up")
+        btlcore.run_until([a], lambda: len(got) == 1, timeout=5)
+        mine, theirs = _count_empty_reads(a), _count_empty_reads(b)
+        for i in range(50):
+            a.send(peer, 1, b"ping %d" % i)
+            while len(got) < i + 2:
+                a.progress(timeout=1.0)
+        assert got[1:] == [b"ping %d" % i for i in range(50)]
+        assert mine[0] >= 50 and mine[1] == 0
+        assert theirs[0] >= 50 and theirs[1] == 0
+        assert a.stats()["num_resends"] == 0
+        stopped: list[object] = []
+        a.send(peer, 2, b"stop", callback=stopped.append)
+        btlcore.run_until([a], lambda: bool(stopped), timeout=5)
+    finally:
+        stop.set()
+        server.join(5)
+        a.close()
+        b.close()
