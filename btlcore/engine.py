@@ -65,6 +65,7 @@ LOST_FAST = 1  # Segment.lost: declared lost by the fast-retransmit rule
 LOST_TIMEOUT = 2  # ... by the retransmit timeout
 TIMEOUT_PROBES = 2  # segments a retransmit timeout resends
 CWND_BETA = 0.7  # multiplicative decrease per loss episode (CUBIC's; Reno halves)
+GATHER_MIN = 2048  # with enable_gather, chunks from this size keep their payload uncopied
 
 
 #: how much older (in incarnation units: 1/1024 s of the clock the driver built them from)
@@ -1066,6 +1067,79 @@ class Engine:
         if not peer.sack_dirty:
             peer.ack_now = False
         out.append((channel, peer.dest, buf))
+
+    # ------------------------------------------------------------------ scatter-gather sends
+
+    def enable_gather(self) -> None:
+        """The driver can post a datagram given as a list of buffers (``sendmsg`` style):
+        from now on the payload of a large chunk is not copied into its segment.  Such a
+        datagram comes out of :meth:`datagrams_to_send` as ``[header, view of the message]``
+        (a list; every other datagram stays one buffer).  The message must then stay
+        unchanged until its callback, as :meth:`send` already asks."""
+        self._cut_segment = self._cut_segment_gather  # type: ignore[method-assign]
+        self._stamp = self._stamp_gather  # type: ignore[method-assign]
+
+    def _cut_segment_gather(self, peer: Peer, msg: OutMessage, now: float, out: list[Any]) -> None:
+        """:meth:`_cut_segment` for a gathering driver: a chunk of a message (not a put) with
+        at least GATHER_MIN bytes keeps its payload as a view, its CRC chained over header and
+        payload; anything else goes the ordinary way.  Keep in step with _cut_segment."""
+        if not msg.chunked or msg.put_key is not None:
+            return Engine._cut_segment(self, peer, msg, now, out)
+        n = min(self._chunk_cap, msg.length - msg.offset)
+        if n < GATHER_MIN:
+            return Engine._cut_segment(self, peer, msg, now, out)
+        c = peer.counters
+        seq = peer.next_seq
+        header = bytearray(HEADER_LEN + CHUNK_LEN)
+        HEADER.pack_into(header, 0, WIRE_VERSION, T_DATA, F_ACK | F_CHUNK | self._crc_flag, 0,
+                         peer.remote_conn, self.incarnation, 0, seq & SEQ_MASK,
+                         peer.window.cum & SEQ_MASK, msg.tag, n)
+        CHUNK.pack_into(header, HEADER_LEN, msg.msg_id, msg.length, msg.offset)
+        payload = msg.data[msg.offset:msg.offset + n]
+        if self.crc:
+            view = memoryview(header)
+            _U32.pack_into(header, CRC_OFFSET, crc32c(payload, crc32c(view[CRC_OFFSET + 4:], crc32c(view[:CRC_OFFSET]))))
+        buf = [header, payload]
+        c.num_chunk_sends += 1
+        seg = Segment(seq, buf, DATA, msg)  # type: ignore[arg-type]
+        msg.offset += n
+        msg.outstanding += 1
+        if msg.offset >= msg.length:
+            msg.cut_all = True
+            peer.queue.popleft()
+        peer.next_seq = seq + 1
+        if not peer.unacked:
+            peer.last_progress = now
+        peer.unacked[seq] = seg
+        self._timed[peer] = None
+        c.num_total_sends += 1
+        c.num_bytes_sent += n
+        seg.sent_at = now
+        seg.tx_count = 1
+        peer.tx_serial += 1
+        seg.tx_serial = peer.tx_serial
+        peer.ack_count = 0
+        peer.ack_deadline = None
+        if not peer.sack_dirty:
+            peer.ack_now = False
+        out.append((DATA, peer.dest, buf))
+
+    def _stamp_gather(self, peer: Peer, seg: Segment, now: float, out: list[Any]) -> None:
+        """:meth:`_stamp` for a segment that may be ``[header, payload]``: the ordinary stamp
+        on the header, then the CRC again over both parts."""
+        buf: Any = seg.buf
+        if type(buf) is not list:
+            return Engine._stamp(self, peer, seg, now, out)
+        header, payload = buf
+        seg.buf = header
+        try:
+            Engine._stamp(self, peer, seg, now, out)
+        finally:
+            seg.buf = buf
+        if self.crc:
+            view = memoryview(header)
+            _U32.pack_into(header, CRC_OFFSET, crc32c(payload, crc32c(view[CRC_OFFSET + 4:], crc32c(view[:CRC_OFFSET]))))
+        out[-1] = (seg.channel, peer.dest, buf)
 
     def _ack_pass(self, out: list[Any], now: float, budget: int) -> None:
         for peer in list(self._acking):

@@ -246,7 +246,7 @@ class EngineNet:
             if out:
                 batch = []
                 for _ch, dest, buf in out:
-                    data = bytes(buf)
+                    data = b"".join(buf) if type(buf) is list else bytes(buf)  # gathered: [header, payload]
                     batch.append(data)
                     self._post(src, dest, data)
                 self.batches.append((self.now, src, batch))
