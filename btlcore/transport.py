@@ -73,6 +73,11 @@ def make_incarnation(clock_seconds: float) -> int:
     return value
 
 
+def _flat(buf: Any) -> bytes:
+    """A datagram as one bytes object (gathered ones come as a list of buffers)."""
+    return b"".join(buf) if type(buf) is list else bytes(buf)
+
+
 class Transport:
     """A reliable transport on one device.  Create it with :func:`btlcore.open`."""
 
@@ -112,6 +117,11 @@ class Transport:
             self.config, address=self.address, resolve=device.resolve,
             data_mtu=data_info.mtu, priority_mtu=prio_info.mtu, crc=use_crc,
             rng=rng, now=self.now(), incarnation=incarnation)
+        if device.post_send_many is not None and getattr(device.device, "gather_sends", False):
+            # the device sends a datagram given as [header, payload]: bulk payloads stay
+            # views of the user's message (no copy); _flush_sends joins them for anyone who
+            # must see one buffer (send filters, frame hooks, the backlog)
+            self.engine.enable_gather()
         self._post = device.post_send
         self._poll = device.poll_recv
         self._poll_completions = device.poll_completions
@@ -314,15 +324,17 @@ class Transport:
                 taken = many(out)
                 if taken < len(out):
                     self.engine.counters.num_send_pushbacks += 1
-                    backlog.extend((c, d, bytes(b)) for c, d, b in out[taken:])
+                    backlog.extend((c, d, _flat(b)) for c, d, b in out[taken:])
                     return
                 if not self.engine.has_work():
                     return
                 continue
             for i, (channel, dest, buf) in enumerate(out):
+                if type(buf) is list:
+                    buf = b"".join(buf)
                 if not post(channel, dest, buf):
                     self.engine.counters.num_send_pushbacks += 1
-                    backlog.extend((c, d, bytes(b)) for c, d, b in out[i:])
+                    backlog.extend((c, d, _flat(b)) for c, d, b in out[i:])
                     return
                 if sent_hook is not None:
                     sent_hook(transport=self, channel=Channel(channel), data=bytes(buf))

@@ -98,8 +98,23 @@ def bind_sockaddr(family: int, host: str, port: int) -> Any:
     return socket.getaddrinfo(host, port, family, socket.SOCK_DGRAM, 0, socket.AI_NUMERICHOST)[0][4]
 
 
+def _nbytes(data: Any) -> int:
+    """Length of a datagram given as one buffer or as a list of buffers (gathered)."""
+    return len(data) if type(data) is not list else sum(map(len, data))
+
+
+def _send1(sock: socket.socket, data: Any, addr: Any) -> None:
+    if type(data) is list:  # gathered: [header, payload], the kernel joins them
+        sock.sendmsg(data, (), 0, addr)
+    else:
+        sock.sendto(data, addr)
+
+
 def post_send(device: UdpDevice, channel: Channel, dest: Any, data: Any) -> bool:
-    """Send one datagram; False if the socket's send queue is full."""
+    """Send one datagram (one buffer, or a list of buffers sent as one datagram); False if
+    the socket's send queue is full."""
+    if type(data) is list:
+        return _post_gathered(device, channel, dest, data)
     n = len(data)
     if n > device._mtus[channel]:
         raise ValueError(f"udp: datagram of {n} bytes exceeds the {Channel(channel).name} "
@@ -113,33 +128,51 @@ def post_send(device: UdpDevice, channel: Channel, dest: Any, data: Any) -> bool
     return True
 
 
+def _post_gathered(device: UdpDevice, channel: Channel, dest: Any, data: list[Any]) -> bool:
+    n = _nbytes(data)
+    if n > device._mtus[channel]:
+        raise ValueError(f"udp: datagram of {n} bytes exceeds the {Channel(channel).name} "
+                         f"channel MTU of {device._mtus[channel]} bytes")
+    sock = device._socks[channel]
+    try:
+        sock.sendmsg(data, (), 0, dest[channel])
+    except OSError as exc:
+        return device._send_error(exc, sock, data, dest[channel])
+    device.tx_datagrams += 1
+    device.tx_bytes += n
+    return True
+
+
 def post_send_batch(device: UdpDevice, channel: Channel, dest: Any, datagrams: Sequence[Any]) -> int:
     """Send ``datagrams`` in order to one destination; return how many were taken (a prefix;
     the caller posts the rest again later, as after ``post_send`` returned False).
 
     Runs of equal-size datagrams (the last of a run may be shorter) go out as one GSO send
-    when GSO is on; everything else datagram by datagram."""
+    when GSO is on; everything else datagram by datagram.  A datagram may be a list of
+    buffers (the engine's gathered [header, payload]): a GSO run then passes all their
+    buffers in one iovec, which the kernel cuts at the segment size as usual."""
     mtu = device._mtus[channel]
     sock = device._socks[channel]
     addr = dest[channel]
     total = len(datagrams)
+    sizes = [len(d) if type(d) is not list else _nbytes(d) for d in datagrams]
     plain_until = 0  # datagrams before this index go one by one (after a GSO failure)
     i = 0
     while i < total:
-        size = len(datagrams[i])
+        size = sizes[i]
         if size > mtu:
             raise ValueError(f"udp: datagram {i} of the batch has {size} bytes, more than the "
                              f"{Channel(channel).name} channel MTU of {mtu} bytes")
         j = i + 1
         if device._gso and size and i >= plain_until:
             limit = min(total, i + min(GSO_MAX_SEGMENTS, device._max_payload // size))
-            while j < limit and len(datagrams[j]) == size:
+            while j < limit and sizes[j] == size:
                 j += 1
-            if j < limit and 0 < len(datagrams[j]) < size:  # a shorter (not empty) last one
+            if j < limit and 0 < sizes[j] < size:  # a shorter (not empty) last one
                 j += 1
         if j - i == 1:
             try:
-                sock.sendto(datagrams[i], addr)
+                _send1(sock, datagrams[i], addr)
             except OSError as exc:
                 if not device._send_error(exc, sock, datagrams[i], addr):
                     return i
@@ -150,13 +183,18 @@ def post_send_batch(device: UdpDevice, channel: Channel, dest: Any, datagrams: S
             i = j
             continue
         run = datagrams[i:j]
+        iov = run
+        for d in run:
+            if type(d) is list:  # gathered datagrams: their buffers, in order, as one iovec
+                iov = [part for d in run for part in (d if type(d) is list else (d,))]
+                break
         cmsg = device._gso_cmsg.get(size)
         if cmsg is None:
             cmsg = device._gso_cmsg[size] = [(socket.IPPROTO_UDP, UDP_SEGMENT, struct.pack("=H", size))]
         try:
-            nbytes = sock.sendmsg(run, cmsg, 0, addr)
+            nbytes = sock.sendmsg(iov, cmsg, 0, addr)
         except OSError as exc:
-            sent = device._gso_error(exc, sock, run, cmsg, addr)
+            sent = device._gso_error(exc, sock, iov, cmsg, addr, j - i, size)
             if sent is None:  # queue full
                 return i
             if sent < 0:  # GSO refused here: this run again, datagram by datagram
@@ -364,6 +402,9 @@ class UdpDevice:
     #: wait() returns at once when a socket is readable, so the transport may wait before
     #: it reads (a read of an empty socket is a wasted system call)
     wait_wakes_on_input = True
+    #: post_send and post_send_many take a datagram as a list of buffers (sendmsg gathers
+    #: them), so the engine need not copy a bulk payload into its segment
+    gather_sends = True
 
     def __init__(self, opts: UdpOptions) -> None:
         if opts.recvmmsg == "on" and not _mmsg.available():
@@ -468,9 +509,9 @@ class UdpDevice:
             # reported once, by whichever call comes next: clear it and try again, once.
             self._drain_errqueue(sock)
             try:
-                sock.sendto(data, addr)
+                _send1(sock, data, addr)
                 self.tx_datagrams += 1
-                self.tx_bytes += len(data)
+                self.tx_bytes += _nbytes(data)
                 return True
             except OSError as again:
                 exc = again
@@ -478,7 +519,7 @@ class UdpDevice:
             self.tx_pushbacks += 1
             return False
         if exc.errno == errno.EMSGSIZE:
-            raise OSError(errno.EMSGSIZE, f"udp: the kernel refused a {len(data)}-byte datagram "
+            raise OSError(errno.EMSGSIZE, f"udp: the kernel refused a {_nbytes(data)}-byte datagram "
                           f"to {addr} as too large for the path; lower the 'mtu' option") from exc
         # Unreachable network, a firewall's EPERM: the datagram is lost as on a wire, and the
         # core's retransmission and peer timeout deal with it.
@@ -497,11 +538,12 @@ class UdpDevice:
                 continue  # a pending error reported by this call: it is cleared now
             self.icmp_errors += 1
 
-    def _gso_error(self, exc: OSError, sock: socket.socket, run: Sequence[Any], cmsg: Any,
-                   addr: Any) -> int | None:
-        """A GSO send of ``run`` failed with ``exc``.  Returns the bytes sent after all, 0 if
-        the run is lost (as on a wire), -1 if the caller should send it datagram by datagram,
-        None if the send queue is full."""
+    def _gso_error(self, exc: OSError, sock: socket.socket, iov: Sequence[Any], cmsg: Any,
+                   addr: Any, count: int, size: int) -> int | None:
+        """A GSO send of ``count`` datagrams of ``size`` bytes (the buffers ``iov``) failed
+        with ``exc``.  Returns the bytes sent after all, 0 if the run is lost (as on a wire),
+        -1 if the caller should send it datagram by datagram, None if the send queue is
+        full."""
         for attempt in range(2):
             if exc.errno in _PUSHBACK:
                 self.tx_pushbacks += 1
@@ -513,18 +555,18 @@ class UdpDevice:
                     self._gso = False
                 return -1
             if exc.errno == errno.EMSGSIZE or exc.errno in _GSO_UNSUPPORTED:
-                raise OSError(exc.errno, f"udp: GSO send of {len(run)} datagrams of "
-                              f"{len(run[0])} bytes to {addr} failed: {exc.strerror} (try "
+                raise OSError(exc.errno, f"udp: GSO send of {count} datagrams of "
+                              f"{size} bytes to {addr} failed: {exc.strerror} (try "
                               "gso=off or a smaller mtu)") from exc
             if self.closed:
                 raise OSError(errno.EBADF, "udp: device is closed") from exc
             if attempt == 0:  # perhaps an ICMP error reported by this call: clear it, retry
                 self._drain_errqueue(sock)
                 try:
-                    return int(sock.sendmsg(run, cmsg, 0, addr))
+                    return int(sock.sendmsg(iov, cmsg, 0, addr))
                 except OSError as again:
                     exc = again
-        self.tx_errors += len(run)  # lost as on a wire: the core retransmits
+        self.tx_errors += count  # lost as on a wire: the core retransmits
         return 0
 
     # -- the rest of the Device interface ---------------------------------------------

@@ -404,6 +404,32 @@ def test_post_send_batch(open_udp, host, gso):
         assert 0 < st["tx_gso_sends"] < 10
 
 
+@pytest.mark.parametrize("gso", ["auto", "off"])
+def test_gathered_datagrams(open_udp, gso):
+    # a datagram may be a list of buffers (the engine's [header, payload]): each is sent as
+    # one datagram, the bytes joined in order, in GSO runs and singly
+    a, b, to_b, _ = pair(open_udp, gso=gso)
+    payload = memoryview(bytes(range(256)) * 40)
+    items = [(Channel.DATA, to_b, [bytearray(b"H%03d" % i), payload[i:i + 8000]]) for i in range(20)]
+    items.insert(7, (Channel.DATA, to_b, b"plain"))
+    items.append((Channel.DATA, to_b, [bytearray(b"tail"), payload[:100]]))  # a shorter last
+    items.append((Channel.PRIORITY, to_b, [b"pri", b"ority"]))
+    assert a.device.post_send_many(items) == len(items)
+    want = [b"".join(d) if isinstance(d, list) else d for _c, _d, d in items]
+    got = recv_n(b, len(items))
+    assert sorted(got) == sorted(want)  # the priority socket is read first
+    assert [g for g in got if g != b"priority"] == [w for w in want if w != b"priority"]
+    assert a.post_send(Channel.DATA, to_b, [b"one ", memoryview(b"datagram")])
+    assert recv_n(b, 1) == [b"one datagram"]
+    st = a.device.stats()
+    assert st["tx_datagrams"] == len(items) + 1
+    assert st["tx_bytes"] == sum(map(len, want)) + 12
+    if gso == "auto" and st["gso"]:
+        assert st["tx_gso_sends"] >= 1
+    with pytest.raises(ValueError, match="exceeds"):
+        a.post_send(Channel.DATA, to_b, [bytes(a.device.mtu), b"x"])
+
+
 def test_gso_fallback_in_auto_mode(open_udp):
     a, b, to_b, _ = pair(open_udp)
     if not a.device.stats()["gso"]:
