@@ -123,7 +123,10 @@ class Transport:
             # must see one buffer (send filters, frame hooks, the backlog)
             self.engine.enable_gather()
         self._post = device.post_send
+        self._many = device.post_send_many  # None once something must see datagrams one by one
         self._poll = device.poll_recv
+        self._recv_budget = self.config.recv_budget
+        self._stats_interval = self.config.stats_interval
         self._poll_completions = device.poll_completions
         # a device whose wait() returns at once when input is already there (real-time,
         # readiness-based, as epoll) lets progress(timeout) wait before it reads
@@ -139,6 +142,8 @@ class Transport:
         self._pm = tool_plugin_manager(list(plugins))
         hook = self._pm.hook
         self._frame_sent = hook.btl_frame_sent if hook.btl_frame_sent.get_hookimpls() else None
+        if self._frame_sent is not None:
+            self._many = None
         self._frame_received = hook.btl_frame_received if hook.btl_frame_received.get_hookimpls() else None
         if hook.btl_frame_filter.get_hookimpls():
             frame_filter = hook.btl_frame_filter
@@ -223,6 +228,7 @@ class Transport:
             return _post(channel, dest, data)
 
         self._post = filtered
+        self._many = None
 
     @property
     def peers(self) -> list[Peer]:
@@ -256,8 +262,8 @@ class Transport:
             if n:
                 return n
             timer = self.next_deadline()
-        elif self.config.stats_interval:
-            due = self._last_stats + self.config.stats_interval
+        elif self._stats_interval:
+            due = self._last_stats + self._stats_interval
             if timer is None or due < timer:
                 timer = due
         deadline = now + timeout
@@ -275,7 +281,7 @@ class Transport:
             now = self.now()
         if receive:
             self._poll_completions()
-            datagrams = self._poll(self.config.recv_budget)
+            datagrams = self._poll(self._recv_budget)
             if datagrams:
                 receive_datagram = engine.receive_datagram
                 if self._frame_received is not None:
@@ -289,7 +295,7 @@ class Transport:
             timer = engine.get_timer()
         if timer is not None and timer <= now:
             engine.handle_timer(now)
-        if self.config.stats_interval and self._last_stats + self.config.stats_interval <= now:
+        if self._stats_interval and self._last_stats + self._stats_interval <= now:
             self._last_stats = now
             print(self.stats_line(), file=sys.stderr)
         # events first, then one send: a handler's reply (or the next request) leaves in
@@ -315,18 +321,19 @@ class Transport:
                 return
             backlog.popleft()
         # the device's batch path (GSO...) when nothing needs to see datagrams one by one
-        many = self.device.post_send_many if post is self.device.post_send and sent_hook is None else None
+        many = self._many
+        engine = self.engine
         for i in range(64):  # bounded: a pass must end even if the engine always has work
-            out = self.engine.datagrams_to_send(now, resends=i == 0)
+            out = engine.datagrams_to_send(now, resends=i == 0)
             if not out:
                 return
             if many is not None:
                 taken = many(out)
                 if taken < len(out):
-                    self.engine.counters.num_send_pushbacks += 1
+                    engine.counters.num_send_pushbacks += 1
                     backlog.extend((c, d, _flat(b)) for c, d, b in out[taken:])
                     return
-                if not self.engine.has_work():
+                if not engine.has_work():
                     return
                 continue
             for i, (channel, dest, buf) in enumerate(out):
