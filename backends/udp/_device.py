@@ -155,7 +155,7 @@ def post_send_batch(device: UdpDevice, channel: Channel, dest: Any, datagrams: S
     sock = device._socks[channel]
     addr = dest[channel]
     total = len(datagrams)
-    sizes = [len(d) if type(d) is not list else _nbytes(d) for d in datagrams]
+    sizes = [len(d) if type(d) is not list else sum(map(len, d)) for d in datagrams]
     plain_until = 0  # datagrams before this index go one by one (after a GSO failure)
     i = 0
     while i < total:
@@ -185,8 +185,13 @@ def post_send_batch(device: UdpDevice, channel: Channel, dest: Any, datagrams: S
         run = datagrams[i:j]
         iov = run
         for d in run:
-            if type(d) is list:  # gathered datagrams: their buffers, in order, as one iovec
-                iov = [part for d in run for part in (d if type(d) is list else (d,))]
+            if type(d) is list:  # gathered datagrams: all the buffers, in order, as one iovec
+                iov = []
+                for d in run:
+                    if type(d) is list:
+                        iov += d
+                    else:
+                        iov.append(d)
                 break
         cmsg = device._gso_cmsg.get(size)
         if cmsg is None:

@@ -412,6 +412,7 @@ def test_gathered_datagrams(open_udp, gso):
     payload = memoryview(bytes(range(256)) * 40)
     items = [(Channel.DATA, to_b, [bytearray(b"H%03d" % i), payload[i:i + 8000]]) for i in range(20)]
     items.insert(7, (Channel.DATA, to_b, b"plain"))
+    items.insert(3, (Channel.DATA, to_b, bytes(8004)))  # same size, not gathered, mid-run
     items.append((Channel.DATA, to_b, [bytearray(b"tail"), payload[:100]]))  # a shorter last
     items.append((Channel.PRIORITY, to_b, [b"pri", b"ority"]))
     assert a.device.post_send_many(items) == len(items)
