@@ -519,6 +519,38 @@ def test_short_wait_says_which_socket_is_readable(open_udp, channel):
     assert b.device._ready == (False, False)
 
 
+def test_poll_without_wait_reads_only_readable_sockets():
+    # no wait since the last poll: one epoll_wait(0) says what to read, so an empty socket
+    # costs no recvmmsg (a progress(0) loop would otherwise pay two per pass)
+    if not _mmsg.available():
+        pytest.skip("libc has no recvmmsg")
+    a, b = open_device("udp", {"recvmmsg": "on"}), open_device("udp", {"recvmmsg": "on"})
+    try:
+        to_b = a.resolve(b.local_address())
+        dev = b.device
+        calls: list[int] = []
+        real = dev._mmsg_parts[0]
+
+        def recv(fd: int, first: int, count: int) -> int:
+            calls.append(fd)
+            return real(fd, first, count)
+
+        dev._mmsg_parts = (recv, *dev._mmsg_parts[1:])
+        assert b.poll_recv(16) == [] and calls == []
+        a.post_send(Channel.DATA, to_b, b"data")
+        time.sleep(0.02)
+        assert [bytes(m) for m in b.poll_recv(16)] == [b"data"]
+        assert calls == [dev._data_fd]
+        a.post_send(Channel.PRIORITY, to_b, b"prio")
+        a.post_send(Channel.DATA, to_b, b"data 2")
+        time.sleep(0.02)
+        assert [bytes(m) for m in b.poll_recv(16)] == [b"prio", b"data 2"]
+        assert calls == [dev._data_fd, dev._prio_fd, dev._data_fd]
+    finally:
+        a.close()
+        b.close()
+
+
 def test_busy_poll_exchange(open_udp):
     a, b, to_b, to_a = pair(open_udp, busy_poll=True)
     assert a.device.stats()["busy_poll"] is True
