@@ -1075,7 +1075,10 @@ class Engine:
         from now on the payload of a large chunk is not copied into its segment.  Such a
         datagram comes out of :meth:`datagrams_to_send` as ``[header, view of the message]``
         (a list; every other datagram stays one buffer).  The message must then stay
-        unchanged until its callback, as :meth:`send` already asks."""
+        unchanged until its callback, as :meth:`send` already asks.  A no-op when no chunk
+        can reach GATHER_MIN (small MTUs): the plain path then costs no extra call."""
+        if self._chunk_cap < GATHER_MIN:
+            return
         self._cut_segment = self._cut_segment_gather  # type: ignore[method-assign]
         self._stamp = self._stamp_gather  # type: ignore[method-assign]
 
