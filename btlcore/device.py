@@ -23,6 +23,15 @@ The contract, in the words a backend author needs:
 * ``clock`` returns the device's ``now()`` in seconds: virtual on the simulator, monotonic
   elsewhere.  ``wait(deadline)`` blocks (or advances virtual time) until a datagram may have
   arrived or ``deadline`` passes; ``deadline=None`` means "until something happens".
+
+Two optional attributes of the backend's device object let the core skip work (the UDP
+device sets both; absent means False):
+
+* ``wait_wakes_on_input``: ``wait`` returns at once when input is already there (real time,
+  readiness-based), so ``progress(timeout)`` may wait before it reads instead of reading
+  sockets that are nearly always empty first.
+* ``gather_sends``: ``post_send`` and ``post_send_many`` also take a datagram given as a
+  list of buffers, sent as one datagram; the engine then leaves bulk payloads uncopied.
 """
 
 from __future__ import annotations

@@ -9,10 +9,12 @@ Typical use::
         btlcore.run_until([t], lambda: done, timeout=5)
 
 Each :meth:`Transport.progress` pass: reap send completions, take received datagrams into
-the engine, run due timers, post what the engine wants sent (retransmissions, new segments,
-ACKs, handshakes; anything the device pushes back waits in a backlog, never lost), then
-dispatch deliveries and completion callbacks.  Callbacks run from ``progress``, never from
-inside the engine, so they may call ``send`` freely.
+the engine, run due timers, dispatch deliveries and completion callbacks, then post what the
+engine wants sent (retransmissions, new segments and the handlers' replies with the ACKs
+riding on them, standalone ACKs, handshakes; anything the device pushes back waits in a
+backlog, never lost).  Callbacks run from ``progress``, never from inside the engine, so
+they may call ``send`` freely.  On a device whose wait reports input readiness (UDP),
+``progress(timeout)`` sends first, waits, then reads only what the wait said is there.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ Handler = Callable[[Peer, int, bytes], Any]
 
 #: how soon to post again after the device refused a datagram (its send queue was full)
 BACKLOG_RETRY = 50e-6
+_INF = float("inf")
 
 
 @attrs.define(slots=True, frozen=True)
@@ -68,6 +71,11 @@ def make_incarnation(clock_seconds: float) -> int:
         value = (_last_incarnation + 1) & 0xFFFFFFFF
     _last_incarnation = value = value or 1
     return value
+
+
+def _flat(buf: Any) -> bytes:
+    """A datagram as one bytes object (gathered ones come as a list of buffers)."""
+    return b"".join(buf) if type(buf) is list else bytes(buf)
 
 
 class Transport:
@@ -109,8 +117,20 @@ class Transport:
             self.config, address=self.address, resolve=device.resolve,
             data_mtu=data_info.mtu, priority_mtu=prio_info.mtu, crc=use_crc,
             rng=rng, now=self.now(), incarnation=incarnation)
+        if device.post_send_many is not None and getattr(device.device, "gather_sends", False):
+            # the device sends a datagram given as [header, payload]: bulk payloads stay
+            # views of the user's message (no copy); _flush_sends joins them for anyone who
+            # must see one buffer (send filters, frame hooks, the backlog)
+            self.engine.enable_gather()
         self._post = device.post_send
+        self._many = device.post_send_many  # None once something must see datagrams one by one
         self._poll = device.poll_recv
+        self._recv_budget = self.config.recv_budget
+        self._stats_interval = self.config.stats_interval
+        self._poll_completions = device.poll_completions
+        # a device whose wait() returns at once when input is already there (real-time,
+        # readiness-based, as epoll) lets progress(timeout) wait before it reads
+        self._wait_first = not caps.virtual_time and bool(getattr(device.device, "wait_wakes_on_input", False))
         self._backlog: deque[tuple[int, Any, Any]] = deque()
         self._handlers: dict[int, Handler] = {}
         self._inbox: deque[Message] = deque()
@@ -122,6 +142,8 @@ class Transport:
         self._pm = tool_plugin_manager(list(plugins))
         hook = self._pm.hook
         self._frame_sent = hook.btl_frame_sent if hook.btl_frame_sent.get_hookimpls() else None
+        if self._frame_sent is not None:
+            self._many = None
         self._frame_received = hook.btl_frame_received if hook.btl_frame_received.get_hookimpls() else None
         if hook.btl_frame_filter.get_hookimpls():
             frame_filter = hook.btl_frame_filter
@@ -206,6 +228,7 @@ class Transport:
             return _post(channel, dest, data)
 
         self._post = filtered
+        self._many = None
 
     @property
     def peers(self) -> list[Peer]:
@@ -217,42 +240,74 @@ class Transport:
         """One pass of protocol work; returns the number of events dispatched.  With a
         ``timeout``, waits (in the OS, or in virtual time) up to that long for something to
         do when the pass found nothing."""
+        if timeout > 0 and self._wait_first:
+            return self._progress_wait(timeout)
         n = self._pass()
         if n == 0 and timeout > 0:
             deadline = self.next_deadline()
-            self._wait(min(self.now() + timeout, float("inf") if deadline is None else deadline))
+            self.device.wait(min(self.now() + timeout, _INF if deadline is None else deadline))
             n = self._pass()
         return n
 
-    def _pass(self) -> int:
+    def _progress_wait(self, timeout: float) -> int:
+        """``progress(timeout)`` on a device whose ``wait`` returns at once when input is
+        already there: send and run due timers, wait, then receive.  Reading before the wait
+        would cost a system call per socket that is nearly always empty (the wait asks the
+        kernel anyway), and the timers are walked once per call instead of four times."""
         engine = self.engine
-        device = self.device
         now = self.now()
-        device.poll_completions()
-        datagrams = self._poll(self.config.recv_budget)
-        if datagrams:
-            receive = engine.receive_datagram
-            if self._frame_received is not None:
-                for d in datagrams:
-                    self._frame_received(transport=self, data=bytes(d))
-                    receive(d, now)
-            else:
-                for d in datagrams:
-                    receive(d, now)
         timer = engine.get_timer()
+        if (timer is not None and timer <= now) or self._backlog or engine.events:
+            n = self._pass(now, receive=False, timer=_INF if timer is None else timer)
+            if n:
+                return n
+            timer = self.next_deadline()
+        elif self._stats_interval:
+            due = self._last_stats + self._stats_interval
+            if timer is None or due < timer:
+                timer = due
+        deadline = now + timeout
+        if timer is not None and timer < deadline:
+            deadline = timer
+        self.device.wait(deadline)
+        # input cannot bring a timer forward: the one computed before the wait still holds
+        return self._pass(timer=_INF if timer is None else timer)
+
+    def _pass(self, now: float | None = None, receive: bool = True, timer: float | None = None) -> int:
+        """Receive, run due timers, dispatch events, send.  ``timer``: the engine's next
+        timer if the caller knows it (``None``: ask the engine)."""
+        engine = self.engine
+        if now is None:
+            now = self.now()
+        if receive:
+            self._poll_completions()
+            datagrams = self._poll(self._recv_budget)
+            if datagrams:
+                receive_datagram = engine.receive_datagram
+                if self._frame_received is not None:
+                    for d in datagrams:
+                        self._frame_received(transport=self, data=bytes(d))
+                        receive_datagram(d, now)
+                else:
+                    for d in datagrams:
+                        receive_datagram(d, now)
+        if timer is None:
+            timer = engine.get_timer()
         if timer is not None and timer <= now:
             engine.handle_timer(now)
-        self._flush_sends(now)
-        if self.config.stats_interval and self._last_stats + self.config.stats_interval <= now:
+        if self._stats_interval and self._last_stats + self._stats_interval <= now:
             self._last_stats = now
             print(self.stats_line(), file=sys.stderr)
-        if not engine.events:
-            return 0
-        n = self._dispatch(engine.drain_events())
-        if engine._sending:
-            # handlers answered (a reply, the next request): send it in this pass, not the
-            # next one -- a request/response hop costs one pass less
-            self._flush_sends(now)
+        # events first, then one send: a handler's reply (or the next request) leaves in
+        # this pass, with the ACK of what it answers riding on it
+        n = 0
+        if engine.events:
+            try:
+                n = self._dispatch(engine.drain_events())
+            except BaseException:
+                self._flush_sends(now)  # a raising handler must not hold back what is due
+                raise
+        self._flush_sends(now)
         return n
 
     def _flush_sends(self, now: float) -> None:
@@ -266,24 +321,27 @@ class Transport:
                 return
             backlog.popleft()
         # the device's batch path (GSO...) when nothing needs to see datagrams one by one
-        many = self.device.post_send_many if post is self.device.post_send and sent_hook is None else None
+        many = self._many
+        engine = self.engine
         for i in range(64):  # bounded: a pass must end even if the engine always has work
-            out = self.engine.datagrams_to_send(now, resends=i == 0)
+            out = engine.datagrams_to_send(now, resends=i == 0)
             if not out:
                 return
             if many is not None:
                 taken = many(out)
                 if taken < len(out):
-                    self.engine.counters.num_send_pushbacks += 1
-                    backlog.extend((c, d, bytes(b)) for c, d, b in out[taken:])
+                    engine.counters.num_send_pushbacks += 1
+                    backlog.extend((c, d, _flat(b)) for c, d, b in out[taken:])
                     return
-                if not self.engine.has_work():
+                if not engine.has_work():
                     return
                 continue
             for i, (channel, dest, buf) in enumerate(out):
+                if type(buf) is list:
+                    buf = b"".join(buf)
                 if not post(channel, dest, buf):
                     self.engine.counters.num_send_pushbacks += 1
-                    backlog.extend((c, d, bytes(b)) for c, d, b in out[i:])
+                    backlog.extend((c, d, _flat(b)) for c, d, b in out[i:])
                     return
                 if sent_hook is not None:
                     sent_hook(transport=self, channel=Channel(channel), data=bytes(buf))

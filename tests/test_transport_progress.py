@@ -3,6 +3,8 @@ budget per pass, device push-back held in the backlog (never lost)."""
 
 from __future__ import annotations
 
+import pytest
+
 import btlcore
 from btlcore import Config
 from btlcore.backends.sim import Fabric, LinkModel
@@ -53,3 +55,26 @@ def test_device_pushback_is_held_not_lost() -> None:
     btlcore.run_until([a, b], lambda: len(got) == 60, timeout=30)
     assert got == msgs
     assert a.stats()["num_send_pushbacks"] > 0 and a.stats()["num_resends"] == 0
+
+
+def test_a_raising_handler_does_not_hold_back_what_is_due() -> None:
+    # the receiver's pass dispatches before it sends: the ACK it owes must still leave
+    fab = Fabric(seed=3)
+    a = btlcore.open("sim", fabric=fab)
+    b = btlcore.open("sim", fabric=fab, config=Config(ack_frequency=1))
+
+    def boom(peer, tag, data):
+        raise RuntimeError("handler failed")
+
+    b.on(1, boom)
+    peer = a.connect(b.address)
+    btlcore.run_until([a, b], lambda: peer.state is btlcore.PeerState.ESTABLISHED, timeout=1)
+    done: list[object] = []
+    a.send(peer, 1, b"x", callback=done.append)
+    a.progress()
+    fab.advance(None)
+    with pytest.raises(RuntimeError, match="handler failed"):
+        b.progress()
+    fab.advance(None)
+    a.progress()
+    assert done == [None] and a.stats()["num_resends"] == 0

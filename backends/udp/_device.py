@@ -44,7 +44,7 @@ from typing import Any
 from btlcore.device import Capabilities, Channel, ChannelInfo
 from btlcore.errors import ConfigError
 
-from . import _address, _mmsg, _mtu
+from . import _address, _heap, _mmsg, _mtu
 from ._options import MAX_PAYLOAD, UdpOptions
 
 UDP_SEGMENT = getattr(socket, "UDP_SEGMENT", 103)  # Python 3.11 has no name for it
@@ -98,8 +98,23 @@ def bind_sockaddr(family: int, host: str, port: int) -> Any:
     return socket.getaddrinfo(host, port, family, socket.SOCK_DGRAM, 0, socket.AI_NUMERICHOST)[0][4]
 
 
+def _nbytes(data: Any) -> int:
+    """Length of a datagram given as one buffer or as a list of buffers (gathered)."""
+    return len(data) if type(data) is not list else sum(map(len, data))
+
+
+def _send1(sock: socket.socket, data: Any, addr: Any) -> None:
+    if type(data) is list:  # gathered: [header, payload], the kernel joins them
+        sock.sendmsg(data, (), 0, addr)
+    else:
+        sock.sendto(data, addr)
+
+
 def post_send(device: UdpDevice, channel: Channel, dest: Any, data: Any) -> bool:
-    """Send one datagram; False if the socket's send queue is full."""
+    """Send one datagram (one buffer, or a list of buffers sent as one datagram); False if
+    the socket's send queue is full."""
+    if type(data) is list:
+        return _post_gathered(device, channel, dest, data)
     n = len(data)
     if n > device._mtus[channel]:
         raise ValueError(f"udp: datagram of {n} bytes exceeds the {Channel(channel).name} "
@@ -113,33 +128,51 @@ def post_send(device: UdpDevice, channel: Channel, dest: Any, data: Any) -> bool
     return True
 
 
+def _post_gathered(device: UdpDevice, channel: Channel, dest: Any, data: list[Any]) -> bool:
+    n = _nbytes(data)
+    if n > device._mtus[channel]:
+        raise ValueError(f"udp: datagram of {n} bytes exceeds the {Channel(channel).name} "
+                         f"channel MTU of {device._mtus[channel]} bytes")
+    sock = device._socks[channel]
+    try:
+        sock.sendmsg(data, (), 0, dest[channel])
+    except OSError as exc:
+        return device._send_error(exc, sock, data, dest[channel])
+    device.tx_datagrams += 1
+    device.tx_bytes += n
+    return True
+
+
 def post_send_batch(device: UdpDevice, channel: Channel, dest: Any, datagrams: Sequence[Any]) -> int:
     """Send ``datagrams`` in order to one destination; return how many were taken (a prefix;
     the caller posts the rest again later, as after ``post_send`` returned False).
 
     Runs of equal-size datagrams (the last of a run may be shorter) go out as one GSO send
-    when GSO is on; everything else datagram by datagram."""
+    when GSO is on; everything else datagram by datagram.  A datagram may be a list of
+    buffers (the engine's gathered [header, payload]): a GSO run then passes all their
+    buffers in one iovec, which the kernel cuts at the segment size as usual."""
     mtu = device._mtus[channel]
     sock = device._socks[channel]
     addr = dest[channel]
     total = len(datagrams)
+    sizes = [len(d) if type(d) is not list else sum(map(len, d)) for d in datagrams]
     plain_until = 0  # datagrams before this index go one by one (after a GSO failure)
     i = 0
     while i < total:
-        size = len(datagrams[i])
+        size = sizes[i]
         if size > mtu:
             raise ValueError(f"udp: datagram {i} of the batch has {size} bytes, more than the "
                              f"{Channel(channel).name} channel MTU of {mtu} bytes")
         j = i + 1
         if device._gso and size and i >= plain_until:
             limit = min(total, i + min(GSO_MAX_SEGMENTS, device._max_payload // size))
-            while j < limit and len(datagrams[j]) == size:
+            while j < limit and sizes[j] == size:
                 j += 1
-            if j < limit and 0 < len(datagrams[j]) < size:  # a shorter (not empty) last one
+            if j < limit and 0 < sizes[j] < size:  # a shorter (not empty) last one
                 j += 1
         if j - i == 1:
             try:
-                sock.sendto(datagrams[i], addr)
+                _send1(sock, datagrams[i], addr)
             except OSError as exc:
                 if not device._send_error(exc, sock, datagrams[i], addr):
                     return i
@@ -150,13 +183,23 @@ def post_send_batch(device: UdpDevice, channel: Channel, dest: Any, datagrams: S
             i = j
             continue
         run = datagrams[i:j]
+        iov = run
+        for d in run:
+            if type(d) is list:  # gathered datagrams: all the buffers, in order, as one iovec
+                iov = []
+                for d in run:
+                    if type(d) is list:
+                        iov += d
+                    else:
+                        iov.append(d)
+                break
         cmsg = device._gso_cmsg.get(size)
         if cmsg is None:
             cmsg = device._gso_cmsg[size] = [(socket.IPPROTO_UDP, UDP_SEGMENT, struct.pack("=H", size))]
         try:
-            nbytes = sock.sendmsg(run, cmsg, 0, addr)
+            nbytes = sock.sendmsg(iov, cmsg, 0, addr)
         except OSError as exc:
-            sent = device._gso_error(exc, sock, run, cmsg, addr)
+            sent = device._gso_error(exc, sock, iov, cmsg, addr, j - i, size)
             if sent is None:  # queue full
                 return i
             if sent < 0:  # GSO refused here: this run again, datagram by datagram
@@ -176,6 +219,9 @@ def post_send_many(device: UdpDevice, items: Sequence[tuple[Any, Any, Any]]) -> 
     destination through :func:`post_send_batch` (GSO); return how many were taken (a prefix:
     the caller keeps the rest for later).  What a driver's flush loop needs in one call."""
     total = len(items)
+    if total == 1:  # a reply, an ACK: the common case on a round trip
+        channel, dest, data = items[0]
+        return 1 if post_send(device, channel, dest, data) else 0
     i = 0
     while i < total:
         channel, dest, data = items[i]
@@ -228,15 +274,8 @@ def _drain(device: UdpDevice, sock: socket.socket, out: list[Any], budget: int, 
 def _drain_mmsg(device: UdpDevice, sock: socket.socket, out: list[Any], budget: int, slot: int) -> int:
     """Like :func:`_drain` with ``recvmmsg``: many datagrams per system call, each in its own
     slot of ``device._batch`` from ``slot`` on; return the next free slot."""
-    batch = device._batch
-    recv = batch.recv
+    recv, view, lens, stride, at, size, slots = device._mmsg_parts
     fd = sock.fileno()
-    view = batch.view
-    lens = batch._lens
-    stride = batch._stride
-    at = batch._len_at
-    size = batch.slot_size
-    slots = batch.slots
     mtu = device._recv_mtu
     append = out.append
     nbytes = 0
@@ -323,19 +362,22 @@ def poll_recv(device: UdpDevice, budget: int) -> list[Any]:
     if budget <= 0 or device.closed:
         return out
     batched = device._batch is not None
-    # Right after a wait, read only the sockets epoll reported readable: a read of an empty
-    # socket costs a system call (~3 us through recvmmsg), twice per pass.  Epoll is
-    # level-triggered, so a socket skipped here and filled meanwhile wakes the next wait.
+    # Read only the sockets epoll reports readable: a read of an empty socket costs a system
+    # call (1.2 us through recvmmsg), twice per pass.  Right after a wait we know already;
+    # otherwise one epoll_wait(0) (0.3 us) asks for both.  Epoll is level-triggered, so a
+    # socket skipped here and filled meanwhile shows in the next answer.
     ready = device._ready
     device._ready = None
+    if ready is None:
+        ready = device._readiness(device._poller.poll(0))
     slot = off = 0
-    if ready is None or ready[0]:
+    if ready[0]:
         if batched:
             slot = _drain_mmsg(device, device._prio_sock, out, budget, 0)
         else:
             off = _drain(device, device._prio_sock, out, budget, 0)
     device.rx_priority += len(out)
-    if ready is not None and not ready[1] and not device._pending:
+    if not ready[1] and not device._pending:
         device.rx_datagrams += len(out)
         return out
     if device._pending:  # left over from a GRO read: they come before newer data
@@ -361,6 +403,12 @@ class UdpDevice:
     post_send_batch = post_send_batch
     post_send_many = post_send_many
     poll_recv = poll_recv
+    #: wait() returns at once when a socket is readable, so the transport may wait before
+    #: it reads (a read of an empty socket is a wasted system call)
+    wait_wakes_on_input = True
+    #: post_send and post_send_many take a datagram as a list of buffers (sendmsg gathers
+    #: them), so the engine need not copy a bulk payload into its segment
+    gather_sends = True
 
     def __init__(self, opts: UdpOptions) -> None:
         if opts.recvmmsg == "on" and not _mmsg.available():
@@ -368,6 +416,7 @@ class UdpDevice:
                               "is one of auto, on, off")
         self.options = opts
         self.closed = False
+        self._keep_heap = _heap.keep_heap() if opts.keep_heap else False
         family = opts.family
         self.family = family
         self._max_payload = MAX_PAYLOAD[family]
@@ -407,6 +456,7 @@ class UdpDevice:
         self._socks: tuple[socket.socket, socket.socket] = (socks[0], socks[1])
         self._prio_sock = socks[0]
         self._prio_fd = socks[0].fileno()
+        self._data_fd = socks[1].fileno()
         self._ready: tuple[bool, bool] | None = None  # set by wait(), used once by poll_recv
         self._sendto = (socks[0].sendto, socks[1].sendto)
         self._data_sock = socks[1]
@@ -430,6 +480,9 @@ class UdpDevice:
         self._arena_gro_limit = arena_len - GRO_BUFFER
         use_mmsg = opts.recvmmsg == "on" or (opts.recvmmsg == "auto" and _mmsg.available())
         self._batch = _mmsg.RecvBatch(self._recv_size) if use_mmsg else None
+        if self._batch is not None:  # unpacked in one go per read (fewer lookups per datagram)
+            b = self._batch
+            self._mmsg_parts = (b.recv, b.view, b._lens, b._stride, b._len_at, b.slot_size, b.slots)
         scope = self.local_sockaddrs[0][3] if family == socket.AF_INET6 else 0
         self._address = _address.encode(family, opts.advertise, self.local_sockaddrs[0][1],
                                          self.local_sockaddrs[1][1], scope)
@@ -463,9 +516,9 @@ class UdpDevice:
             # reported once, by whichever call comes next: clear it and try again, once.
             self._drain_errqueue(sock)
             try:
-                sock.sendto(data, addr)
+                _send1(sock, data, addr)
                 self.tx_datagrams += 1
-                self.tx_bytes += len(data)
+                self.tx_bytes += _nbytes(data)
                 return True
             except OSError as again:
                 exc = again
@@ -473,7 +526,7 @@ class UdpDevice:
             self.tx_pushbacks += 1
             return False
         if exc.errno == errno.EMSGSIZE:
-            raise OSError(errno.EMSGSIZE, f"udp: the kernel refused a {len(data)}-byte datagram "
+            raise OSError(errno.EMSGSIZE, f"udp: the kernel refused a {_nbytes(data)}-byte datagram "
                           f"to {addr} as too large for the path; lower the 'mtu' option") from exc
         # Unreachable network, a firewall's EPERM: the datagram is lost as on a wire, and the
         # core's retransmission and peer timeout deal with it.
@@ -492,11 +545,12 @@ class UdpDevice:
                 continue  # a pending error reported by this call: it is cleared now
             self.icmp_errors += 1
 
-    def _gso_error(self, exc: OSError, sock: socket.socket, run: Sequence[Any], cmsg: Any,
-                   addr: Any) -> int | None:
-        """A GSO send of ``run`` failed with ``exc``.  Returns the bytes sent after all, 0 if
-        the run is lost (as on a wire), -1 if the caller should send it datagram by datagram,
-        None if the send queue is full."""
+    def _gso_error(self, exc: OSError, sock: socket.socket, iov: Sequence[Any], cmsg: Any,
+                   addr: Any, count: int, size: int) -> int | None:
+        """A GSO send of ``count`` datagrams of ``size`` bytes (the buffers ``iov``) failed
+        with ``exc``.  Returns the bytes sent after all, 0 if the run is lost (as on a wire),
+        -1 if the caller should send it datagram by datagram, None if the send queue is
+        full."""
         for attempt in range(2):
             if exc.errno in _PUSHBACK:
                 self.tx_pushbacks += 1
@@ -508,18 +562,18 @@ class UdpDevice:
                     self._gso = False
                 return -1
             if exc.errno == errno.EMSGSIZE or exc.errno in _GSO_UNSUPPORTED:
-                raise OSError(exc.errno, f"udp: GSO send of {len(run)} datagrams of "
-                              f"{len(run[0])} bytes to {addr} failed: {exc.strerror} (try "
+                raise OSError(exc.errno, f"udp: GSO send of {count} datagrams of "
+                              f"{size} bytes to {addr} failed: {exc.strerror} (try "
                               "gso=off or a smaller mtu)") from exc
             if self.closed:
                 raise OSError(errno.EBADF, "udp: device is closed") from exc
             if attempt == 0:  # perhaps an ICMP error reported by this call: clear it, retry
                 self._drain_errqueue(sock)
                 try:
-                    return int(sock.sendmsg(run, cmsg, 0, addr))
+                    return int(sock.sendmsg(iov, cmsg, 0, addr))
                 except OSError as again:
                     exc = again
-        self.tx_errors += len(run)  # lost as on a wire: the core retransmits
+        self.tx_errors += count  # lost as on a wire: the core retransmits
         return 0
 
     # -- the rest of the Device interface ---------------------------------------------
@@ -565,7 +619,7 @@ class UdpDevice:
 
         epoll counts in whole milliseconds, rounding up: a 200 us wait (the core's ACK
         delay) would sleep 1.07 ms.  Short waits therefore block in ``select``, which keeps
-        microseconds (about 60 us late here), then ask epoll which socket and why."""
+        microseconds (about 60 us late here) and says which socket is readable."""
         if self.closed:
             return
         poll = self._poller.poll
@@ -582,10 +636,18 @@ class UdpDevice:
             if timeout <= 0:
                 events = poll(0)
             elif timeout < FINE_WAIT and self._select_fds:
+                # select's answer is enough: a pending error also shows as readable, and the
+                # read that gets it drains the error queue (no second call to ask epoll)
                 ready, _, _ = select.select(self._select_fds, (), (), timeout)
-                events = poll(0) if ready else ()
+                self._ready = (self._prio_fd in ready, self._data_fd in ready)
+                return
             else:
                 events = poll(timeout * self._poll_scale)
+        self._ready = self._readiness(events)  # what poll_recv needs to read
+
+    def _readiness(self, events: Any) -> tuple[bool, bool]:
+        """(priority readable, data readable) from epoll's answer; queued ICMP errors
+        (EPOLLERR) are read here, or epoll would report the socket for ever."""
         prio = data = False
         prio_fd = self._prio_fd
         for fd, mask in events:
@@ -593,9 +655,9 @@ class UdpDevice:
                 prio = True
             else:
                 data = True
-            if mask & POLL_ERR:  # queued ICMP errors: read them, or epoll never sleeps again
+            if mask & POLL_ERR:
                 self._drain_errqueue(self._socks[0] if fd == prio_fd else self._socks[1])
-        self._ready = (prio, data)  # what poll_recv needs to read (None: everything)
+        return prio, data
 
     def fds(self) -> list[int]:
         return [] if self.closed else [s.fileno() for s in self._socks]
@@ -630,6 +692,7 @@ class UdpDevice:
             "gro": self._gro,
             "recverr": self.options.recverr,
             "recvmmsg": self._batch is not None,
+            "keep_heap": self._keep_heap,
             "busy_poll": self._busy_poll,
             "rcvbuf_requested": self.options.rcvbuf,
             "rcvbuf_granted": self.rcvbuf_granted[1],

@@ -52,6 +52,8 @@ ALLOWED = {
     "out (a rate-limited link) returns ENOBUFS, i.e. back-pressure, instead of dropping",
     "recvmmsg": "one of auto, on, off: receive with libc's recvmmsg through ctypes (many "
     "datagrams per system call); auto uses it where libc has it",
+    "keep_heap": "true or false (default true): keep freed heap memory in the process "
+    "(glibc mallopt, process-wide), so that large message buffers do not page-fault anew",
     "seed": "an integer (ignored: the UDP device needs no randomness)",
 }
 
@@ -73,6 +75,7 @@ class UdpOptions:
     gro: bool = False
     recverr: bool = True
     recvmmsg: str = "auto"
+    keep_heap: bool = True
 
 
 def _fail(name: str, value: Any) -> ConfigError:
@@ -217,4 +220,5 @@ def parse(options: Mapping[str, Any], environ: Mapping[str, str] | None = None) 
         gro=_bool("gro", opts.get("gro", False)),
         recverr=_bool("recverr", opts.get("recverr", True)),
         recvmmsg=_tristate("recvmmsg", opts.get("recvmmsg", "auto")),
+        keep_heap=_bool("keep_heap", opts.get("keep_heap", True)),
     )

@@ -261,6 +261,7 @@ def test_address_of_other_family_refused(open_udp):
     ({"recvmmsg": "sometimes"}, ["'recvmmsg'", "one of auto, on, off"]),
     ({"recverr": "x"}, ["'recverr'", "true or false"]),
     ({"gro": 2}, ["'gro'", "true or false"]),
+    ({"keep_heap": "x"}, ["'keep_heap'", "true or false"]),
     ({"busy_poll": "perhaps"}, ["'busy_poll'", "true or false"]),
     ({"rcvbuf": 10}, ["'rcvbuf'", "byte count"]),
     ({"sndbuf": "lots"}, ["'sndbuf'"]),
@@ -403,6 +404,33 @@ def test_post_send_batch(open_udp, host, gso):
         assert 0 < st["tx_gso_sends"] < 10
 
 
+@pytest.mark.parametrize("gso", ["auto", "off"])
+def test_gathered_datagrams(open_udp, gso):
+    # a datagram may be a list of buffers (the engine's [header, payload]): each is sent as
+    # one datagram, the bytes joined in order, in GSO runs and singly
+    a, b, to_b, _ = pair(open_udp, gso=gso)
+    payload = memoryview(bytes(range(256)) * 40)
+    items = [(Channel.DATA, to_b, [bytearray(b"H%03d" % i), payload[i:i + 8000]]) for i in range(20)]
+    items.insert(7, (Channel.DATA, to_b, b"plain"))
+    items.insert(3, (Channel.DATA, to_b, bytes(8004)))  # same size, not gathered, mid-run
+    items.append((Channel.DATA, to_b, [bytearray(b"tail"), payload[:100]]))  # a shorter last
+    items.append((Channel.PRIORITY, to_b, [b"pri", b"ority"]))
+    assert a.device.post_send_many(items) == len(items)
+    want = [b"".join(d) if isinstance(d, list) else d for _c, _d, d in items]
+    got = recv_n(b, len(items))
+    assert sorted(got) == sorted(want)  # the priority socket is read first
+    assert [g for g in got if g != b"priority"] == [w for w in want if w != b"priority"]
+    assert a.post_send(Channel.DATA, to_b, [b"one ", memoryview(b"datagram")])
+    assert recv_n(b, 1) == [b"one datagram"]
+    st = a.device.stats()
+    assert st["tx_datagrams"] == len(items) + 1
+    assert st["tx_bytes"] == sum(map(len, want)) + 12
+    if gso == "auto" and st["gso"]:
+        assert st["tx_gso_sends"] >= 1
+    with pytest.raises(ValueError, match="exceeds"):
+        a.post_send(Channel.DATA, to_b, [bytes(a.device.mtu), b"x"])
+
+
 def test_gso_fallback_in_auto_mode(open_udp):
     a, b, to_b, _ = pair(open_udp)
     if not a.device.stats()["gso"]:
@@ -476,6 +504,51 @@ def test_wait_returns_at_once_if_data_is_queued(open_udp):
     b.wait(None)
     assert time.monotonic() - start < 0.5
     assert [bytes(m) for m in b.poll_recv(1)] == [b"ready"]
+
+
+@pytest.mark.parametrize("channel", [Channel.PRIORITY, Channel.DATA])
+def test_short_wait_says_which_socket_is_readable(open_udp, channel):
+    # a wait under FINE_WAIT blocks in select, whose answer alone tells poll_recv what to read
+    a, b, to_b, _ = pair(open_udp)
+    a.post_send(channel, to_b, b"one")
+    time.sleep(0.02)
+    b.wait(time.monotonic() + 0.01)
+    assert b.device._ready == (channel == Channel.PRIORITY, channel == Channel.DATA)
+    assert [bytes(m) for m in b.poll_recv(4)] == [b"one"]
+    b.wait(time.monotonic() + 0.001)
+    assert b.device._ready == (False, False)
+
+
+def test_poll_without_wait_reads_only_readable_sockets():
+    # no wait since the last poll: one epoll_wait(0) says what to read, so an empty socket
+    # costs no recvmmsg (a progress(0) loop would otherwise pay two per pass)
+    if not _mmsg.available():
+        pytest.skip("libc has no recvmmsg")
+    a, b = open_device("udp", {"recvmmsg": "on"}), open_device("udp", {"recvmmsg": "on"})
+    try:
+        to_b = a.resolve(b.local_address())
+        dev = b.device
+        calls: list[int] = []
+        real = dev._mmsg_parts[0]
+
+        def recv(fd: int, first: int, count: int) -> int:
+            calls.append(fd)
+            return real(fd, first, count)
+
+        dev._mmsg_parts = (recv, *dev._mmsg_parts[1:])
+        assert b.poll_recv(16) == [] and calls == []
+        a.post_send(Channel.DATA, to_b, b"data")
+        time.sleep(0.02)
+        assert [bytes(m) for m in b.poll_recv(16)] == [b"data"]
+        assert calls == [dev._data_fd]
+        a.post_send(Channel.PRIORITY, to_b, b"prio")
+        a.post_send(Channel.DATA, to_b, b"data 2")
+        time.sleep(0.02)
+        assert [bytes(m) for m in b.poll_recv(16)] == [b"prio", b"data 2"]
+        assert calls == [dev._data_fd, dev._prio_fd, dev._data_fd]
+    finally:
+        a.close()
+        b.close()
 
 
 def test_busy_poll_exchange(open_udp):
@@ -647,6 +720,16 @@ def test_icmp_errors_neither_break_sends_nor_spin_wait(open_udp, host):
     st = a.device.stats()
     assert st["icmp_errors"] >= 1 and st["tx_datagrams"] == 15
     assert st["recverr"] is True
+
+
+def test_keep_heap(open_udp):
+    from btlcore.backends.udp import _heap
+
+    assert _options.parse({}, environ={}).keep_heap is True
+    assert _options.parse({"keep_heap": "off"}, environ={}).keep_heap is False
+    glibc = _heap.keep_heap()  # applied once per process; True wherever libc has mallopt
+    assert open_udp().device.stats()["keep_heap"] is glibc
+    assert open_udp(keep_heap=False).device.stats()["keep_heap"] is False
 
 
 def test_recverr_off(open_udp):
