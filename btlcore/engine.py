@@ -319,13 +319,25 @@ class Engine:
         c.num_total_recvs += 1
         if not peer.confirmed:
             self._confirm(peer, now)
+        if flags & F_ACK and ack_w != peer.snd_una & SEQ_MASK:
+            # A piggy-backed ACK with news (every reply in a ping-pong) is applied first, on
+            # every path: it touches only send-side state, so the receive paths below see
+            # the same state either way, and events keep their order (completions first).
+            at_cum = self._on_cum_ack(peer, ack_w, now)
+            if at_cum is not None:
+                # a piggy-backed ACK carries no delay: sample only when it acknowledges the
+                # last thing we sent (a reply to it), which bounds the error to the peer's
+                # own turnaround
+                if at_cum.tx_count == 1 and at_cum.seq == peer.next_seq - 1:
+                    peer.timer.sample(now - at_cum.sent_at)
+                if peer.unacked:  # (with nothing unacked it has nothing to do)
+                    self._detect_losses(peer)
         w = peer.window
         cum = w.cum
-        if seq_w == (cum + 1) & SEQ_MASK and not w._starts \
-                and (not flags & F_ACK or ack_w == peer.snd_una & SEQ_MASK):
-            # The common cases, kept short: the next segment in order, no holes to fill, a
-            # piggy-backed ACK that tells nothing new; and either a whole message, or a
-            # chunk in the middle of a message being reassembled (not its first nor last).
+        if seq_w == (cum + 1) & SEQ_MASK and not w._starts:
+            # The common cases, kept short: the next segment in order, no holes to fill;
+            # and either a whole message, or a chunk in the middle of a message being
+            # reassembled (not its first nor last).
             ras = None
             if pos != HEADER_LEN and flags & (F_CHUNK | F_PUT) == F_CHUNK:
                 msg_id, msg_len, off = CHUNK.unpack_from(data, HEADER_LEN)
@@ -359,15 +371,6 @@ class Engine:
                 self._acking[peer] = None
                 self._timed[peer] = None
                 return
-        if flags & F_ACK and ack_w != peer.snd_una & SEQ_MASK:
-            at_cum = self._on_cum_ack(peer, ack_w, now)
-            if at_cum is not None:
-                # a piggy-backed ACK carries no delay: sample only when it acknowledges the
-                # last thing we sent (a reply to it), which bounds the error to the peer's
-                # own turnaround
-                if at_cum.tx_count == 1 and at_cum.seq == peer.next_seq - 1:
-                    peer.timer.sample(now - at_cum.sent_at)
-                self._detect_losses(peer)
         seq = cum + 1 + ((seq_w - cum - 1) & SEQ_MASK)
         if seq - cum - 1 >= _HALF:
             seq -= _WRAP
@@ -522,15 +525,21 @@ class Engine:
             cum = peer.next_seq - 1  # ACKs for what we never sent: ignore the excess
             if cum <= una:
                 return None
-        pop, acked = peer.unacked.pop, self._acked  # (once per ACK: the loop runs per segment)
-        top = None
-        for s in range(una + 1, cum + 1):
-            seg = pop(s, None)
-            if seg is not None:
-                acked(peer, seg)
-                top = seg
+        if cum == una + 1:  # one segment (each ping-pong reply): no loop to set up
+            top = peer.unacked.pop(cum, None)
+            if top is not None:
+                self._acked(peer, top)
+        else:
+            pop, acked = peer.unacked.pop, self._acked  # (once per ACK: the loop runs per segment)
+            top = None
+            for s in range(una + 1, cum + 1):
+                seg = pop(s, None)
+                if seg is not None:
+                    acked(peer, seg)
+                    top = seg
         peer.snd_una = cum
-        peer.scoreboard.prune(cum)
+        if peer.scoreboard._starts:  # (no SACK ranges recorded: nothing to forget)
+            peer.scoreboard.prune(cum)
         if peer.loss_seq_limit is not None and peer.loss_seq_limit < cum:
             peer.loss_seq_limit = cum
         self._progress(peer, now)
@@ -635,7 +644,8 @@ class Engine:
             peer.timer.sample(now - sample.sent_at - ack_delay * 1e-6)
         if at_cum is None and not sacked_new and cum == una:
             c.num_dup_acks += 1
-        self._detect_losses(peer)
+        if peer.unacked:  # (with nothing unacked it has nothing to do)
+            self._detect_losses(peer)
 
     def _detect_losses(self, peer: Peer) -> None:
         """Fast retransmit, RACK-style (RFC 8985): a segment is lost once a transmission made
