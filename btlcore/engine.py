@@ -30,7 +30,7 @@ import random
 import struct
 from collections import deque
 from itertools import islice
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from math import ceil
 from typing import Any
 
@@ -63,6 +63,7 @@ _U32 = struct.Struct("!I")
 _U64 = struct.Struct("!Q")
 _NO_CRC = bytes(4)
 _UNKNOWN_FLAGS = 0xFF & ~KNOWN_FLAGS
+_NOT_FAST = _UNKNOWN_FLAGS | F_PUT  # flags that keep a datagram off receive_datagrams' short path
 # where a data segment's payload starts, by its F_CHUNK | F_PUT bits
 _PAYLOAD_AT = {0: HEADER_LEN, F_CHUNK: HEADER_LEN + CHUNK_LEN, F_PUT: HEADER_LEN + PUT_LEN,
                F_CHUNK | F_PUT: HEADER_LEN + CHUNK_LEN + PUT_LEN}
@@ -308,6 +309,97 @@ class Engine:
             self._on_hello(typ, dst, hello, bool(_r & HF_CRC_REQUIRED), now)
         else:
             self.counters.num_malformed_recvs += 1
+
+    def receive_datagrams(self, batch: Iterable[Any], now: float) -> None:
+        """Process a device poll's worth of datagrams, in order, all arrived by ``now``.
+
+        The same as :meth:`receive_datagram` on each (the tests compare state, events and
+        output byte for byte), only cheaper per datagram: the in-order data segments of
+        :meth:`_on_data`'s fast path, the bulk of any transfer, are handled inline here, with
+        what they need from the engine looked up once per batch rather than once per
+        datagram (about a tenth of the receiver's time).  Anything else, and anything
+        doubtful (a bad CRC, an unknown peer, a new ACK...), goes through
+        :meth:`receive_datagram`, which checks and counts it."""
+        self._now = now
+        if self.closed:
+            return  # nobody will read them: neither deliver nor acknowledge
+        single = self.receive_datagram
+        unpack, unpack_chunk = HEADER.unpack_from, CHUNK.unpack_from
+        peers = self.peers_by_conn
+        events = self.events
+        acking, timed = self._acking, self._timed
+        freq, deadline = self._ack_frequency, now + self._ack_delay
+        check = crc32c
+        for data in batch:
+            if len(data) < HEADER_LEN:
+                single(data, now)
+                continue
+            version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = unpack(data)
+            peer = peers.get(dst)
+            # the fast path's conditions (see _on_data), read before believing anything,
+            # then the CRC; a frame failing any of them takes the full path
+            if typ != T_DATA or version != WIRE_VERSION or flags & _NOT_FAST or peer is None \
+                    or inc != peer.remote_inc or not peer.confirmed or not peer.remote_known \
+                    or peer.state is _FAILED:
+                single(data, now)
+                continue
+            w = peer.window
+            cum = w.cum
+            if seq_w != (cum + 1) & SEQ_MASK or w._starts \
+                    or (flags & F_ACK and ack_w != peer.snd_una & SEQ_MASK):
+                single(data, now)
+                continue
+            view = memoryview(data)
+            if flags & F_CRC:
+                if check(view[CRC_OFFSET + 4:], check(view[:CRC_OFFSET])) != crc:
+                    single(data, now)  # (counts the CRC error)
+                    continue
+            elif self.crc:
+                single(data, now)
+                continue
+            if flags & F_CHUNK:
+                if len(data) != HEADER_LEN + CHUNK_LEN + plen:
+                    single(data, now)
+                    continue
+                msg_id, msg_len, off = unpack_chunk(view, HEADER_LEN)
+                ras = peer.reassembly.get(msg_id)
+                # a chunk in the middle of a message being reassembled (not its first nor last)
+                if ras is None or ras.msg_len != msg_len or ras.put_key is not None or plen <= 0 \
+                        or off + plen >= msg_len or ras.received + plen >= msg_len:
+                    single(data, now)
+                    continue
+            elif len(data) != HEADER_LEN + plen:
+                single(data, now)
+                continue
+            else:
+                ras = None
+            # from here on, _on_data's fast path, inline
+            c = peer.counters
+            c.num_total_recvs += 1
+            seq = w.cum = cum + 1
+            if seq > w.high:
+                w.high = seq
+                peer.rx_high_time = now
+            if ras is None:
+                c.num_frag_recvs += 1
+                c.num_msgs_delivered += 1
+                c.num_bytes_delivered += plen
+                events.append((EV_MESSAGE, peer, tag, bytes(view[HEADER_LEN:])))
+            else:
+                c.num_chunk_recvs += 1
+                parts = ras.parts
+                if parts is not None and off == ras.received and type(view.obj) is bytes:
+                    parts.append(view[HEADER_LEN + CHUNK_LEN:])  # kept, not copied
+                else:
+                    ras.add(off, view[HEADER_LEN + CHUNK_LEN:])
+                ras.received += plen
+            peer.ack_count += 1
+            if peer.ack_count >= freq:
+                peer.ack_now = True
+            elif peer.ack_deadline is None:
+                peer.ack_deadline = deadline
+            acking[peer] = None
+            timed[peer] = None
 
     def _on_data(self, peer: Peer, data: memoryview, n: int, flags: int, seq_w: int, ack_w: int,
                  tag: int, plen: int, now: float) -> None:

@@ -48,8 +48,10 @@ class EngineNet:
     def __init__(self, n: int = 2, config: Config | None = None, *, configs: list[Config] | None = None,
                  mtu: int = 1500, priority_mtu: int = 768, seed: int = 1, delay: float = 0.001,
                  crc: bool = True, max_steps: int = 200_000, budget: int = 1 << 30,
-                 reuse_rx_buffer: bool = False) -> None:
+                 reuse_rx_buffer: bool = False, batch_receive: bool = False) -> None:
         self.now = 0.0
+        # hand each engine what landed in one step as one Engine.receive_datagrams batch
+        self.batch_receive = batch_receive
         # hand datagrams over as memoryviews of one buffer that is scribbled over after each
         # receive (as a device reusing its receive buffers does): the engine must copy
         self.reuse_rx_buffer = reuse_rx_buffer
@@ -262,15 +264,20 @@ class EngineNet:
         if cap is not None and target > cap:
             target = cap
         self.now = max(self.now, target)
+        batches: dict[int, list[bytes]] = {}
         while self._flight and self._flight[0][0] <= self.now:
             _t, _n, src, dst, data = heapq.heappop(self._flight)
             self.arrivals.append((self.now, src, dst, data))
-            if self.reuse_rx_buffer:
+            if self.batch_receive:
+                batches.setdefault(dst, []).append(data)
+            elif self.reuse_rx_buffer:
                 self._rx[:len(data)] = data
                 self.engines[dst].receive_datagram(memoryview(self._rx)[:len(data)], self.now)
                 self._rx[:len(data)] = b"\xa5" * len(data)
             else:
                 self.engines[dst].receive_datagram(data, self.now)
+        for dst, batch in batches.items():
+            self.engines[dst].receive_datagrams(batch, self.now)
         self._collect()
         return True
 
