@@ -64,6 +64,7 @@ _U64 = struct.Struct("!Q")
 _NO_CRC = bytes(4)
 _UNKNOWN_FLAGS = 0xFF & ~KNOWN_FLAGS
 _NOT_FAST = _UNKNOWN_FLAGS | F_PUT  # flags that keep a datagram off receive_datagrams' short path
+_HEADER_CHUNK = struct.Struct(HEADER.format + CHUNK.format[1:])  # header + chunk extension
 # where a data segment's payload starts, by its F_CHUNK | F_PUT bits
 _PAYLOAD_AT = {0: HEADER_LEN, F_CHUNK: HEADER_LEN + CHUNK_LEN, F_PUT: HEADER_LEN + PUT_LEN,
                F_CHUNK | F_PUT: HEADER_LEN + CHUNK_LEN + PUT_LEN}
@@ -324,51 +325,70 @@ class Engine:
         if self.closed:
             return  # nobody will read them: neither deliver nor acknowledge
         single = self.receive_datagram
-        unpack, unpack_chunk = HEADER.unpack_from, CHUNK.unpack_from
+        head, head_chunk = HEADER.unpack_from, _HEADER_CHUNK.unpack_from
         peers = self.peers_by_conn
         events = self.events
         acking, timed = self._acking, self._timed
         freq, deadline = self._ack_frequency, now + self._ack_delay
         check = crc32c
+        require_crc = self.crc
+        # the (dst, inc) of the last datagram whose peer passed the checks: only a fallback
+        # to receive_datagram (a handshake, a failure...) can change what they read
+        last_dst = last_inc = -1
+        peer: Any = None
         for data in batch:
-            if len(data) < HEADER_LEN:
+            n = len(data)
+            if n >= HEADER_LEN + CHUNK_LEN:  # the chunk extension too, in the same unpack
+                version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen, msg_id, msg_len, off \
+                    = head_chunk(data)
+            elif n >= HEADER_LEN:
+                version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = head(data)
+            else:
+                last_dst = -1
                 single(data, now)
                 continue
-            version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = unpack(data)
-            peer = peers.get(dst)
             # the fast path's conditions (see _on_data), read before believing anything,
             # then the CRC; a frame failing any of them takes the full path
-            if typ != T_DATA or version != WIRE_VERSION or flags & _NOT_FAST or peer is None \
-                    or inc != peer.remote_inc or not peer.confirmed or not peer.remote_known \
-                    or peer.state is _FAILED:
+            if typ != T_DATA or version != WIRE_VERSION or flags & _NOT_FAST:
+                last_dst = -1
                 single(data, now)
                 continue
+            if dst != last_dst or inc != last_inc:
+                peer = peers.get(dst)
+                if peer is None or inc != peer.remote_inc or not peer.confirmed \
+                        or not peer.remote_known or peer.state is _FAILED:
+                    last_dst = -1
+                    single(data, now)
+                    continue
+                last_dst, last_inc = dst, inc
             w = peer.window
             cum = w.cum
             if seq_w != (cum + 1) & SEQ_MASK or w._starts \
                     or (flags & F_ACK and ack_w != peer.snd_una & SEQ_MASK):
+                last_dst = -1
                 single(data, now)
                 continue
             view = memoryview(data)
             if flags & F_CRC:
                 if check(view[CRC_OFFSET + 4:], check(view[:CRC_OFFSET])) != crc:
+                    last_dst = -1
                     single(data, now)  # (counts the CRC error)
                     continue
-            elif self.crc:
+            elif require_crc:
+                last_dst = -1
                 single(data, now)
                 continue
             if flags & F_CHUNK:
-                if len(data) != HEADER_LEN + CHUNK_LEN + plen:
-                    single(data, now)
-                    continue
-                msg_id, msg_len, off = unpack_chunk(view, HEADER_LEN)
                 ras = peer.reassembly.get(msg_id)
                 # a chunk in the middle of a message being reassembled (not its first nor last)
-                if ras is None or ras.msg_len != msg_len or ras.put_key is not None or plen <= 0 \
-                        or off + plen >= msg_len or ras.received + plen >= msg_len:
+                if n != HEADER_LEN + CHUNK_LEN + plen or ras is None or ras.msg_len != msg_len \
+                        or ras.put_key is not None or plen <= 0 or off + plen >= msg_len \
+                        or ras.received + plen >= msg_len:
+                    last_dst = -1
                     single(data, now)
                     continue
-            elif len(data) != HEADER_LEN + plen:
+            elif n != HEADER_LEN + plen:
+                last_dst = -1
                 single(data, now)
                 continue
             else:
