@@ -1,0 +1,47 @@
+"""Engine-only bulk, no device: mean ns per data segment in the receiving engine.
+
+    .venv/bin/python scripts/perf/engine_bulk_rx.py single|batch MTU NMSGS
+
+``single``: Engine.receive_datagram per datagram; ``batch``: Engine.receive_datagrams per
+send pass.  Environment: CRC=0 (no CRC32C), REUSE=1 (datagrams as views of buffers, as a
+device that reuses them: chunks are copied), ACKT=1 (print the sender's ACK handling per
+data segment instead).  Run from the repository root; compare trees side by side."""
+import os, sys, time, statistics
+sys.path.insert(0, os.getcwd()); sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
+from enginepair import EnginePair
+from btlcore import Config
+mode = sys.argv[1]; mtu = int(sys.argv[2]); nmsgs = int(sys.argv[3])
+net = EnginePair(Config(), mtu=mtu, priority_mtu=min(mtu, 9000), crc=os.environ.get("CRC","1")=="1")
+net.handshake()
+a, b = net.a, net.b
+pa, pb = net.pa, net.pb
+msg = bytes(1 << 20)
+now = net.now
+pc = time.perf_counter_ns
+rx_ns = 0; nseg = 0; ack_ns = 0
+for i in range(nmsgs):
+    a.send(pa, 1, msg, None, now)
+got = 0
+while got < nmsgs:
+    now += 1e-5
+    out = [bytes(d) if not isinstance(d, list) else b"".join(d) for _, _, d in a.datagrams_to_send(now)]
+    if os.environ.get("REUSE") == "1":
+        out = [memoryview(bytearray(d)) for d in out]
+    if out:
+        if mode == "batch" and hasattr(b, "receive_datagrams"):
+            t0 = pc(); b.receive_datagrams(out, now); rx_ns += pc() - t0
+        else:
+            t0 = pc()
+            for d in out:
+                b.receive_datagram(d, now)
+            rx_ns += pc() - t0
+        nseg += len(out)
+    got += sum(1 for e in b.drain_events() if e[0] == 0)
+    now += 1e-5
+    if b.get_timer() is not None and b.get_timer() <= now: b.handle_timer(now)
+    for _, _, d in b.datagrams_to_send(now):
+        d = bytes(d)
+        t0 = pc(); a.receive_datagram(d, now); ack_ns += pc() - t0
+    a.drain_events()
+    if a.get_timer() is not None and a.get_timer() <= now: a.handle_timer(now)
+print(f"{(ack_ns if os.environ.get('ACKT') else rx_ns) / nseg:.0f}")
