@@ -67,6 +67,7 @@ _UNKNOWN_FLAGS = 0xFF & ~KNOWN_FLAGS
 _PAYLOAD_AT = {0: HEADER_LEN, F_CHUNK: HEADER_LEN + CHUNK_LEN, F_PUT: HEADER_LEN + PUT_LEN,
                F_CHUNK | F_PUT: HEADER_LEN + CHUNK_LEN + PUT_LEN}
 _FAILED = PeerState.FAILED
+_ESTABLISHED = PeerState.ESTABLISHED
 _HALF = 1 << 63
 _WRAP = 1 << 64
 _HELLO_INTERVAL_MAX = 1.0
@@ -80,6 +81,7 @@ REO_PERSIST = 16  # loss episodes a widened reordering allowance lasts (RFC 8985
 PERSISTENT_TIMEOUTS = 3  # timeouts in a row that mean persistent congestion: slow start again
 GATHER_MIN = 2048  # with enable_gather, chunks from this size keep their payload uncopied
 _PREFIXES_MAX = 4096  # header prefixes kept (Engine._prefixes)
+_NEVER = 1 << 62  # a size no chunk reaches
 
 
 #: how much older (in incarnation units: 1/1024 s of the clock the driver built them from)
@@ -178,11 +180,15 @@ class Engine:
         self._now = now
         if self.closed:
             raise TransportClosed("transport is closed")
-        if peer.state is PeerState.FAILED:
+        state = peer.state
+        if state is _FAILED:
             raise peer.error or PeerUnreachable(f"peer {peer.address.hex()} has failed")
         if not 0 <= tag <= 0xFFFF:
             raise ValueError(f"tag {tag} is out of range: tags are 0 to 65535")
-        view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
+        if type(data) is bytes:
+            view = memoryview(data)  # already flat bytes: no cast needed
+        else:
+            view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
         size = len(view)
         if size > self.config.max_message_size:
             raise MessageTooLarge(
@@ -191,11 +197,12 @@ class Engine:
         chunked = size > self._single_cap - extra
         peer.msg_counter += 1
         msg = OutMessage(tag, view, callback, peer.msg_counter & U32_MASK, chunked, put_key, put_offset)
-        if not peer.queue:
-            peer.queue = deque()  # made on first use: an idle peer holds no deque (~770 B)
-        peer.queue.append(msg)
+        queue = peer.queue
+        if type(queue) is tuple:  # made on first use: an idle peer holds no deque (~770 B),
+            queue = peer.queue = deque()  # and kept once emptied (not one per message)
+        queue.append(msg)
         peer.counters.num_msgs_sent += 1
-        if peer.state is PeerState.ESTABLISHED:
+        if state is _ESTABLISHED:
             self._sending[peer] = None
         elif peer.hello_next is None and not peer.confirmed:
             self._start_hello(peer, now)
@@ -1185,8 +1192,11 @@ class Engine:
                 head = HEAD_PREFIX.pack(WIRE_VERSION, T_DATA, flags, 0, conn, inc)
                 pre = prefixes[conn << 8 | flags] = (head, crc32c(head) if crc else 0)
             prefix, pre_crc = pre
-            cut = 0
-            while cut < room:
+            # (per segment below: as few operations as possible; counts are taken after)
+            gather_at = gather_min if gather_min is not None and not put else _NEVER
+            first_seq, first_off = seq, off
+            end_seq = seq + room
+            while seq < end_seq:
                 n = length - off
                 if n > cap:
                     n = cap
@@ -1202,7 +1212,7 @@ class Engine:
                     rest = HEAD_REST.pack(seq & SEQ_MASK, ack_w, tag, n)
                 payload = data[off:off + n]
                 check = _U32.pack(crc32c(payload, crc32c(rest, pre_crc))) if crc else _NO_CRC
-                if gather_min is not None and n >= gather_min and not put:
+                if n >= gather_at:
                     frame = [b"".join((prefix, check, rest)), payload]  # (see enable_gather)
                 else:
                     frame = b"".join((prefix, check, rest, payload))
@@ -1212,10 +1222,10 @@ class Engine:
                 append((channel, dest, frame))
                 seq += 1
                 off += n
-                nbytes += n
-                cut += 1
                 if off >= length:
                     break
+            cut = seq - first_seq
+            nbytes += off - first_off
             room -= cut
             msg.offset = off
             msg.outstanding += cut
