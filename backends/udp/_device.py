@@ -157,6 +157,8 @@ def post_send_batch(device: UdpDevice, channel: Channel, dest: Any, datagrams: S
     total = len(datagrams)
     sizes = [len(d) if type(d) is not list else sum(map(len, d)) for d in datagrams]
     plain_until = 0  # datagrams before this index go one by one (after a GSO failure)
+    # a GSO run needs two datagrams in one send: larger ones (65000 B) always go one by one
+    gso_max = device._max_payload // 2 if device._gso else 0
     i = 0
     while i < total:
         size = sizes[i]
@@ -164,15 +166,19 @@ def post_send_batch(device: UdpDevice, channel: Channel, dest: Any, datagrams: S
             raise ValueError(f"udp: datagram {i} of the batch has {size} bytes, more than the "
                              f"{Channel(channel).name} channel MTU of {mtu} bytes")
         j = i + 1
-        if device._gso and size and i >= plain_until:
+        if 0 < size <= gso_max and i >= plain_until:
             limit = min(total, i + min(GSO_MAX_SEGMENTS, device._max_payload // size))
             while j < limit and sizes[j] == size:
                 j += 1
             if j < limit and 0 < sizes[j] < size:  # a shorter (not empty) last one
                 j += 1
         if j - i == 1:
+            data = datagrams[i]
             try:
-                _send1(sock, datagrams[i], addr)
+                if type(data) is list:  # (_send1, inlined: once per datagram at 65000 B)
+                    sock.sendmsg(data, (), 0, addr)
+                else:
+                    sock.sendto(data, addr)
             except OSError as exc:
                 if not device._send_error(exc, sock, datagrams[i], addr):
                     return i
@@ -204,6 +210,8 @@ def post_send_batch(device: UdpDevice, channel: Channel, dest: Any, datagrams: S
                 return i
             if sent < 0:  # GSO refused here: this run again, datagram by datagram
                 plain_until = j
+                if not device._gso:  # ... and, turned off now, for the rest of the batch too
+                    gso_max = 0
                 continue
             nbytes = sent
         if nbytes:
@@ -409,6 +417,9 @@ class UdpDevice:
     #: post_send and post_send_many take a datagram as a list of buffers (sendmsg gathers
     #: them), so the engine need not copy a bulk payload into its segment
     gather_sends = True
+    #: poll_completions has nothing to report (sendto completes synchronously), so the
+    #: transport need not call it every pass
+    sends_complete_at_once = True
 
     def __init__(self, opts: UdpOptions) -> None:
         if opts.recvmmsg == "on" and not _mmsg.available():
