@@ -404,6 +404,41 @@ def poll_recv(device: UdpDevice, budget: int) -> list[Any]:
     return out
 
 
+def wait(device: UdpDevice, deadline: float | None) -> None:
+    """Block until a socket is readable or ``deadline`` (monotonic) passes; in busy-poll
+    mode spin on a zero-timeout poll instead of sleeping.
+
+    epoll counts in whole milliseconds, rounding up: a 200 us wait (the core's ACK
+    delay) would sleep 1.07 ms.  Short waits therefore block in ``select``, which keeps
+    microseconds (about 60 us late here) and says which socket is readable.  A plain function
+    installed as the method and as the hook (as post_send): no wrapper on the wait of every
+    pass."""
+    if device.closed:
+        return
+    poll = device._poller.poll
+    if device._busy_poll:
+        monotonic = time.monotonic
+        while not (events := poll(0)):
+            if deadline is not None and monotonic() >= deadline:
+                device._ready = (False, False)
+                return
+    elif deadline is None:
+        events = poll(-1)
+    else:
+        timeout = deadline - time.monotonic()
+        if timeout <= 0:
+            events = poll(0)
+        elif timeout < FINE_WAIT and device._select_fds:
+            # select's answer is enough: a pending error also shows as readable, and the
+            # read that gets it drains the error queue (no second call to ask epoll)
+            ready, _, _ = select.select(device._select_fds, (), (), timeout)
+            device._ready = (device._prio_fd in ready, device._data_fd in ready)
+            return
+        else:
+            events = poll(timeout * device._poll_scale)
+    device._ready = device._readiness(events)  # what poll_recv needs to read
+
+
 class UdpDevice:
     """One UDP device: a priority socket and a data socket bound to one IP."""
 
@@ -411,6 +446,7 @@ class UdpDevice:
     post_send_batch = post_send_batch
     post_send_many = post_send_many
     poll_recv = poll_recv
+    wait = wait
     #: wait() returns at once when a socket is readable, so the transport may wait before
     #: it reads (a read of an empty socket is a wasted system call)
     wait_wakes_on_input = True
@@ -623,38 +659,6 @@ class UdpDevice:
 
     def clock(self) -> Any:
         return time.monotonic
-
-    def wait(self, deadline: float | None) -> None:
-        """Block until a socket is readable or ``deadline`` (monotonic) passes; in busy-poll
-        mode spin on a zero-timeout poll instead of sleeping.
-
-        epoll counts in whole milliseconds, rounding up: a 200 us wait (the core's ACK
-        delay) would sleep 1.07 ms.  Short waits therefore block in ``select``, which keeps
-        microseconds (about 60 us late here) and says which socket is readable."""
-        if self.closed:
-            return
-        poll = self._poller.poll
-        if self._busy_poll:
-            monotonic = time.monotonic
-            while not (events := poll(0)):
-                if deadline is not None and monotonic() >= deadline:
-                    self._ready = (False, False)
-                    return
-        elif deadline is None:
-            events = poll(-1)
-        else:
-            timeout = deadline - time.monotonic()
-            if timeout <= 0:
-                events = poll(0)
-            elif timeout < FINE_WAIT and self._select_fds:
-                # select's answer is enough: a pending error also shows as readable, and the
-                # read that gets it drains the error queue (no second call to ask epoll)
-                ready, _, _ = select.select(self._select_fds, (), (), timeout)
-                self._ready = (self._prio_fd in ready, self._data_fd in ready)
-                return
-            else:
-                events = poll(timeout * self._poll_scale)
-        self._ready = self._readiness(events)  # what poll_recv needs to read
 
     def _readiness(self, events: Any) -> tuple[bool, bool]:
         """(priority readable, data readable) from epoll's answer; queued ICMP errors
