@@ -69,6 +69,7 @@ _HEADER_CHUNK = struct.Struct(HEADER.format + CHUNK.format[1:])  # header + chun
 _PAYLOAD_AT = {0: HEADER_LEN, F_CHUNK: HEADER_LEN + CHUNK_LEN, F_PUT: HEADER_LEN + PUT_LEN,
                F_CHUNK | F_PUT: HEADER_LEN + CHUNK_LEN + PUT_LEN}
 _FAILED = PeerState.FAILED
+_ESTABLISHED = PeerState.ESTABLISHED
 _HALF = 1 << 63
 _WRAP = 1 << 64
 _HELLO_INTERVAL_MAX = 1.0
@@ -81,6 +82,8 @@ VENO_BACKLOG = 3.0  # segments this flow keeps queued (cwnd x (1 - min_rtt/srtt)
 REO_PERSIST = 16  # loss episodes a widened reordering allowance lasts (RFC 8985's reo_wnd_persist)
 PERSISTENT_TIMEOUTS = 3  # timeouts in a row that mean persistent congestion: slow start again
 GATHER_MIN = 2048  # with enable_gather, chunks from this size keep their payload uncopied
+_PREFIXES_MAX = 4096  # header prefixes kept (Engine._prefixes)
+_NEVER = 1 << 62  # a size no chunk reaches
 
 
 #: how much older (in incarnation units: 1/1024 s of the clock the driver built them from)
@@ -138,6 +141,9 @@ class Engine:
         self._single_cap = self.data_mtu - HEADER_LEN  # payload of an unchunked message
         self._chunk_cap = self.data_mtu - HEADER_LEN - CHUNK_LEN
         self._gather_min: int | None = None  # chunk size from which payloads stay uncopied
+        # a data header's first 12 bytes and their CRC32C, by remote_conn << 8 | flags: the
+        # same for every segment to a peer (incarnation is ours), so packed once, not per pass
+        self._prefixes: dict[int, tuple[bytes, int]] = {}
         self.peers_by_addr: dict[bytes, Peer] = {}
         self.peers_by_conn: dict[int, Peer] = {}
         self.counters = ModuleCounters()
@@ -176,11 +182,15 @@ class Engine:
         self._now = now
         if self.closed:
             raise TransportClosed("transport is closed")
-        if peer.state is PeerState.FAILED:
+        state = peer.state
+        if state is _FAILED:
             raise peer.error or PeerUnreachable(f"peer {peer.address.hex()} has failed")
         if not 0 <= tag <= 0xFFFF:
             raise ValueError(f"tag {tag} is out of range: tags are 0 to 65535")
-        view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
+        if type(data) is bytes:
+            view = memoryview(data)  # already flat bytes: no cast needed
+        else:
+            view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
         size = len(view)
         if size > self.config.max_message_size:
             raise MessageTooLarge(
@@ -189,11 +199,12 @@ class Engine:
         chunked = size > self._single_cap - extra
         peer.msg_counter += 1
         msg = OutMessage(tag, view, callback, peer.msg_counter & U32_MASK, chunked, put_key, put_offset)
-        if not peer.queue:
-            peer.queue = deque()  # made on first use: an idle peer holds no deque (~770 B)
-        peer.queue.append(msg)
+        queue = peer.queue
+        if type(queue) is tuple:  # made on first use: an idle peer holds no deque (~770 B),
+            queue = peer.queue = deque()  # and kept once emptied (not one per message)
+        queue.append(msg)
         peer.counters.num_msgs_sent += 1
-        if peer.state is PeerState.ESTABLISHED:
+        if state is _ESTABLISHED:
             self._sending[peer] = None
         elif peer.hello_next is None and not peer.confirmed:
             self._start_hello(peer, now)
@@ -1050,18 +1061,21 @@ class Engine:
             return self._now
         best = None
         cfg = self.config
-        idle = []
+        idle = None
         for peer in self._timed:
             t = None
-            if peer.unacked:
-                front = self._rto_front(peer)
-                if front is not None:
-                    t = max(front.sent_at, peer.rto_base) + peer.timer.rto
-                    if front.tx_serial <= peer.acked_serial[front.channel] - cfg.fast_retransmit_threshold \
-                            and (peer.loss_seq_limit is None or front.seq <= peer.loss_seq_limit):
-                        loss_check = front.sent_at + self._reorder_time(peer)
-                        if loss_check < t:
-                            t = loss_check
+            unacked = peer.unacked
+            if unacked:
+                for front in unacked.values():  # (_rto_front, inlined: called every pass)
+                    if not front.lost:
+                        sent_at = front.sent_at
+                        t = (sent_at if sent_at > peer.rto_base else peer.rto_base) + peer.timer.rto
+                        if front.tx_serial <= peer.acked_serial[front.channel] - cfg.fast_retransmit_threshold \
+                                and (peer.loss_seq_limit is None or front.seq <= peer.loss_seq_limit):
+                            loss_check = sent_at + self._reorder_time(peer)
+                            if loss_check < t:
+                                t = loss_check
+                        break
                 death = peer.last_progress + cfg.peer_timeout
                 if t is None or death < t:
                     t = death
@@ -1077,11 +1091,14 @@ class Engine:
                     if give_up < t:
                         t = give_up
             if t is None:
+                if idle is None:
+                    idle = []
                 idle.append(peer)
             elif best is None or t < best:
                 best = t
-        for peer in idle:
-            del self._timed[peer]
+        if idle:
+            for peer in idle:
+                del self._timed[peer]
         return best
 
     @staticmethod
@@ -1234,9 +1251,11 @@ class Engine:
                 break
 
     def _send_pass(self, out: list[Any], now: float, budget: int) -> None:
-        credits_per_peer = self.config.send_credits
-        window = self.config.window
-        for peer in list(self._sending):
+        cfg = self.config
+        credits_per_peer = cfg.send_credits
+        window = cfg.window
+        sending = self._sending
+        for peer in list(sending):
             limit = peer.snd_una + min(window, peer.remote_window)
             unacked, resend, cwnd = peer.unacked, peer.resend, peer.cwnd
             # how many segments this peer may send now: credits, flow and congestion window
@@ -1246,11 +1265,9 @@ class Engine:
                 room = ceil(cwnd - in_flight)  # (exact: an int below a float is subtracted exactly)
             if room > 0 and peer.queue:
                 self._cut_segments(peer, now, out, room)
-            if not peer.queue or peer.next_seq > limit or len(unacked) - len(resend) >= cwnd:
-                del self._sending[peer]  # re-added by a new send or an ACK that opens the window
-            else:
-                del self._sending[peer]  # round robin: to the back of the line
-                self._sending[peer] = None
+            del sending[peer]  # re-added by a new send or an ACK that opens the window ...
+            if peer.queue and peer.next_seq <= limit and len(unacked) - len(resend) < cwnd:
+                sending[peer] = None  # ... or, still able to send: round robin, to the back
             if len(out) >= budget:
                 break
             depth = peer.next_seq - 1 - peer.snd_una
@@ -1275,7 +1292,7 @@ class Engine:
         seq = peer.next_seq
         serial = peer.tx_serial
         ack_w = peer.window.cum & SEQ_MASK  # the ACK point rides along (see _stamp)
-        prefixes: dict[int, tuple[bytes, int]] = {}  # by flags: header bytes [0:12], their CRC
+        prefixes = self._prefixes
         nbytes = chunks = frags = 0
         if not unacked:
             peer.last_progress = now  # the death clock runs only while something is unacked
@@ -1294,13 +1311,18 @@ class Engine:
                 channel = PRIORITY if pos + length <= self.priority_limit else DATA
             if put:
                 flags |= F_PUT
-            pre = prefixes.get(flags)
+            pre = prefixes.get(conn << 8 | flags)
             if pre is None:
+                if len(prefixes) >= _PREFIXES_MAX:  # peers come and go: stay bounded
+                    prefixes.clear()
                 head = HEAD_PREFIX.pack(WIRE_VERSION, T_DATA, flags, 0, conn, inc)
-                pre = prefixes[flags] = (head, crc32c(head) if crc else 0)
+                pre = prefixes[conn << 8 | flags] = (head, crc32c(head) if crc else 0)
             prefix, pre_crc = pre
-            cut = 0
-            while cut < room:
+            # (per segment below: as few operations as possible; counts are taken after)
+            gather_at = gather_min if gather_min is not None and not put else _NEVER
+            first_seq, first_off = seq, off
+            end_seq = seq + room
+            while seq < end_seq:
                 n = length - off
                 if n > cap:
                     n = cap
@@ -1316,7 +1338,7 @@ class Engine:
                     rest = HEAD_REST.pack(seq & SEQ_MASK, ack_w, tag, n)
                 payload = data[off:off + n]
                 check = _U32.pack(crc32c(payload, crc32c(rest, pre_crc))) if crc else _NO_CRC
-                if gather_min is not None and n >= gather_min and not put:
+                if n >= gather_at:
                     frame = [b"".join((prefix, check, rest)), payload]  # (see enable_gather)
                 else:
                     frame = b"".join((prefix, check, rest, payload))
@@ -1326,10 +1348,10 @@ class Engine:
                 append((channel, dest, frame))
                 seq += 1
                 off += n
-                nbytes += n
-                cut += 1
                 if off >= length:
                     break
+            cut = seq - first_seq
+            nbytes += off - first_off
             room -= cut
             msg.offset = off
             msg.outstanding += cut

@@ -127,7 +127,10 @@ class Transport:
         self._poll = device.poll_recv
         self._recv_budget = self.config.recv_budget
         self._stats_interval = self.config.stats_interval
-        self._poll_completions = device.poll_completions
+        # a device whose sends complete inside post_send (UDP's sendto) has nothing to reap:
+        # no call per pass
+        self._poll_completions = (None if getattr(device.device, "sends_complete_at_once", False)
+                                  else device.poll_completions)
         # a device whose wait() returns at once when input is already there (real-time,
         # readiness-based, as epoll) lets progress(timeout) wait before it reads
         self._wait_first = not caps.virtual_time and bool(getattr(device.device, "wait_wakes_on_input", False))
@@ -280,7 +283,8 @@ class Transport:
         if now is None:
             now = self.now()
         if receive:
-            self._poll_completions()
+            if self._poll_completions is not None:
+                self._poll_completions()
             datagrams = self._poll(self._recv_budget)
             if datagrams:
                 receive_datagram = engine.receive_datagram

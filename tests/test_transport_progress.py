@@ -78,3 +78,19 @@ def test_a_raising_handler_does_not_hold_back_what_is_due() -> None:
     fab.advance(None)
     a.progress()
     assert done == [None] and a.stats()["num_resends"] == 0
+
+
+def test_poll_completions_skipped_only_where_sends_complete_at_once() -> None:
+    # UDP's sendto completes in post_send: the transport does not ask every pass; the
+    # simulator's sends complete later and are still reaped
+    udp = btlcore.open("udp", host="127.0.0.1")
+    try:
+        assert udp._poll_completions is None
+        udp.progress()
+    finally:
+        udp.close()
+    sim = btlcore.open("sim", fabric=Fabric(seed=1))
+    try:
+        assert sim._poll_completions is not None
+    finally:
+        sim.close()

@@ -157,6 +157,8 @@ def post_send_batch(device: UdpDevice, channel: Channel, dest: Any, datagrams: S
     total = len(datagrams)
     sizes = [len(d) if type(d) is not list else sum(map(len, d)) for d in datagrams]
     plain_until = 0  # datagrams before this index go one by one (after a GSO failure)
+    # a GSO run needs two datagrams in one send: larger ones (65000 B) always go one by one
+    gso_max = device._max_payload // 2 if device._gso else 0
     i = 0
     while i < total:
         size = sizes[i]
@@ -164,15 +166,19 @@ def post_send_batch(device: UdpDevice, channel: Channel, dest: Any, datagrams: S
             raise ValueError(f"udp: datagram {i} of the batch has {size} bytes, more than the "
                              f"{Channel(channel).name} channel MTU of {mtu} bytes")
         j = i + 1
-        if device._gso and size and i >= plain_until:
+        if 0 < size <= gso_max and i >= plain_until:
             limit = min(total, i + min(GSO_MAX_SEGMENTS, device._max_payload // size))
             while j < limit and sizes[j] == size:
                 j += 1
             if j < limit and 0 < sizes[j] < size:  # a shorter (not empty) last one
                 j += 1
         if j - i == 1:
+            data = datagrams[i]
             try:
-                _send1(sock, datagrams[i], addr)
+                if type(data) is list:  # (_send1, inlined: once per datagram at 65000 B)
+                    sock.sendmsg(data, (), 0, addr)
+                else:
+                    sock.sendto(data, addr)
             except OSError as exc:
                 if not device._send_error(exc, sock, datagrams[i], addr):
                     return i
@@ -204,6 +210,8 @@ def post_send_batch(device: UdpDevice, channel: Channel, dest: Any, datagrams: S
                 return i
             if sent < 0:  # GSO refused here: this run again, datagram by datagram
                 plain_until = j
+                if not device._gso:  # ... and, turned off now, for the rest of the batch too
+                    gso_max = 0
                 continue
             nbytes = sent
         if nbytes:
@@ -396,6 +404,41 @@ def poll_recv(device: UdpDevice, budget: int) -> list[Any]:
     return out
 
 
+def wait(device: UdpDevice, deadline: float | None) -> None:
+    """Block until a socket is readable or ``deadline`` (monotonic) passes; in busy-poll
+    mode spin on a zero-timeout poll instead of sleeping.
+
+    epoll counts in whole milliseconds, rounding up: a 200 us wait (the core's ACK
+    delay) would sleep 1.07 ms.  Short waits therefore block in ``select``, which keeps
+    microseconds (about 60 us late here) and says which socket is readable.  A plain function
+    installed as the method and as the hook (as post_send): no wrapper on the wait of every
+    pass."""
+    if device.closed:
+        return
+    poll = device._poller.poll
+    if device._busy_poll:
+        monotonic = time.monotonic
+        while not (events := poll(0)):
+            if deadline is not None and monotonic() >= deadline:
+                device._ready = (False, False)
+                return
+    elif deadline is None:
+        events = poll(-1)
+    else:
+        timeout = deadline - time.monotonic()
+        if timeout <= 0:
+            events = poll(0)
+        elif timeout < FINE_WAIT and device._select_fds:
+            # select's answer is enough: a pending error also shows as readable, and the
+            # read that gets it drains the error queue (no second call to ask epoll)
+            ready, _, _ = select.select(device._select_fds, (), (), timeout)
+            device._ready = (device._prio_fd in ready, device._data_fd in ready)
+            return
+        else:
+            events = poll(timeout * device._poll_scale)
+    device._ready = device._readiness(events)  # what poll_recv needs to read
+
+
 class UdpDevice:
     """One UDP device: a priority socket and a data socket bound to one IP."""
 
@@ -403,12 +446,16 @@ class UdpDevice:
     post_send_batch = post_send_batch
     post_send_many = post_send_many
     poll_recv = poll_recv
+    wait = wait
     #: wait() returns at once when a socket is readable, so the transport may wait before
     #: it reads (a read of an empty socket is a wasted system call)
     wait_wakes_on_input = True
     #: post_send and post_send_many take a datagram as a list of buffers (sendmsg gathers
     #: them), so the engine need not copy a bulk payload into its segment
     gather_sends = True
+    #: poll_completions has nothing to report (sendto completes synchronously), so the
+    #: transport need not call it every pass
+    sends_complete_at_once = True
 
     def __init__(self, opts: UdpOptions) -> None:
         if opts.recvmmsg == "on" and not _mmsg.available():
@@ -612,38 +659,6 @@ class UdpDevice:
 
     def clock(self) -> Any:
         return time.monotonic
-
-    def wait(self, deadline: float | None) -> None:
-        """Block until a socket is readable or ``deadline`` (monotonic) passes; in busy-poll
-        mode spin on a zero-timeout poll instead of sleeping.
-
-        epoll counts in whole milliseconds, rounding up: a 200 us wait (the core's ACK
-        delay) would sleep 1.07 ms.  Short waits therefore block in ``select``, which keeps
-        microseconds (about 60 us late here) and says which socket is readable."""
-        if self.closed:
-            return
-        poll = self._poller.poll
-        if self._busy_poll:
-            monotonic = time.monotonic
-            while not (events := poll(0)):
-                if deadline is not None and monotonic() >= deadline:
-                    self._ready = (False, False)
-                    return
-        elif deadline is None:
-            events = poll(-1)
-        else:
-            timeout = deadline - time.monotonic()
-            if timeout <= 0:
-                events = poll(0)
-            elif timeout < FINE_WAIT and self._select_fds:
-                # select's answer is enough: a pending error also shows as readable, and the
-                # read that gets it drains the error queue (no second call to ask epoll)
-                ready, _, _ = select.select(self._select_fds, (), (), timeout)
-                self._ready = (self._prio_fd in ready, self._data_fd in ready)
-                return
-            else:
-                events = poll(timeout * self._poll_scale)
-        self._ready = self._readiness(events)  # what poll_recv needs to read
 
     def _readiness(self, events: Any) -> tuple[bool, bool]:
         """(priority readable, data readable) from epoll's answer; queued ICMP errors

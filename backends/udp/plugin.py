@@ -20,6 +20,7 @@ from ._device import UdpDevice
 btl_device_post_send = hookimpl(_device.post_send)
 btl_device_post_send_many = hookimpl(_device.post_send_many)
 btl_device_poll_recv = hookimpl(_device.poll_recv)
+btl_device_wait = hookimpl(_device.wait)
 
 
 @hookimpl
@@ -78,11 +79,6 @@ def btl_device_resolve(device: UdpDevice, address: bytes) -> Any:
 @hookimpl
 def btl_device_clock(device: UdpDevice) -> Callable[[], float]:
     return device.clock()
-
-
-@hookimpl
-def btl_device_wait(device: UdpDevice, deadline: float | None) -> None:
-    device.wait(deadline)
 
 
 @hookimpl

@@ -458,6 +458,49 @@ def test_gso_fallback_in_auto_mode(open_udp):
     assert st["gso_fallbacks"] == 3 and st["gso"] is False
 
 
+def test_gso_turned_off_mid_batch_sends_the_rest_plainly(open_udp):
+    # the batch notices GSO going off (third failure) and sends its later runs one by one,
+    # without trying GSO again: exactly three fallbacks, every datagram delivered in order
+    a, b, to_b, _ = pair(open_udp)
+    if not a.device.stats()["gso"]:
+        pytest.skip("this kernel has no UDP GSO")
+    real = a.device._socks
+
+    class NoGso:
+        def __init__(self, sock):
+            self.sock = sock
+
+        def sendmsg(self, *_a):
+            raise OSError(errno.EIO, "no checksum offload")
+
+        def sendto(self, *a_):
+            return self.sock.sendto(*a_)
+
+    batch = [bytes([k]) * (100 * k) for k in (1, 2, 3, 4, 5) for _ in range(3)]
+    swap_sockets(a.device, (NoGso(real[0]), NoGso(real[1])))
+    try:
+        assert a.device.post_send_batch(Channel.DATA, to_b, batch) == len(batch)
+    finally:
+        swap_sockets(a.device, real)
+    assert recv_n(b, len(batch)) == batch
+    st = a.device.stats()
+    assert st["gso_fallbacks"] == 3 and st["gso"] is False
+
+
+def test_datagrams_too_large_for_a_gso_run_go_one_by_one(open_udp):
+    # two of them would not fit in one send: no GSO attempt, each one sendmsg'd whole
+    a, b, to_b, _ = pair(open_udp, rcvbuf=4 << 20)
+    size = a.device._max_payload // 2 + 1
+    if size > a.device.mtu:
+        pytest.skip(f"device MTU {a.device.mtu} below half the largest UDP payload")
+    body = memoryview(bytes(range(256)) * (size // 256 + 1))
+    batch = [[b"%04d" % i, body[:size - 4]] for i in range(3)] + [bytes(size)]
+    assert a.device.post_send_batch(Channel.DATA, to_b, batch) == len(batch)
+    assert recv_n(b, len(batch)) == [b"".join(d) if isinstance(d, list) else d for d in batch]
+    st = a.device.stats()
+    assert st["tx_gso_sends"] == 0 and st["tx_datagrams"] == 4 and st["tx_bytes"] == 4 * size
+
+
 # -- waiting -----------------------------------------------------------------------------
 
 

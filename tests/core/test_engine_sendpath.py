@@ -1,0 +1,146 @@
+"""The send path's caches and inlined timer: the bytes sent and the deadlines reported must be
+exactly what the plain computation gives.
+
+* Engine._prefixes keeps each data header's first 12 bytes (version, type, flags, the peer's
+  connection id, our incarnation) and their CRC by connection and flags: a stale or shared
+  entry would put the wrong connection id or CRC on the wire.
+* Engine.get_timer inlines the search for the retransmit timer's front segment: it is checked
+  against the straightforward computation at every step of lossy runs.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from enginepair import DROP, EngineNet
+
+import btlcore.engine as engine_mod
+from btlcore.engine import Engine
+from btlcore.peer import Peer, Segment
+from btlcore.wire import CRC_OFFSET, HEAD_PREFIX, T_DATA, WIRE_VERSION, crc32c, decode
+
+
+def _reference_timer(eng: Engine) -> float | None:
+    """get_timer as first written: one helper per question, no shortcut."""
+    if eng._resending or eng._sending:
+        return eng._now
+    best = None
+    cfg = eng.config
+    for peer in eng._timed:
+        t = None
+        if peer.unacked:
+            front: Segment | None = next((s for s in peer.unacked.values() if not s.lost), None)
+            if front is not None:
+                t = max(front.sent_at, peer.rto_base) + peer.timer.rto
+                if front.tx_serial <= peer.acked_serial[front.channel] - cfg.fast_retransmit_threshold \
+                        and (peer.loss_seq_limit is None or front.seq <= peer.loss_seq_limit):
+                    t = min(t, front.sent_at + eng._reorder_time(peer))
+            death = peer.last_progress + cfg.peer_timeout
+            t = death if t is None else min(t, death)
+        if peer.ack_now or peer.hello_reply:
+            t = eng._now
+        elif peer.ack_deadline is not None and (t is None or peer.ack_deadline < t):
+            t = peer.ack_deadline
+        if peer.hello_next is not None:
+            t = peer.hello_next if t is None else min(t, peer.hello_next)
+            if peer.hello_started is not None:
+                t = min(t, peer.hello_started + cfg.handshake_timeout)
+        if t is not None and (best is None or t < best):
+            best = t
+    return best
+
+
+class CheckedNet(EngineNet):
+    """Asserts, before every step, that each engine's timer is the reference one."""
+
+    checks = 0
+
+    def step(self, cap: float | None = None) -> bool:
+        for eng in self.engines:
+            want = _reference_timer(eng)
+            assert eng.get_timer() == want
+            self.checks += 1
+        return super().step(cap)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_get_timer_matches_the_reference_under_loss(seed: int) -> None:
+    net = CheckedNet(3, seed=seed, mtu=1500)
+    rng = random.Random(seed)
+    net.handshake(0, 1)
+    net.handshake(0, 2)
+    net.add_hook(lambda s, d, data, k: DROP if rng.random() < 0.15 else None)
+    for i in range(30):
+        net.send(0, 1 + i % 2, 1, rng.randbytes(rng.choice([10, 3000, 9000])), key=i)
+        if i % 3 == 0:
+            net.send(1 + i % 2, 0, 2, b"reply", key=("r", i))
+    net.run(lambda: all(net.completions.values()), max_time=120)
+    assert all(v == [None] for v in net.completions.values())
+    assert net.checks > 50
+    stats = net.engines[0].stats()
+    assert stats["num_fast_retrans"] + stats["num_timeout_retrans"] > 0  # the loss branches ran
+
+
+def _check_prefixes(net: EngineNet, src: int, conns: dict[int, set[int]]) -> int:
+    """Every data datagram ``src`` sent carries a connection id the peer it went to had
+    (``conns``, by destination index), our incarnation, and a CRC over the whole datagram.
+    Returns how many."""
+    eng = net.engines[src]
+    n = 0
+    for _t, s, dst, data in net.log:
+        if s != src:
+            continue
+        dg = decode(data)
+        if dg.type != T_DATA:
+            continue
+        n += 1
+        version, typ, flags, _r, conn, inc = HEAD_PREFIX.unpack_from(data)
+        assert (version, typ, inc) == (WIRE_VERSION, T_DATA, eng.incarnation)
+        assert conn in conns[dst]
+        view = memoryview(data)
+        want = crc32c(view[CRC_OFFSET + 4:], crc32c(view[:CRC_OFFSET]))
+        assert int.from_bytes(data[CRC_OFFSET:CRC_OFFSET + 4], "big") == want
+    return n
+
+
+def test_prefix_cache_follows_a_restarted_peer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine_mod, "_PREFIXES_MAX", 1)  # clear on every new entry
+    net = EngineNet(3, seed=4)
+    net.handshake(0, 1)
+    net.handshake(0, 2)
+    a = net.engines[0]
+    conns = {net.peer(0, 1).remote_conn, net.peer(0, 2).remote_conn}
+    assert len(conns) == 2
+    for i in range(6):
+        net.send(0, 1 + i % 2, 1, b"x" * (10 + 5000 * (i % 2)), key=i)
+    net.run(lambda: all(net.completions.values()))
+    assert len(a._prefixes) <= 1
+    # engine 1 restarts: a new connection id, which the next data must carry
+    old = net.peer(0, 1).remote_conn
+    net.restart(1).connect(b"A", net.now)
+    net.run(lambda: net.established(0, 1) and net.peer(0, 1).remote_conn != old, max_time=10)
+    net.send(0, 1, 1, b"after restart", key="after")
+    net.run(lambda: net.completions.get("after") == [None], max_time=20)
+    assert net.delivered[1][-1][2] == b"after restart"
+    new = net.peer(0, 1).remote_conn
+    assert _check_prefixes(net, 0, {1: {old, new}, 2: {net.peer(0, 2).remote_conn}}) >= 8
+    last = [d for _t, s, dst, d in net.log if s == 0 and dst == 1 and decode(d).type == T_DATA][-1]
+    assert HEAD_PREFIX.unpack_from(last)[4] == new
+
+
+def test_prefix_cache_entries_are_per_connection_and_flags() -> None:
+    net = EngineNet(2, seed=6)
+    net.handshake()
+    a = net.engines[0]
+    peer: Peer = net.peer(0, 1)
+    net.send(0, 1, 1, b"small", key=1)
+    net.send(0, 1, 1, bytes(20000), key=2)  # chunked: other flags, another entry
+    net.run(lambda: all(net.completions.values()))
+    keys = set(a._prefixes)
+    assert {k >> 8 for k in keys} == {peer.remote_conn}
+    assert len(keys) == 2
+    for key, (head, head_crc) in a._prefixes.items():
+        assert head == HEAD_PREFIX.pack(WIRE_VERSION, T_DATA, key & 0xFF, 0, key >> 8, a.incarnation)
+        assert head_crc == crc32c(head)
+    assert _check_prefixes(net, 0, {1: {peer.remote_conn}}) >= 3
