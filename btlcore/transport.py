@@ -292,9 +292,10 @@ class Transport:
                     for d in datagrams:
                         self._frame_received(transport=self, data=bytes(d))
                         receive_datagram(d, now)
+                elif len(datagrams) > 1:
+                    engine.receive_datagrams(datagrams, now)  # in-order runs inline: one call
                 else:
-                    for d in datagrams:
-                        receive_datagram(d, now)
+                    receive_datagram(datagrams[0], now)  # (a batch of one costs its set-up)
         if timer is None:
             timer = engine.get_timer()
         if timer is not None and timer <= now:
