@@ -94,6 +94,7 @@ def markdown(rep: Mapping[str, Any]) -> str:
         f"the two ends pinned to cores {meta.get('pinned_cores', '?')}; the run took {meta.get('elapsed', 0):.0f} s.*",
         "",
         "Each figure is the median of its trials; the spread is min … max and the inter-quartile range.",
+        "Where the time goes, and why the goals that are missed stay missed: [performance.md](performance.md).",
         "",
     ]
     for w in meta.get("warnings", []):
