@@ -6,7 +6,7 @@
 send pass.  Environment: CRC=0 (no CRC32C), REUSE=1 (datagrams as views of buffers, as a
 device that reuses them: chunks are copied), ACKT=1 (print the sender's ACK handling per
 data segment instead).  Run from the repository root; compare trees side by side."""
-import os, sys, time, statistics
+import os, sys, time
 sys.path.insert(0, os.getcwd()); sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
 from enginepair import EnginePair
 from btlcore import Config
