@@ -15,6 +15,7 @@ from .errors import (
     PeerError,
     PeerRestarted,
     PeerUnreachable,
+    PutError,
     TransportClosed,
 )
 
@@ -28,5 +29,5 @@ __all__ = [
     "Engine", "Message", "Peer", "PeerState", "Transport", "list_backends", "open", "run_until",
     "BackendUnavailable", "BtlError", "Capabilities", "Channel", "ChannelInfo", "Config",
     "ConfigError", "MessageTooLarge", "PeerError", "PeerRestarted", "PeerUnreachable", "Probe",
-    "TransportClosed", "hookimpl",
+    "PutError", "TransportClosed", "hookimpl",
 ]

@@ -35,12 +35,13 @@ from math import ceil
 from typing import Any
 
 from .config import Config
-from .errors import MessageTooLarge, PeerRestarted, PeerUnreachable, TransportClosed
+from .errors import MessageTooLarge, PeerRestarted, PeerUnreachable, PutError, TransportClosed
 from .peer import Callback, OutMessage, Peer, PeerState, Reassembly, Segment
 from .rtt import RetransmitTimer
 from .stats import ModuleCounters, aggregate
 from .wire import (
-    ACK_BODY, AF_DUPLICATE, AF_TRUNCATED, CHUNK, CHUNK_LEN, CRC_OFFSET, F_ACK, F_CHUNK, F_CRC, F_PUT, HEAD_PREFIX,
+    ACK_BODY, AF_DUPLICATE, AF_TRUNCATED, CHUNK, CHUNK_LEN, CRC_OFFSET, F_ACK, F_CHUNK, F_CRC, F_PUT, F_STATUS,
+    HEAD_PREFIX, PS_LANDED, PS_OUT_OF_BOUNDS, PS_UNEXPOSED, PS_UNKNOWN_KEY, PUT_STATUS, PUT_STATUS_NAMES,
     HF_CRC_REQUIRED,
     HEAD_REST, HEAD_REST_CHUNK, HEAD_REST_CHUNK_PUT, HEAD_REST_PUT, HEADER, HEADER_LEN,
     HELLO_BODY, KNOWN_FLAGS, MAX_SACK_RANGES, PUT, PUT_LEN, SACK_RANGE, SEQ_MASK, T_ACK, T_DATA,
@@ -63,7 +64,7 @@ _U32 = struct.Struct("!I")
 _U64 = struct.Struct("!Q")
 _NO_CRC = bytes(4)
 _UNKNOWN_FLAGS = 0xFF & ~KNOWN_FLAGS
-_NOT_FAST = _UNKNOWN_FLAGS | F_PUT  # flags that keep a datagram off receive_datagrams' short path
+_NOT_FAST = _UNKNOWN_FLAGS | F_PUT | F_STATUS  # flags that keep a datagram off receive_datagrams' short path
 _HEADER_CHUNK = struct.Struct(HEADER.format + CHUNK.format[1:])  # header + chunk extension
 # where a data segment's payload starts, by its F_CHUNK | F_PUT bits
 _PAYLOAD_AT = {0: HEADER_LEN, F_CHUNK: HEADER_LEN + CHUNK_LEN, F_PUT: HEADER_LEN + PUT_LEN,
@@ -461,10 +462,10 @@ class Engine:
                     self._detect_losses(peer)
         w = peer.window
         cum = w.cum
-        if seq_w == (cum + 1) & SEQ_MASK and not w._starts:
+        if seq_w == (cum + 1) & SEQ_MASK and not w._starts and not flags & F_STATUS:
             # The common cases, kept short: the next segment in order, no holes to fill;
             # and either a whole message, or a chunk in the middle of a message being
-            # reassembled (not its first nor last).
+            # reassembled (not its first nor last).  (A put status is no message: below.)
             ras = None
             if pos != HEADER_LEN and flags & (F_CHUNK | F_PUT) == F_CHUNK:
                 msg_id, msg_len, off = CHUNK.unpack_from(data, HEADER_LEN)
@@ -503,6 +504,9 @@ class Engine:
             seq -= _WRAP
         msg_len = off = 0
         ras = None
+        if flags & F_STATUS and (flags & (F_CHUNK | F_PUT) or plen != PUT_STATUS.size):
+            self.counters.num_malformed_recvs += 1  # a put status is one unchunked body
+            return
         if flags & F_CHUNK:
             msg_id, msg_len, off = CHUNK.unpack_from(data, HEADER_LEN)
             if off + plen > msg_len or msg_len > self.config.max_message_size or (plen == 0 and msg_len):
@@ -546,7 +550,12 @@ class Engine:
         if seq == w.high:
             peer.rx_high_time = now
         item = None
-        if flags & F_PUT:
+        if flags & F_STATUS:
+            # the outcome of a put of ours (accepted like any segment, so ACKed and never
+            # delivered twice); nothing for the application's message handlers
+            seq_done = seq
+            self._on_put_status(peer, data, pos)
+        elif flags & F_PUT:
             key, poff = PUT.unpack_from(data, HEADER_LEN + (CHUNK_LEN if flags & F_CHUNK else 0))
             region = self.regions.get(key)
             start = poff + off
@@ -557,19 +566,23 @@ class Engine:
                     region[start:start + plen] = data[pos:]  # type: ignore[index]
                     item = (EV_PUT, peer, key, poff, plen)
                     c.num_puts_delivered += 1
+                    self._send_put_status(peer, seq, PS_LANDED)
                 else:
                     c.num_put_errors += 1
                     item = (EV_PUT_ERROR, peer, key, poff, plen)
+                    self._send_put_status(peer, seq, PS_UNKNOWN_KEY if region is None else PS_OUT_OF_BOUNDS)
                 seq_done = seq
             else:
-                if ras is None:
+                new = ras is None
+                if new:
                     ras = peer.reassembly[msg_id] = Reassembly(msg_len, tag, key, poff)
                 if fits and not ras.failed:
                     region[start:start + plen] = data[pos:]  # type: ignore[index]
                 elif not ras.failed:
                     # an unknown key, out of bounds, or the region was unexposed mid-way:
                     # reported once, when the whole put has arrived
-                    ras.failed = True
+                    ras.failed = (PS_OUT_OF_BOUNDS if region is not None
+                                  else PS_UNKNOWN_KEY if new else PS_UNEXPOSED)
                     c.num_put_errors += 1
                 ras.received += plen
                 if off + plen == msg_len:
@@ -581,7 +594,8 @@ class Engine:
                     peer.ack_now = True
                     if not ras.failed:
                         c.num_puts_delivered += 1
-            # accepted (and so ACKed) either way: a put error is the receiver's to report
+                    self._send_put_status(peer, seq_done, ras.failed)
+            # accepted (and so ACKed) either way; the put status tells the sender the outcome
         elif flags & F_CHUNK:
             c.num_chunk_recvs += 1
             if ras is None:
@@ -641,6 +655,50 @@ class Engine:
         self._acking[peer] = None
         self._timed[peer] = None
 
+    def _send_put_status(self, peer: Peer, put_seq: int, status: int) -> None:
+        """A put from ``peer`` has wholly arrived: tell it the outcome (``status``, a wire.PS_*
+        code) in a put status, a tiny reliable message on the priority channel naming the
+        put by the seq of its last segment.  Called once per put: only a new segment (never
+        a duplicate) completes one."""
+        msg = OutMessage(0, memoryview(PUT_STATUS.pack(put_seq & SEQ_MASK, status)), None, 0, False)
+        msg.flags = F_STATUS
+        queue = peer.queue
+        if type(queue) is tuple:
+            queue = peer.queue = deque()
+        queue.append(msg)
+        peer.counters.num_put_status_sends += 1
+        if peer.state is _ESTABLISHED:
+            self._sending[peer] = None
+
+    def _on_put_status(self, peer: Peer, data: memoryview, pos: int) -> None:
+        """The receiver of a put of ours says how it went: complete the put if every segment
+        of it is acknowledged already (else the last ACK will)."""
+        put_seq, status = PUT_STATUS.unpack_from(data, pos)
+        peer.counters.num_put_status_recvs += 1
+        msg = peer.puts.pop(put_seq, None)
+        if msg is None or msg.done:
+            return  # no put of ours ends there (a confused peer): nothing to complete
+        msg.put_status = status
+        if msg.outstanding == 0:
+            self._put_done(peer, msg)
+
+    def _put_done(self, peer: Peer, msg: OutMessage) -> None:
+        """A put is acknowledged and its status is in: its callback gets None if it landed,
+        else a PutError."""
+        msg.done = True
+        c = peer.counters
+        status = msg.put_status
+        exc = None
+        if status == PS_LANDED:
+            c.num_msgs_completed += 1
+        else:
+            c.num_puts_refused += 1
+            reason = PUT_STATUS_NAMES.get(status, f"refused (put status {status})")  # type: ignore[arg-type]
+            exc = PutError(msg.put_key, msg.put_offset, msg.length, reason,  # type: ignore[arg-type]
+                           peer.address.hex())
+        if msg.callback is not None:
+            self.events.append((EV_COMPLETE, msg.callback, exc))
+
     def _on_cum_ack(self, peer: Peer, ack_w: int, now: float) -> Segment | None:
         """Apply a cumulative ACK (piggy-backed or standalone).  Returns the segment at the
         new ACK point if this ACK acknowledged it (None if nothing new was acked)."""
@@ -691,7 +749,13 @@ class Engine:
         msg = seg.msg
         msg.outstanding -= 1
         if msg.cut_all and msg.outstanding == 0 and not msg.done:
+            if msg.put_key is not None:
+                if msg.put_status is not None:  # (else its put status, still to come, completes it)
+                    self._put_done(peer, msg)
+                return
             msg.done = True
+            if msg.flags:
+                return  # a put status of ours: no application message, not counted as one
             peer.counters.num_msgs_completed += 1
             if msg.callback is not None:
                 self.events.append((EV_COMPLETE, msg.callback, None))
@@ -1029,14 +1093,19 @@ class Engine:
             msgs[id(seg.msg)] = seg.msg
         for msg in peer.queue:
             msgs[id(msg)] = msg
+        for msg in peer.puts.values():  # acknowledged, waiting for their put status
+            msgs[id(msg)] = msg
         for msg in msgs.values():
             if not msg.done:
                 msg.done = True
+                if msg.flags:
+                    continue  # a put status of ours: nobody waits on it
                 peer.counters.num_send_errors += 1
                 if msg.callback is not None:
                     self.events.append((EV_COMPLETE, msg.callback, exc))
         peer.unacked.clear()
         peer.queue = ()
+        peer.puts.clear()
         peer.resend = ()
         peer.reassembly.clear()
         peer.ready.clear()
@@ -1300,7 +1369,7 @@ class Engine:
             msg = queue[0]
             data, length, tag, off, msg_id = msg.data, msg.length, msg.tag, msg.offset, msg.msg_id
             put = msg.put_key is not None
-            flags = F_ACK | F_CRC if crc else F_ACK
+            flags = (F_ACK | F_CRC if crc else F_ACK) | msg.flags
             if msg.chunked:
                 flags |= F_CHUNK
                 cap = self._chunk_cap - (PUT_LEN if put else 0)
@@ -1362,6 +1431,8 @@ class Engine:
             if off >= length:
                 msg.cut_all = True
                 queue.popleft()
+                if put:  # the receiver's put status names it by its last segment's seq
+                    peer.puts[(seq - 1) & SEQ_MASK] = msg
         peer.next_seq = seq
         peer.tx_serial = serial
         c = peer.counters

@@ -38,3 +38,19 @@ class TransportClosed(BtlError):
 
 class MessageTooLarge(BtlError, ValueError):
     """A message exceeds ``max_message_size``."""
+
+
+class PutError(BtlError):
+    """The receiver refused a put: the key is unknown there, the put does not fit in the
+    region, or the region was unexposed while the put was arriving (RDMA's remote access
+    error).  Nothing of it is to be taken as written.  ``key``, ``offset``, ``length`` and
+    ``reason`` say which put and why."""
+
+    def __init__(self, key: int, offset: int, length: int, reason: str, peer: str = "") -> None:
+        at = f" at peer {peer}" if peer else ""
+        super().__init__(f"put of {length} bytes at offset {offset} into region key {key}{at} "
+                         f"refused: {reason}")
+        self.key = key
+        self.offset = offset
+        self.length = length
+        self.reason = reason

@@ -27,10 +27,11 @@ class PeerState(enum.Enum):
 
 class OutMessage:
     """A message (or put) on its way out: cut into segments lazily, as the window opens, and
-    complete once every segment is acknowledged."""
+    complete once every segment is acknowledged -- a put once, in addition, the receiver's
+    put status has come back (it says whether the put landed)."""
 
     __slots__ = ("tag", "data", "length", "callback", "msg_id", "offset", "outstanding",
-                 "chunked", "put_key", "put_offset", "done", "cut_all")
+                 "chunked", "put_key", "put_offset", "done", "cut_all", "flags", "put_status")
 
     def __init__(self, tag: int, data: memoryview, callback: Callback | None, msg_id: int,
                  chunked: bool, put_key: int | None = None, put_offset: int = 0) -> None:
@@ -46,6 +47,8 @@ class OutMessage:
         self.put_offset = put_offset
         self.done = False  # its callback has fired (or it failed)
         self.cut_all = False  # its last segment has been cut
+        self.flags = 0  # header flags its segments carry besides the usual (F_STATUS)
+        self.put_status: int | None = None  # a put: the receiver's status code, once known
 
 
 class Segment:
@@ -88,7 +91,9 @@ class Reassembly:
         self.last_seq = -1
         self.put_key = put_key
         self.put_offset = put_offset
-        self.failed = False  # a put that could not be placed (reported when complete)
+        # a put that could not be placed: its put status code (wire.PS_*), reported when
+        # the whole put arrived; 0 while every chunk landed
+        self.failed = 0
 
     def add(self, off: int, chunk: memoryview) -> None:
         """Take the chunk at ``off`` (a view of the datagram; before ``received`` counts it)."""
@@ -129,7 +134,7 @@ class Peer:
         "isn", "next_seq", "snd_una", "queue", "unacked", "resend", "scoreboard",
         "tx_serial", "acked_serial", "reo_mult", "reo_persist", "loss_seq_limit", "cwnd", "ssthresh",
         "recovery_serial", "timeouts", "probe_seq", "probe_serial", "probe_dup", "timer",
-        "last_progress", "rto_base", "msg_counter",
+        "last_progress", "rto_base", "msg_counter", "puts",
         "remote_window",
         # receive side
         "window", "rx_high_time", "dup_seen", "last_ack_sent", "ready", "reassembly", "ack_count", "ack_deadline", "ack_now",
@@ -190,6 +195,9 @@ class Peer:
         self.last_progress = 0.0  # last time the peer acknowledged something new
         self.rto_base = 0.0  # the retransmit timer counts from max(this, oldest send)
         self.msg_counter = 0
+        # puts cut whole and waiting for the receiver's put status, by the wire seq of their
+        # last segment (what the status names)
+        self.puts: dict[int, OutMessage] = {}
         self.remote_window = window
 
         self.window = ReceiveWindow(0, window)  # rebased on the peer's ISN at handshake
@@ -223,5 +231,5 @@ class Peer:
         return self.next_seq - 1 - self.snd_una
 
     def has_outstanding(self) -> bool:
-        """Unacknowledged or unsent work toward this peer."""
-        return bool(self.unacked or self.queue)
+        """Unacknowledged or unsent work toward this peer, or a put awaiting its status."""
+        return bool(self.unacked or self.queue or self.puts)

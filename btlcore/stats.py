@@ -38,6 +38,9 @@ class PeerCounters:
     num_stale_recvs: int = 0
     num_reassembly_drops: int = 0
     num_put_errors: int = 0
+    num_put_status_sends: int = 0
+    num_put_status_recvs: int = 0
+    num_puts_refused: int = 0
     num_msgs_sent: int = 0
     num_msgs_completed: int = 0
     num_msgs_delivered: int = 0

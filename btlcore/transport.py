@@ -178,7 +178,8 @@ class Transport:
     def on_put(self, handler: Callable[[Peer, int, int, int], Any] | None,
                on_error: Callable[[Peer, int, int, int], Any] | None = None) -> None:
         """``handler(peer, key, offset, length)`` after a put into an exposed region landed;
-        ``on_error`` for a put that named an unknown key or did not fit."""
+        ``on_error`` for a put that named an unknown key or did not fit (its sender's callback
+        gets a :class:`PutError`)."""
         self._put_handler = handler
         self._put_error_handler = on_error
 
@@ -211,7 +212,10 @@ class Transport:
 
     def put(self, peer: Peer, key: int, offset: int, data: Any, callback: Callback | None = None) -> None:
         """Emulated RDMA write: place ``data`` at ``offset`` in the peer's region ``key``.
-        The callback fires once the last byte is acknowledged."""
+        The callback fires once, when every byte is acknowledged and the peer's put status
+        is back: with None if the put landed, a :class:`PutError` if the peer refused it
+        (unknown key, out of bounds, region unexposed while it arrived), or the error that
+        failed the peer (as for :meth:`send`)."""
         if not 0 <= offset < 1 << 64:
             raise ValueError(f"put offset {offset} is out of range: 0 to 2**64-1")
         if not 0 <= key < 1 << 32:

@@ -11,7 +11,7 @@ Header::
     off size field
      0   1   version          WIRE_VERSION
      1   1   type             T_DATA, T_ACK, T_HELLO, T_HELLO_ACK
-     2   1   flags            F_ACK | F_CHUNK | F_PUT | F_CRC
+     2   1   flags            F_ACK | F_CHUNK | F_PUT | F_CRC | F_STATUS
      3   1   hello_flags      T_HELLO / T_HELLO_ACK: HF_CRC_REQUIRED; other types: 0
      4   4   dst_conn         the receiver's connection id for this peer (0 in a first HELLO)
      8   4   src_incarnation  the sender's incarnation (random, never 0)
@@ -31,6 +31,13 @@ Put extension (F_PUT; emulated RDMA write into a region the receiver exposed)::
 
      0   4   key              the region's key
      4   8   offset           where the message's first byte goes in the region
+
+Put status payload (a T_DATA segment with F_STATUS, neither F_CHUNK nor F_PUT; sent
+reliably by a put's receiver once the whole put arrived, never delivered as a message)::
+
+     0   8   put_seq          the wire seq of the put's last segment (the one with its last byte)
+     8   1   status           PS_LANDED, PS_UNKNOWN_KEY, PS_OUT_OF_BOUNDS, PS_UNEXPOSED
+     9   3   reserved         0
 
 T_ACK payload (selective ACK)::
 
@@ -85,7 +92,8 @@ F_ACK = 0x01
 F_CHUNK = 0x02
 F_PUT = 0x04
 F_CRC = 0x08
-KNOWN_FLAGS = F_ACK | F_CHUNK | F_PUT | F_CRC
+F_STATUS = 0x10  # a put status (see PUT_STATUS), not a message for the application
+KNOWN_FLAGS = F_ACK | F_CHUNK | F_PUT | F_CRC | F_STATUS
 #: hello_flags (header byte 3 of a HELLO or HELLO_ACK): the sender drops every datagram
 #: without a CRC32C, so the receiver must put one on everything it sends it
 HF_CRC_REQUIRED = 0x01
@@ -96,6 +104,16 @@ PUT = struct.Struct("!IQ")
 ACK_BODY = struct.Struct("!IBB2xI")
 SACK_RANGE = struct.Struct("!II")
 HELLO_BODY = struct.Struct("!IIQIIIH")
+PUT_STATUS = struct.Struct("!QB3x")
+
+#: put status codes (PUT_STATUS.status): how the receiver took a put
+PS_LANDED = 0  # every byte was written into the region
+PS_UNKNOWN_KEY = 1  # no region is exposed under that key
+PS_OUT_OF_BOUNDS = 2  # the put does not fit in the region
+PS_UNEXPOSED = 3  # the region was unexposed while the put was arriving
+PUT_STATUS_NAMES = {PS_LANDED: "landed", PS_UNKNOWN_KEY: "unknown key",
+                    PS_OUT_OF_BOUNDS: "out of bounds",
+                    PS_UNEXPOSED: "region unexposed while the put was arriving"}
 
 HEADER_LEN = HEADER.size  # 36
 # The header cut around its CRC field, for the send path, which computes the CRC over the
@@ -273,6 +291,18 @@ def parse_ack_payload(payload: bytes | memoryview) -> tuple[int, list[tuple[int,
         raise MalformedDatagram(f"ACK body claims {n} ranges in {len(payload)} bytes")
     ranges = [SACK_RANGE.unpack_from(payload, ACK_BODY.size + i * SACK_RANGE.size) for i in range(n)]
     return window, ranges, delay, flags
+
+
+def put_status_payload(put_seq: int, status: int) -> bytes:
+    """The payload of a put status segment (F_STATUS)."""
+    return PUT_STATUS.pack(put_seq & SEQ_MASK, status)
+
+
+def parse_put_status(payload: bytes | memoryview) -> tuple[int, int]:
+    """(put_seq, status) of a put status payload."""
+    if len(payload) != PUT_STATUS.size:
+        raise MalformedDatagram(f"put status of {len(payload)} bytes, expected {PUT_STATUS.size}")
+    return PUT_STATUS.unpack_from(payload)  # type: ignore[return-value]
 
 
 @attrs.define(slots=True, frozen=True)

@@ -164,7 +164,7 @@ def _struct_tables(text: str) -> dict[str, list[tuple[int, int, str]]]:
     return tables
 
 
-WIRE_STRUCTS = ("HEADER", "CHUNK", "PUT", "ACK_BODY", "SACK_RANGE", "HELLO_BODY")
+WIRE_STRUCTS = ("HEADER", "CHUNK", "PUT", "PUT_STATUS", "ACK_BODY", "SACK_RANGE", "HELLO_BODY")
 
 
 @pytest.mark.parametrize("name", WIRE_STRUCTS)
@@ -198,12 +198,12 @@ def test_constants_match_wire_py() -> None:
     text = _read("protocol.md")
     for name in ("T_DATA", "T_ACK", "T_HELLO", "T_HELLO_ACK"):
         assert _cells(_row(text, f"`{name}`"))[1] == str(getattr(wire, name)), name
-    for name in ("F_ACK", "F_CHUNK", "F_PUT", "F_CRC", "AF_TRUNCATED", "AF_DUPLICATE"):
+    for name in ("F_ACK", "F_CHUNK", "F_PUT", "F_CRC", "F_STATUS", "AF_TRUNCATED", "AF_DUPLICATE"):
         assert _cells(_row(text, f"`{name}`"))[1] == f"0x{getattr(wire, name):02X}".replace("0X", "0x"), name
     assert _cells(_row(text, "`MAX_SACK_RANGES`"))[1] == str(wire.MAX_SACK_RANGES)
     assert f"`WIRE_VERSION` = {wire.WIRE_VERSION}" in text
     # the flag values quoted inline in the header table
-    for name in ("F_ACK", "F_CHUNK", "F_PUT", "F_CRC"):
+    for name in ("F_ACK", "F_CHUNK", "F_PUT", "F_CRC", "F_STATUS"):
         assert f"`{name}` 0x{getattr(wire, name):02x}" in text
 
 

@@ -50,6 +50,15 @@ def datagrams(draw: st.DrawFn) -> tuple[wire.Datagram, object, dict]:
         payload, body = draw(ack_bodies())
     elif typ in (wire.T_HELLO, wire.T_HELLO_ACK):
         payload, body = draw(hello_bodies())
+    elif draw(st.booleans()):  # a put status: F_STATUS, its body, no extension
+        put_seq, status = draw(u64), draw(u8)
+        payload = wire.put_status_payload(put_seq, status)
+        body = {"layer": layers.BTLPutStatus(put_seq=put_seq, status=status),
+                "put_seq": put_seq, "status": status}
+        dg = wire.Datagram(
+            typ, flags=draw(st.sampled_from([0, wire.F_ACK])) | wire.F_STATUS, dst_conn=draw(u32),
+            src_incarnation=draw(u32), seq=draw(u64), ack=draw(u64), tag=draw(u16), payload=payload)
+        return dg, body, {"chunk": None, "put": None}
     else:
         payload = draw(st.binary(max_size=300))
         body = {"layer": scapy_all.Raw(payload) if payload else None}
@@ -106,6 +115,12 @@ def test_scapy_dissects_what_wire_encodes(case: tuple, with_crc: bool) -> None:
         assert parsed == (body["window"], body["ranges"], body["ack_delay"], body["ack_flags"])
     if dg.type in (wire.T_HELLO, wire.T_HELLO_ACK):
         assert got["hello"] == wire.Hello.decode(decoded.payload) == body["hello"]
+    if dg.flags & wire.F_STATUS:
+        assert decoded.flags & wire.F_STATUS and got["flags"] & wire.F_STATUS
+        parsed = wire.parse_put_status(decoded.payload)
+        assert (got["put_seq"], got["status"]) == parsed == (body["put_seq"], body["status"])
+    else:
+        assert "put_seq" not in got
     # and scapy rebuilds the dissected packet byte for byte
     assert bytes(pkt) == encoded
 
@@ -136,4 +151,11 @@ def test_ack_layer_follows_the_wire_body_layout() -> None:
     """The fixed part of BTLAck is wire.ACK_BODY's size (catches a wire change)."""
     assert len(layers.BTLAck()) == wire.ACK_BODY.size
     assert len(layers.BTLHello()) == wire.HELLO_BODY.size
+    assert len(layers.BTLPutStatus()) == wire.PUT_STATUS.size
+
+
+def test_flag_names_follow_wire() -> None:
+    for i, name in enumerate(layers.FLAG_NAMES):
+        assert getattr(wire, f"F_{name}") == 1 << i
+    assert (1 << len(layers.FLAG_NAMES)) - 1 == wire.KNOWN_FLAGS
     assert len(layers.BTL()) == wire.HEADER_LEN

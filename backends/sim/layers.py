@@ -12,7 +12,8 @@ Layout, as ``wire.py`` documents it::
     BTLAck       the T_ACK body: window, nranges, ack_flags, ack_delay, SACK ranges
                  (BTLSackRange each)
     BTLHello     the T_HELLO / T_HELLO_ACK body
-    Raw          a T_DATA payload
+    BTLPutStatus the body of a T_DATA with F_STATUS (a put status: put_seq, status)
+    Raw          any other T_DATA payload
 
 Binding: UDP port :data:`btlcore.wire.PCAP_UDP_PORT` (either direction) carries BTL, so a
 capture of the simulated fabric dissects as Ether / IP / UDP / BTL.
@@ -35,6 +36,7 @@ from scapy.fields import (
     FlagsField,
     IntField,
     LongField,
+    XByteField,
     PacketListField,
     ShortField,
     StrLenField,
@@ -46,7 +48,7 @@ from scapy.packet import Packet, bind_layers
 
 from btlcore import wire
 
-FLAG_NAMES = ["ACK", "CHUNK", "PUT", "CRC"]  # bit 0 first, matching wire.F_*
+FLAG_NAMES = ["ACK", "CHUNK", "PUT", "CRC", "STATUS"]  # bit 0 first, matching wire.F_*
 ACK_FLAG_NAMES = ["TRUNCATED", "DUPLICATE"]  # wire.AF_*
 
 
@@ -99,6 +101,12 @@ class BTL(Packet):
             return s, b""
         return s[: self.payload_len], s[self.payload_len :]
 
+    def guess_payload_class(self, payload: bytes) -> Any:
+        # a put status is told by a flag, not by the type: bind_layers cannot express it
+        if self.type == wire.T_DATA and int(self.flags) & wire.F_STATUS:
+            return BTLPutStatus
+        return super().guess_payload_class(payload)
+
     def crc_ok(self) -> bool:
         """True if the frame carries no CRC or a correct one (as :func:`wire.crc_ok`)."""
         return wire.crc_ok(bytes(self))
@@ -138,6 +146,19 @@ class BTLHello(Packet):
     ]
 
 
+class BTLPutStatus(Packet):
+    """A put status (the payload of a T_DATA with F_STATUS): the seq of the put's last
+    segment and how the receiver took the put (wire.PS_*)."""
+
+    name = "btlcore put status"
+    fields_desc = [
+        LongField("put_seq", 0),
+        ByteEnumField("status", wire.PS_LANDED, wire.PUT_STATUS_NAMES),
+        XByteField("reserved0", 0),
+        XShortField("reserved1", 0),
+    ]
+
+
 bind_layers(UDP, BTL, dport=wire.PCAP_UDP_PORT)
 bind_layers(UDP, BTL, sport=wire.PCAP_UDP_PORT)
 bind_layers(BTL, BTLAck, type=wire.T_ACK)
@@ -153,7 +174,7 @@ def dissect(frame: bytes | bytearray | memoryview) -> BTL:
 def fields(pkt: Packet) -> dict[str, Any]:
     """The btlcore fields of a dissected packet, named as :class:`wire.Datagram` names them
     (plus ``window``/``ack_flags``/``ack_delay``/``ranges`` for an ACK body, ``hello`` for
-    a HELLO)."""
+    a HELLO, ``put_seq``/``status`` for a put status)."""
     btl = pkt[BTL]
     flags = int(btl.flags)
     out: dict[str, Any] = {
@@ -180,6 +201,10 @@ def fields(pkt: Packet) -> dict[str, Any]:
         out["ack_delay"] = ack.ack_delay
         out["ack_flags"] = int(ack.ack_flags)
         out["ranges"] = [(r.start, r.length) for r in ack.ranges]
+    if BTLPutStatus in btl:
+        status = btl[BTLPutStatus]
+        out["put_seq"] = status.put_seq
+        out["status"] = status.status
     if BTLHello in btl:
         hello = btl[BTLHello]
         out["hello"] = wire.Hello(hello.incarnation, hello.conn_id, hello.isn,

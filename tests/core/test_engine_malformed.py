@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from btlcore import Config
 from btlcore.wire import (
-    ACK_BODY, F_ACK, HEADER_LEN, T_ACK, T_DATA, T_HELLO, Datagram,
-    Hello, ack_payload, seal,
+    ACK_BODY, F_ACK, F_STATUS, HEADER_LEN, T_ACK, T_DATA, T_HELLO, Datagram,
+    Hello, ack_payload, put_status_payload, seal,
 )
 from enginepair import EnginePair
 
@@ -86,7 +86,7 @@ def test_bad_version_and_unknown_flags_and_types() -> None:
         b[0] = version
         seal(b)
         p.b.receive_datagram(bytes(b), p.now)
-    for flag in (0x10, 0x20, 0x40, 0x80):
+    for flag in (0x20, 0x40, 0x80):  # (0x10 is F_STATUS: see test_malformed_put_status)
         b = bytearray(raw)
         b[2] |= flag
         seal(b)
@@ -96,8 +96,29 @@ def test_bad_version_and_unknown_flags_and_types() -> None:
         b[1] = typ
         seal(b)
         p.b.receive_datagram(bytes(b), p.now)
-    assert p.b.stats()["num_malformed_recvs"] == 10
+    assert p.b.stats()["num_malformed_recvs"] == 9
     assert snapshot(p) == before
+
+
+def test_malformed_put_status_is_dropped_not_delivered() -> None:
+    """A put status is one unchunked 12-byte body: any other shape is malformed, dropped
+    before it is accepted (not ACKed), and never reaches the message handlers."""
+    p = fresh_pair()
+    before = snapshot(p)
+    good = put_status_payload(5, 0)
+    bad = [template(p, flags=F_ACK | F_STATUS, payload=b""),
+           template(p, flags=F_ACK | F_STATUS, payload=good + b"x"),
+           template(p, flags=F_ACK | F_STATUS, payload=good[:-1]),
+           template(p, flags=F_ACK | F_STATUS, payload=good, msg_id=9, msg_len=12, offset=0),
+           template(p, flags=F_ACK | F_STATUS, payload=good, put_key=1, put_offset=0)]
+    for d in bad:
+        p.b.receive_datagram(d.encode(), p.now)
+    p.b.receive_datagrams([d.encode() for d in bad], p.now)
+    assert p.b.stats()["num_malformed_recvs"] == 2 * len(bad)
+    # (num_total_recvs may move: see test_malformed_data_changes_nothing)
+    keep = (0, 1, 4, 5, 6)
+    assert [snapshot(p)[i] for i in keep] == [before[i] for i in keep]
+    assert p.pb.counters.num_put_status_recvs == 0
 
 
 def test_corrupted_crc_every_bit() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from btlcore import Config
+from btlcore import BtlError, Config, PutError
 from btlcore.engine import EV_PUT, EV_PUT_ERROR
-from btlcore.wire import F_PUT, T_ACK, T_DATA
+from btlcore.wire import F_ACK, F_PUT, T_ACK, T_DATA
 from enginepair import EnginePair, safe_decode
 
 
@@ -62,9 +62,11 @@ def test_put_completes_only_after_last_byte_acked() -> None:
     p.run(check)
     assert len(dropped) == 2 and not seen_incomplete_done
     assert p.completions["put"] == [None]
-    # the completion came after b's ACK covering the last segment
+    # the completion came after b's ACK covering the last segment (it rides on b's put
+    # status, which b sends as soon as the put is whole)
     last_seq = max(dg.seq for _t, dg in p.sent(0, T_DATA))
-    acks = [(t, dg) for t, dg in p.sent(1, T_ACK) if dg.ack >= last_seq]
+    acks = [(t, dg) for t, dg in p.sent(1) if dg.type in (T_ACK, T_DATA) and dg.flags & F_ACK
+            and dg.ack >= last_seq]
     assert acks and acks[0][0] + p.delay <= p.now
 
 
@@ -80,8 +82,12 @@ def test_put_bad_key_reported_at_receiver() -> None:
     assert p.pb.counters.num_put_errors == 2  # once per put that could not be placed
     assert region == bytearray(100)
     assert puts(p) == []
-    # accepted, so the sender completes (the error is the receiver's to report)
-    assert p.completions["bad"] == [None] and p.completions["badchunked"] == [None]
+    # accepted (ACKed), and the receiver's put status tells the sender it was refused
+    for name, length in (("bad", 10), ("badchunked", 5000)):
+        [exc] = p.completions[name]
+        assert isinstance(exc, PutError) and isinstance(exc, BtlError)
+        assert (exc.key, exc.offset, exc.length, exc.reason) == (key + 99, 0, length, "unknown key")
+        assert f"key {key + 99}" in str(exc) and "offset 0" in str(exc) and f"{length} bytes" in str(exc)
 
 
 @pytest.mark.parametrize("size,offset", [(101, 0), (1, 100), (50, 60), (5000, 0), (3000, 90)])
