@@ -657,15 +657,21 @@ class Engine:
 
     def _send_put_status(self, peer: Peer, put_seq: int, status: int) -> None:
         """A put from ``peer`` has wholly arrived: tell it the outcome (``status``, a wire.PS_*
-        code) in a put status, a tiny reliable message on the priority channel naming the
-        put by the seq of its last segment.  Called once per put: only a new segment (never
+        code) in a put status, a tiny reliable message (priority channel, ahead of queued
+        messages) naming the put by the seq of its last segment.  Called once per put: only a new segment (never
         a duplicate) completes one."""
         msg = OutMessage(0, memoryview(PUT_STATUS.pack(put_seq & SEQ_MASK, status)), None, 0, False)
         msg.flags = F_STATUS
         queue = peer.queue
         if type(queue) is tuple:
             queue = peer.queue = deque()
-        queue.append(msg)
+        # At the head of the queue, not behind whatever bulk we have for the peer (the put's
+        # callback waits for it) -- but after a message partly cut, whose chunks must keep
+        # consecutive sequence numbers.
+        if queue and queue[0].offset:
+            queue.insert(1, msg)
+        else:
+            queue.appendleft(msg)
         peer.counters.num_put_status_sends += 1
         if peer.state is _ESTABLISHED:
             self._sending[peer] = None

@@ -225,3 +225,23 @@ def test_a_status_naming_no_put_is_ignored_but_acknowledged() -> None:
     p._collect()
     assert p.delivered[0] == [] and p.pa.counters.num_put_status_recvs == 1
     assert p.pa.window.cum == seq
+
+
+def test_status_goes_ahead_of_queued_bulk_but_not_inside_a_message() -> None:
+    """b has a backlog for a when a's put arrives: the status is cut next (not behind the
+    backlog), yet never between two chunks of one message."""
+    p = pair()
+    key = p.b.expose(bytearray(100))
+    for i in range(6):
+        p.send(1, 0, 2, data(20000, i), key=("bulk", i))
+    p.send(0, 1, 4, b"x" * 10, key="put", put_key=key, put_offset=0)
+    p.run(lambda: p.completions["put"])
+    sent = [dg for _t, dg in p.sent(1, T_DATA)]
+    at = next(i for i, dg in enumerate(sent) if dg.flags & F_STATUS)
+    assert at < len(sent) - 1  # bulk was still being sent after it
+    before, after = sent[at - 1], sent[at + 1]
+    # the status sits between two messages, not between two chunks of one
+    assert before.offset + len(before.payload) == before.msg_len and after.offset == 0
+    assert p.completions["put"] == [None]
+    p.run(lambda: all(p.completions[("bulk", i)] for i in range(6)))
+    assert [m for _a, _t, m in p.delivered[0]] == [data(20000, i) for i in range(6)]
