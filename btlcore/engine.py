@@ -1154,6 +1154,8 @@ class Engine:
                 death = peer.last_progress + cfg.peer_timeout
                 if t is None or death < t:
                     t = death
+            elif peer.puts:  # everything acknowledged, put statuses still owed: a death clock
+                t = max(peer.last_progress, peer.rx_high_time) + cfg.peer_timeout
             if peer.ack_now or peer.hello_reply:
                 t = self._now
             elif peer.ack_deadline is not None and (t is None or peer.ack_deadline < t):
@@ -1188,6 +1190,14 @@ class Engine:
         self._now = now
         cfg = self.config
         for peer in list(self._timed):
+            if not peer.unacked and peer.puts \
+                    and max(peer.last_progress, peer.rx_high_time) + cfg.peer_timeout <= now:
+                # a put's data was acknowledged but its status never came, and the peer has
+                # sent nothing since: it died in between (a hang otherwise)
+                self._fail_peer(peer, PeerUnreachable(
+                    f"peer {peer.address.hex()} sent no put status and nothing else for "
+                    f"{cfg.peer_timeout:g} s"))
+                continue
             if peer.unacked:
                 # (deadlines are compared exactly as get_timer computes them: a difference
                 # instead of a sum can round the other way and livelock virtual time)

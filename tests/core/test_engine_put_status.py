@@ -186,6 +186,22 @@ def test_peer_death_fails_a_put_waiting_for_its_status_once() -> None:
     assert p.pa.puts == {} and p.pa.counters.num_puts_refused == 0
 
 
+def test_a_put_whose_status_never_comes_fails_after_peer_timeout() -> None:
+    # its data acknowledged, nothing else outstanding, and the receiver dies before its status
+    # arrives: the put fails with PeerUnreachable once peer_timeout passes, never hangs
+    p = pair(peer_timeout=0.5)
+    key = p.b.expose(bytearray(100))
+    p.drop_where(lambda d: bool(d.flags & F_STATUS))
+    p.send(0, 1, 4, b"x" * 10, key="put", put_key=key, put_offset=0)
+    p.run(lambda: p.pa.snd_una == p.pa.next_seq - 1 and p.pb.counters.num_put_status_sends == 1)
+    p.silence(1)
+    acked_at = p.now
+    p.run(lambda: bool(p.completions["put"]))
+    [exc] = p.completions["put"]
+    assert isinstance(exc, PeerUnreachable) and "put status" in str(exc)
+    assert 0.5 <= p.now - acked_at <= 0.6 and p.pa.puts == {}
+
+
 def test_restart_fails_a_put_waiting_for_its_status_with_peer_restarted() -> None:
     p = pair()
     key = p.b.expose(bytearray(100))
