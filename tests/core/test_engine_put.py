@@ -165,3 +165,8 @@ def test_unexpose_mid_put_reported_and_no_leak() -> None:
     p.run_idle()
     assert puts(p, kind=EV_PUT_ERROR) == [(key, 0, 10240)]
     assert p.pb.reassembly == {}
+    # and the sender hears why (its put status)
+    [exc] = p.completions["put"]
+    assert isinstance(exc, PutError) and (exc.key, exc.offset, exc.length) == (key, 0, 10240)
+    assert exc.reason == "region unexposed while the put was arriving" and "unexposed" in str(exc)
+    assert p.pa.puts == {} and not p.a.has_outstanding()
