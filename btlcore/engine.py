@@ -45,7 +45,7 @@ from .wire import (
     HF_CRC_REQUIRED,
     HEAD_REST, HEAD_REST_CHUNK, HEAD_REST_CHUNK_PUT, HEAD_REST_PUT, HEADER, HEADER_LEN,
     HELLO_BODY, KNOWN_FLAGS, MAX_SACK_RANGES, PUT, PUT_LEN, SACK_RANGE, SEQ_MASK, T_ACK, T_DATA,
-    T_HELLO, T_HELLO_ACK, U32_MASK, WIRE_VERSION, Hello, MalformedDatagram, crc32c,
+    T_HELLO, T_HELLO_ACK, U32_MASK, WIRE_VERSION, Hello, MalformedDatagram, crc32c, datagram_crc, seal,
 )
 from .window import ABOVE_WINDOW, DUPLICATE, NEW, ReceiveWindow
 
@@ -950,6 +950,11 @@ class Engine:
             if peer.queue:
                 self._sending[peer] = None
 
+    def _unschedule(self, peer: Peer) -> None:
+        """Take ``peer`` off every work list (it failed, is reset, or is forgotten)."""
+        for table in (self._resending, self._sending, self._acking, self._hello, self._timed):
+            table.pop(peer, None)
+
     def _sweep_inbound(self, now: float) -> bool:
         """At the peer cap: forget peers that a HELLO created and that never confirmed within
         ``handshake_timeout`` (the application never saw them: nothing was delivered).  A
@@ -960,8 +965,7 @@ class Engine:
         for peer in gone:
             del self.peers_by_addr[peer.address]
             self.peers_by_conn.pop(peer.local_conn, None)
-            for table in (self._resending, self._sending, self._acking, self._hello, self._timed):
-                table.pop(peer, None)
+            self._unschedule(peer)
         return len(self.peers_by_addr) < self.config.max_peers
 
     def _on_hello(self, typ: int, dst: int, hello: Hello, wants_crc: bool, now: float) -> None:
@@ -1077,8 +1081,7 @@ class Engine:
             peer.remember_conn(peer.remote_conn)
         keep = (peer.counters, peer.user_data, peer.past_incarnations, peer.past_remote_conns)
         self.peers_by_conn.pop(peer.local_conn, None)
-        for table in (self._resending, self._sending, self._acking, self._hello, self._timed):
-            table.pop(peer, None)
+        self._unschedule(peer)
         cfg = self.config
         timer = RetransmitTimer(cfg.rto_mode == "adaptive", cfg.rto_initial, cfg.rto_min,
                                 cfg.rto_max, cfg.retrans_timeout, cfg.ack_delay)
@@ -1122,8 +1125,7 @@ class Engine:
         peer.state = PeerState.FAILED
         peer.error = exc
         peer.hello_next = None
-        for table in (self._resending, self._sending, self._acking, self._hello, self._timed):
-            table.pop(peer, None)
+        self._unschedule(peer)
         self.events.append((EV_PEER_FAILED, peer, exc))
 
     # ------------------------------------------------------------------ timers
@@ -1284,16 +1286,13 @@ class Engine:
             header = bytearray(buf[0])
             _U64.pack_into(header, 24, peer.window.cum & SEQ_MASK)
             if header[2] & F_CRC:
-                view = memoryview(header)
-                _U32.pack_into(header, CRC_OFFSET, crc32c(buf[1], crc32c(view[CRC_OFFSET + 4:],
-                                                                          crc32c(view[:CRC_OFFSET]))))
+                _U32.pack_into(header, CRC_OFFSET, datagram_crc(header, buf[1]))
             buf = seg.buf = [header, buf[1]]
         else:
             buf = seg.buf = bytearray(buf)  # a copy: a datagram handed out is never changed
             _U64.pack_into(buf, 24, peer.window.cum & SEQ_MASK)
             if buf[2] & F_CRC:  # (as when it was cut)
-                view = memoryview(buf)
-                _U32.pack_into(buf, CRC_OFFSET, crc32c(view[CRC_OFFSET + 4:], crc32c(view[:CRC_OFFSET])))
+                _U32.pack_into(buf, CRC_OFFSET, datagram_crc(buf))
         seg.sent_at = now
         seg.tx_count += 1
         peer.tx_serial += 1
@@ -1503,7 +1502,7 @@ class Engine:
             SACK_RANGE.pack_into(buf, pos, start, length)
             pos += SACK_RANGE.size
         if peer.crc:
-            _seal(buf)
+            seal(buf)
         return buf
 
     def _hello_pass(self, out: list[Any], now: float, budget: int) -> None:
@@ -1538,14 +1537,8 @@ class Engine:
         HEADER.pack_into(buf, 0, WIRE_VERSION, typ, F_CRC, HF_CRC_REQUIRED if self.crc else 0,
                          peer.remote_conn, self.incarnation, 0, 0, 0, 0, len(body))
         buf[HEADER_LEN:] = body
-        _seal(buf)
+        seal(buf)
         return buf
-
-
-def _seal(buf: bytearray) -> None:
-    """Write the CRC32C of a finished datagram whose flags already say F_CRC."""
-    view = memoryview(buf)
-    _U32.pack_into(buf, CRC_OFFSET, crc32c(view[CRC_OFFSET + 4:], crc32c(view[:CRC_OFFSET])))
 
 
 assert HELLO_BODY.size == 30

@@ -152,10 +152,11 @@ def _crc32c_py(data: bytes | bytearray | memoryview, value: int = 0) -> int:
 crc32c = _crc32c or _crc32c_py
 
 
-def datagram_crc(buf: bytes | bytearray | memoryview) -> int:
-    """CRC32C of a datagram, skipping its own CRC field."""
+def datagram_crc(buf: bytes | bytearray | memoryview, tail: bytes | memoryview = b"") -> int:
+    """CRC32C of a datagram, skipping its own CRC field; ``tail``: the rest of a datagram
+    kept in two parts (a gathered send's payload), after ``buf``."""
     view = memoryview(buf)
-    return crc32c(view[CRC_OFFSET + 4 :], crc32c(view[:CRC_OFFSET]))
+    return crc32c(tail, crc32c(view[CRC_OFFSET + 4 :], crc32c(view[:CRC_OFFSET])))
 
 
 def seal(buf: bytearray) -> None:
