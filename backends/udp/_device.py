@@ -155,7 +155,7 @@ def post_send_batch(device: UdpDevice, channel: Channel, dest: Any, datagrams: S
     sock = device._socks[channel]
     addr = dest[channel]
     total = len(datagrams)
-    sizes = [len(d) if type(d) is not list else sum(map(len, d)) for d in datagrams]
+    sizes = list(map(_nbytes, datagrams))
     plain_until = 0  # datagrams before this index go one by one (after a GSO failure)
     # a GSO run needs two datagrams in one send: larger ones (65000 B) always go one by one
     gso_max = device._max_payload // 2 if device._gso else 0

@@ -431,23 +431,26 @@ def test_gathered_datagrams(open_udp, gso):
         a.post_send(Channel.DATA, to_b, [bytes(a.device.mtu), b"x"])
 
 
+class _NoGso:
+    """A socket whose sendmsg fails as a NIC without checksum offload makes GSO fail."""
+
+    def __init__(self, sock):
+        self.sock = sock
+
+    def sendmsg(self, *_a):
+        raise OSError(errno.EIO, "no checksum offload")
+
+    def sendto(self, *a_):
+        return self.sock.sendto(*a_)
+
+
 def test_gso_fallback_in_auto_mode(open_udp):
     a, b, to_b, _ = pair(open_udp)
     if not a.device.stats()["gso"]:
         pytest.skip("this kernel has no UDP GSO")
     real = a.device._socks
 
-    class NoGso:
-        def __init__(self, sock):
-            self.sock = sock
-
-        def sendmsg(self, *_a):
-            raise OSError(errno.EIO, "no checksum offload")
-
-        def sendto(self, *a_):
-            return self.sock.sendto(*a_)
-
-    swap_sockets(a.device, (NoGso(real[0]), NoGso(real[1])))
+    swap_sockets(a.device, (_NoGso(real[0]), _NoGso(real[1])))
     try:
         for _ in range(3):
             assert a.device.post_send_batch(Channel.DATA, to_b, [b"q" * 100] * 4) == 4
@@ -466,18 +469,8 @@ def test_gso_turned_off_mid_batch_sends_the_rest_plainly(open_udp):
         pytest.skip("this kernel has no UDP GSO")
     real = a.device._socks
 
-    class NoGso:
-        def __init__(self, sock):
-            self.sock = sock
-
-        def sendmsg(self, *_a):
-            raise OSError(errno.EIO, "no checksum offload")
-
-        def sendto(self, *a_):
-            return self.sock.sendto(*a_)
-
     batch = [bytes([k]) * (100 * k) for k in (1, 2, 3, 4, 5) for _ in range(3)]
-    swap_sockets(a.device, (NoGso(real[0]), NoGso(real[1])))
+    swap_sockets(a.device, (_NoGso(real[0]), _NoGso(real[1])))
     try:
         assert a.device.post_send_batch(Channel.DATA, to_b, batch) == len(batch)
     finally:
