@@ -6,7 +6,7 @@ found by name through the ``btlcore.backends`` entry-point group.
 
 from .config import Config
 from .device import Capabilities, Channel, ChannelInfo, Probe, hookimpl
-from .engine import Engine
+from .protocol.engine import Engine
 from .errors import (
     BackendUnavailable,
     BtlError,
@@ -19,7 +19,7 @@ from .errors import (
     TransportClosed,
 )
 
-from .peer import Peer, PeerState
+from .protocol.peers import Peer, PeerState
 from .registry import list_backends
 from .transport import Message, Transport, open, run_until
 

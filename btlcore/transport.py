@@ -33,13 +33,13 @@ import attrs
 
 from .config import Config
 from .device import Channel, DeviceOps
-from .engine import (
+from .protocol.engine import (
     EV_COMPLETE, EV_MESSAGE, EV_PEER_FAILED, EV_PEER_RESTARTED, EV_PUT, EV_PUT_ERROR, Engine,
 )
 from .errors import ConfigError, TransportClosed
-from .peer import Callback, Peer
+from .protocol.peers import Callback, Peer
 from .registry import open_device, tool_plugin_manager
-from .stats import stats_json, stats_line
+from .protocol.stats import stats_json, stats_line
 
 Handler = Callable[[Peer, int, bytes], Any]
 

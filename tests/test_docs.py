@@ -19,12 +19,12 @@ import attrs
 import pytest
 
 import btlcore
-from btlcore import wire
+from btlcore.protocol import wire
 from btlcore.cli import build_parser
 from btlcore.config import Config
 from btlcore.conformance import BackendHarness, ConformanceTests
 from btlcore.device import REQUIRED_HOOKS, DeviceOps, DeviceSpec
-from btlcore.stats import MODULE_COUNTERS, PEER_COUNTERS
+from btlcore.protocol.stats import MODULE_COUNTERS, PEER_COUNTERS
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -241,7 +241,7 @@ def test_worked_examples_are_accepted_by_an_engine() -> None:
     """The HELLO example, sent to a fresh engine, creates a peer and is answered."""
     import random
 
-    from btlcore.engine import Engine
+    from btlcore.protocol.engine import Engine
 
     e = Engine(Config(), address=b"\x02\x00\x00\x00\x00\x02", resolve=lambda a: bytes(a), data_mtu=1500,
                priority_mtu=768, crc=True, rng=random.Random(5), now=0.0)
@@ -260,7 +260,8 @@ def test_worked_examples_are_accepted_by_an_engine() -> None:
 
 
 def test_engine_constants_quoted_in_protocol_md() -> None:
-    from btlcore import engine, rtt
+    from btlcore.protocol import engine
+    from btlcore.protocol import recovery as rtt
 
     text = _read("protocol.md")
     assert engine._HELLO_INTERVAL_MAX == 1.0 and "capped at 1 s" in text
@@ -524,7 +525,7 @@ class DocPeer:
 def test_a_peer_written_from_protocol_md_interoperates() -> None:
     import random
 
-    from btlcore.engine import EV_COMPLETE, EV_MESSAGE, Engine
+    from btlcore.protocol.engine import EV_COMPLETE, EV_MESSAGE, Engine
 
     e = Engine(Config(), address=b"E", resolve=lambda a: bytes(a), data_mtu=1500, priority_mtu=768,
                crc=True, rng=random.Random(9), now=0.0)
@@ -573,7 +574,7 @@ def test_hello_retry_schedule_as_documented() -> None:
     handshake_timeout fails the peer."""
     import random
 
-    from btlcore.engine import Engine
+    from btlcore.protocol.engine import Engine
 
     assert "10, 20, 40, ... 640 ms, 1 s, 1 s" in _read("protocol.md")
     e = Engine(Config(), address=b"E", resolve=lambda a: bytes(a), data_mtu=1500, priority_mtu=768,
@@ -605,7 +606,7 @@ class RawSender:
     def __init__(self, config: Config | None = None) -> None:
         import random
 
-        from btlcore.engine import Engine
+        from btlcore.protocol.engine import Engine
 
         self.e = Engine(config or Config(), address=b"E", resolve=lambda a: bytes(a), data_mtu=1500,
                         priority_mtu=768, crc=True, rng=random.Random(4), now=0.0)
@@ -726,7 +727,7 @@ def test_the_last_16_replaced_incarnations_and_connections_are_stale() -> None:
     """A late HELLO of one of the last 16 replaced incarnations, or of one up to a minute of
     the clock older than the recorded one, or of the last 16 replaced connections of the
     recorded incarnation, is stale; any other new incarnation is a restart."""
-    from btlcore.engine import STALE_INCARNATION_WINDOW
+    from btlcore.protocol.engine import STALE_INCARNATION_WINDOW
 
     text = _read("protocol.md")
     assert "the last 16 that a restart\nreplaced" in text and "last 16 remote connection ids" in text
@@ -775,7 +776,7 @@ def test_incarnations_as_documented(clean_env: Any, monkeypatch: pytest.MonkeyPa
 
 
 def test_a_new_connection_in_the_same_incarnation_as_documented() -> None:
-    from btlcore.engine import EV_COMPLETE
+    from btlcore.protocol.engine import EV_COMPLETE
 
     # nothing sent on ours: the new remote connection is followed, ours stays
     r = RawSender()

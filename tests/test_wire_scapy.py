@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from btlcore import wire
+from btlcore.protocol import wire
 
 layers = pytest.importorskip("btlcore.backends.sim.layers")
 scapy_all = pytest.importorskip("scapy.all")

@@ -7,8 +7,7 @@ send pass.  Environment: CRC=0 (no CRC32C), REUSE=1 (datagrams as views of buffe
 device that reuses them: chunks are copied), ACKT=1 (print the sender's ACK handling per
 data segment instead).  Run from the repository root; compare trees side by side."""
 import os, sys, time
-sys.path.insert(0, os.getcwd()); sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
-from enginepair import EnginePair
+from btlcore.testing.enginepair import EnginePair
 from btlcore import Config
 mode = sys.argv[1]; mtu = int(sys.argv[2]); nmsgs = int(sys.argv[3])
 net = EnginePair(Config(), mtu=mtu, priority_mtu=min(mtu, 9000), crc=os.environ.get("CRC","1")=="1")

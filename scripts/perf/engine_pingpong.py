@@ -4,11 +4,10 @@ whose piggy-backed ACK acknowledges the one it answers.
     .venv/bin/python scripts/perf/engine_pingpong.py SIZE ITERS
 
 Run from the repository root; compare trees side by side."""
-import os, sys, time, statistics
-sys.path.insert(0, os.getcwd()); sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
-from enginepair import EnginePair
+import sys, time, statistics
+from btlcore.testing.enginepair import EnginePair
 from btlcore import Config
-from btlcore.engine import EV_MESSAGE
+from btlcore.protocol.engine import EV_MESSAGE
 size = int(sys.argv[1]) if len(sys.argv) > 1 else 64
 iters = int(sys.argv[2]) if len(sys.argv) > 2 else 20000
 net = EnginePair(Config(), mtu=9000, priority_mtu=9000, crc=True)

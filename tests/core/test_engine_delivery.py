@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from btlcore import Config
-from btlcore.engine import DATA, PRIORITY
-from btlcore.wire import (
+from btlcore.protocol.engine import DATA, PRIORITY
+from btlcore.protocol.wire import (
     AF_DUPLICATE, CHUNK_LEN, F_ACK, F_CHUNK, HEADER_LEN, T_ACK, T_DATA, decode, parse_ack_payload,
 )
-from enginepair import EnginePair, safe_decode
+from btlcore.testing.enginepair import EnginePair, safe_decode
 
 MTU = 1500
 SINGLE = MTU - HEADER_LEN  # 1464: largest unchunked payload
@@ -342,7 +342,7 @@ def test_delivered_data_types() -> None:
 @pytest.mark.parametrize("order", ["in order", "out of order"])
 @pytest.mark.parametrize("kind", ["bytes", "reused buffer"])
 def test_reassembly_keeps_or_copies_chunks_and_gives_the_same_message(order: str, kind: str) -> None:
-    from btlcore.peer import Reassembly
+    from btlcore.protocol.peers import Reassembly
 
     message = bytes(range(256)) * 40
     cuts = [(off, message[off:off + 1000]) for off in range(0, len(message), 1000)]

@@ -7,11 +7,11 @@ from collections import Counter
 import pytest
 
 from btlcore import Config
-from btlcore.engine import EV_PEER_FAILED, EV_PEER_RESTARTED
+from btlcore.protocol.engine import EV_PEER_FAILED, EV_PEER_RESTARTED
 from btlcore.errors import PeerRestarted, PeerUnreachable, TransportClosed
-from btlcore.peer import PeerState
-from btlcore.wire import T_ACK, T_DATA, T_HELLO
-from enginepair import EnginePair, safe_decode
+from btlcore.protocol.peers import PeerState
+from btlcore.protocol.wire import T_ACK, T_DATA, T_HELLO
+from btlcore.testing.enginepair import EnginePair, safe_decode
 
 SIZES = [0, 1, 1464, 1465, 20000, 100]
 

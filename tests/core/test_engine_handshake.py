@@ -7,11 +7,11 @@ import random
 import pytest
 
 from btlcore import Config
-from btlcore.engine import EV_PEER_FAILED, Engine
+from btlcore.protocol.engine import EV_PEER_FAILED, Engine
 from btlcore.errors import PeerUnreachable
-from btlcore.peer import PeerState
-from btlcore.wire import F_ACK, T_ACK, T_DATA, T_HELLO, T_HELLO_ACK, Hello
-from enginepair import EnginePair
+from btlcore.protocol.peers import PeerState
+from btlcore.protocol.wire import F_ACK, T_ACK, T_DATA, T_HELLO, T_HELLO_ACK, Hello
+from btlcore.testing.enginepair import EnginePair
 
 
 def kinds(p: EnginePair) -> list[tuple[float, int, int]]:
@@ -160,7 +160,7 @@ def test_connect_is_idempotent() -> None:
 def test_hello_with_mismatched_incarnation_is_malformed() -> None:
     p = EnginePair()
     h = Hello(5, 7, 9, 0, 64, b"Z")
-    from btlcore.wire import Datagram
+    from btlcore.protocol.wire import Datagram
     raw = Datagram(T_HELLO, 0, 0, 6, payload=h.encode()).encode()
     p.b.receive_datagram(raw, 0.0)
     assert p.b.stats()["num_malformed_recvs"] == 1 and p.b.peers_by_addr == {}
@@ -173,7 +173,7 @@ def test_hello_ack_with_wrong_echo_is_ignored() -> None:
     p = EnginePair()
     p.connect(0, 1)
     p.step()  # the HELLO leaves
-    from btlcore.wire import Datagram
+    from btlcore.protocol.wire import Datagram
     bogus = Datagram(T_HELLO_ACK, 0, p.pa.local_conn, 77,
                      payload=Hello(77, 5, 100, p.a.incarnation ^ 1, 64, b"B").encode()).encode()
     p.a.receive_datagram(bogus, p.now)
@@ -200,7 +200,7 @@ def test_hello_carries_ack_delay_and_rto_uses_the_peers() -> None:
 
 def test_peer_that_never_answered_can_connect_later() -> None:
     """a gave up on b's handshake (b was down); b comes up and connects: accepted."""
-    from enginepair import EnginePair as _Pair
+    from btlcore.testing.enginepair import EnginePair as _Pair
     from btlcore import Config as _Config, PeerState as _State
     p = _Pair(_Config(handshake_timeout=0.05))
     p.add_hook(lambda s, d, raw, k: "drop" if s == 0 else None)  # b hears nothing of a

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from btlcore import Config
-from btlcore.wire import T_ACK, T_DATA, decode
-from enginepair import EnginePair, safe_decode
+from btlcore.protocol.wire import T_ACK, T_DATA, decode
+from btlcore.testing.enginepair import EnginePair, safe_decode
 
 
 def pair(**cfg: object) -> EnginePair:

@@ -10,11 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from btlcore import Config
-from btlcore.wire import (
+from btlcore.protocol.wire import (
     ACK_BODY, F_ACK, F_STATUS, HEADER_LEN, T_ACK, T_DATA, T_HELLO, Datagram,
     Hello, ack_payload, put_status_payload, seal,
 )
-from enginepair import EnginePair
+from btlcore.testing.enginepair import EnginePair
 
 
 def drops(e) -> int:

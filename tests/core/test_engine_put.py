@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from btlcore import BtlError, Config, PutError
-from btlcore.engine import EV_PUT, EV_PUT_ERROR
-from btlcore.wire import F_ACK, F_PUT, T_ACK, T_DATA
-from enginepair import EnginePair, safe_decode
+from btlcore.protocol.engine import EV_PUT, EV_PUT_ERROR
+from btlcore.protocol.wire import F_ACK, F_PUT, T_ACK, T_DATA
+from btlcore.testing.enginepair import EnginePair, safe_decode
 
 
 def pair(**cfg: object) -> EnginePair:

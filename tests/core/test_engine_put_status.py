@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 
 from btlcore import Config, PeerRestarted, PeerUnreachable, PutError, TransportClosed
-from btlcore.engine import EV_PUT, EV_PUT_ERROR
-from btlcore.wire import (
+from btlcore.protocol.engine import EV_PUT, EV_PUT_ERROR
+from btlcore.protocol.wire import (
     F_ACK, F_PUT, F_STATUS, PS_LANDED, PS_OUT_OF_BOUNDS, PS_UNKNOWN_KEY, T_DATA,
     Datagram, parse_put_status, put_status_payload,
 )
-from enginepair import EnginePair, safe_decode
+from btlcore.testing.enginepair import EnginePair, safe_decode
 
 
 def pair(batch_receive: bool = False, **cfg: object) -> EnginePair:

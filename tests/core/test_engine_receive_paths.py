@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from btlcore import Config
-from btlcore.engine import EV_COMPLETE, EV_MESSAGE
-from btlcore.wire import F_ACK, T_ACK, T_DATA, decode
-from enginepair import EnginePair
+from btlcore.protocol.engine import EV_COMPLETE, EV_MESSAGE
+from btlcore.protocol.wire import F_ACK, T_ACK, T_DATA, decode
+from btlcore.testing.enginepair import EnginePair
 
 MTU = 1500
 
@@ -196,7 +196,7 @@ def test_receive_datagrams_bulk_in_order(reuse: bool) -> None:
 
 from hypothesis import strategies as st  # noqa: E402
 
-from btlcore.peer import Reassembly  # noqa: E402
+from btlcore.protocol.peers import Reassembly  # noqa: E402
 
 
 @settings(max_examples=300, deadline=None)

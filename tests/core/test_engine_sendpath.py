@@ -13,12 +13,12 @@ from __future__ import annotations
 import random
 
 import pytest
-from enginepair import DROP, EngineNet
+from btlcore.testing.enginepair import DROP, EngineNet
 
-import btlcore.engine as engine_mod
-from btlcore.engine import Engine
-from btlcore.peer import Peer, Segment
-from btlcore.wire import CRC_OFFSET, HEAD_PREFIX, T_DATA, WIRE_VERSION, crc32c, decode
+import btlcore.protocol.engine as engine_mod
+from btlcore.protocol.engine import Engine
+from btlcore.protocol.peers import Peer, Segment
+from btlcore.protocol.wire import CRC_OFFSET, HEAD_PREFIX, T_DATA, WIRE_VERSION, crc32c, decode
 
 
 def _reference_timer(eng: Engine) -> float | None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from btlcore import Config
-from btlcore.wire import T_DATA
-from enginepair import EnginePair
+from btlcore.protocol.wire import T_DATA
+from btlcore.testing.enginepair import EnginePair
 
 
 def wrapped_pair(start: int, **cfg: object) -> EnginePair:

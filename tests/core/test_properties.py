@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from btlcore import Config
 from btlcore.errors import PeerUnreachable
-from enginepair import DELIVER, DROP, EnginePair
+from btlcore.testing.enginepair import DELIVER, DROP, EnginePair
 
 MTU = 160  # small, so that 5 MTUs are cheap and chunking is everywhere
 CHUNK_PAYLOAD = MTU - 36 - 12
@@ -134,8 +134,8 @@ def test_silent_peer_every_callback_once(cfg: dict[str, Any], fa: list[Any], fb:
 
 import random as _random  # noqa: E402
 
-from btlcore.engine import EV_PUT  # noqa: E402
-from enginepair import EngineNet  # noqa: E402
+from btlcore.protocol.engine import EV_PUT  # noqa: E402
+from btlcore.testing.enginepair import EngineNet  # noqa: E402
 
 side_configs = st.fixed_dictionaries({
     "ordered": st.booleans(),
@@ -281,7 +281,7 @@ def test_soak_seeded(seed: int) -> None:
 # ---------------------------------------------------------------------------------------
 # A peer restarts mid-conversation (a new Engine at the same address)
 
-from btlcore.engine import EV_MESSAGE, EV_PEER_RESTARTED  # noqa: E402
+from btlcore.protocol.engine import EV_MESSAGE, EV_PEER_RESTARTED  # noqa: E402
 from btlcore.errors import PeerRestarted  # noqa: E402
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import btlcore
-from btlcore import wire
+from btlcore.protocol import wire
 from btlcore.backends.sim import Fabric, LinkModel
 from btlcore.device import Channel
 from btlcore.errors import ConfigError

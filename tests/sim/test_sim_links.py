@@ -11,7 +11,7 @@ import statistics
 
 import pytest
 
-from btlcore import wire
+from btlcore.protocol import wire
 from btlcore.backends.sim import Fabric, LinkModel
 from btlcore.device import Channel
 from btlcore.errors import ConfigError

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from btlcore import wire
+from btlcore.protocol import wire
 from btlcore.backends.sim import Fabric, LinkModel
 from btlcore.device import Channel
 from simkit import Pair, frame  # type: ignore[import-not-found]

@@ -25,9 +25,9 @@ from collections.abc import Callable
 from typing import Any
 
 from btlcore import Config
-from btlcore.engine import EV_COMPLETE, EV_MESSAGE, Engine
-from btlcore.peer import PeerState
-from btlcore.wire import Datagram, MalformedDatagram, decode
+from btlcore.protocol.engine import EV_COMPLETE, EV_MESSAGE, Engine
+from btlcore.protocol.peers import PeerState
+from btlcore.protocol.wire import Datagram, MalformedDatagram, decode
 
 DELIVER = "deliver"
 DROP = "drop"

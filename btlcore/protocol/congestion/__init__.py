@@ -1,0 +1,1 @@
+"""Congestion control, behind a small interface (filled in below)."""
