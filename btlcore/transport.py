@@ -33,9 +33,8 @@ import attrs
 
 from .config import Config
 from .device import Channel, DeviceOps
-from .protocol.engine import (
-    EV_COMPLETE, EV_MESSAGE, EV_PEER_FAILED, EV_PEER_RESTARTED, EV_PUT, EV_PUT_ERROR, Engine,
-)
+from .protocol.engine import Engine
+from .protocol.events import EV_COMPLETE, EV_MESSAGE, EV_PEER_FAILED, EV_PEER_RESTARTED, EV_PUT, EV_PUT_ERROR
 from .errors import ConfigError, TransportClosed
 from .protocol.peers import Callback, Peer
 from .registry import open_device, tool_plugin_manager

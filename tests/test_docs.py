@@ -260,7 +260,7 @@ def test_worked_examples_are_accepted_by_an_engine() -> None:
 
 
 def test_engine_constants_quoted_in_protocol_md() -> None:
-    from btlcore.protocol import engine
+    from btlcore.protocol import handshake as engine
     from btlcore.protocol import recovery as rtt
 
     text = _read("protocol.md")
@@ -525,7 +525,9 @@ class DocPeer:
 def test_a_peer_written_from_protocol_md_interoperates() -> None:
     import random
 
-    from btlcore.protocol.engine import EV_COMPLETE, EV_MESSAGE, Engine
+    from btlcore.protocol.events import EV_COMPLETE, EV_MESSAGE
+
+    from btlcore.protocol.engine import Engine
 
     e = Engine(Config(), address=b"E", resolve=lambda a: bytes(a), data_mtu=1500, priority_mtu=768,
                crc=True, rng=random.Random(9), now=0.0)
@@ -727,7 +729,7 @@ def test_the_last_16_replaced_incarnations_and_connections_are_stale() -> None:
     """A late HELLO of one of the last 16 replaced incarnations, or of one up to a minute of
     the clock older than the recorded one, or of the last 16 replaced connections of the
     recorded incarnation, is stale; any other new incarnation is a restart."""
-    from btlcore.protocol.engine import STALE_INCARNATION_WINDOW
+    from btlcore.protocol.handshake import STALE_INCARNATION_WINDOW
 
     text = _read("protocol.md")
     assert "the last 16 that a restart\nreplaced" in text and "last 16 remote connection ids" in text
@@ -776,7 +778,7 @@ def test_incarnations_as_documented(clean_env: Any, monkeypatch: pytest.MonkeyPa
 
 
 def test_a_new_connection_in_the_same_incarnation_as_documented() -> None:
-    from btlcore.protocol.engine import EV_COMPLETE
+    from btlcore.protocol.events import EV_COMPLETE
 
     # nothing sent on ours: the new remote connection is followed, ours stays
     r = RawSender()

@@ -1,6 +1,6 @@
 """The state btlcore keeps for one remote peer: who it is (handshake, incarnations), what we
 sent it (send window, retransmit state), and what it sent us (receive window, reassembly,
-ACK debt).  The logic that moves this state lives in :mod:`btlcore.engine`.
+ACK debt).  The logic that moves this state lives in :mod:`btlcore.protocol` (see its docstring).
 """
 
 from __future__ import annotations
@@ -8,11 +8,13 @@ from __future__ import annotations
 import enum
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .recovery import RetransmitTimer
 from .stats import PeerCounters
 from .window import ReceiveWindow, SackScoreboard
+
+if TYPE_CHECKING:
+    from .recovery import RetransmitTimer
 
 #: a completion callback: called once with None (success) or the exception that failed it
 Callback = Callable[[BaseException | None], Any]
@@ -66,7 +68,7 @@ class Segment:
         self.sent_at = sent_at
         self.tx_count = tx_count
         self.tx_serial = tx_serial
-        self.lost = 0  # queued for retransmission: 0 no, else engine.LOST_FAST/LOST_TIMEOUT
+        self.lost = 0  # queued for retransmission: 0 no, else recovery.LOST_FAST/LOST_TIMEOUT
 
 
 class Reassembly:

@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 
+
 @attrs.define(slots=True)
 class PeerCounters:
     """One peer's counters (see ``docs/api.md`` for what each counts)."""

@@ -1,7 +1,7 @@
 """Sequence-space bookkeeping: what the receiver has, and what the sender learned of it.
 
 Sequence numbers are unbounded Python ints inside the core (the wire carries their low 64
-bits, see :func:`btlcore.wire.unwrap_seq`), so comparisons here are plain ``<``.
+bits, see :func:`btlcore.protocol.wire.unwrap_seq`), so comparisons here are plain ``<``.
 
 * :class:`ReceiveWindow` classifies each arriving sequence number (new, duplicate, below or
   above the window), keeps the cumulative ACK point and the out-of-order ranges above it
@@ -14,6 +14,10 @@ bits, see :func:`btlcore.wire.unwrap_seq`), so comparisons here are plain ``<``.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+
+# serial arithmetic on the 64-bit wire sequence numbers: half the space, and all of it
+SEQ_HALF = 1 << 63
+SEQ_WRAP = 1 << 64
 
 # ReceiveWindow.accept() verdicts
 NEW = 0

@@ -134,6 +134,12 @@ MAX_SACK_RANGES = 64
 AF_TRUNCATED = 0x01
 AF_DUPLICATE = 0x02
 SEQ_MASK = (1 << 64) - 1
+UNKNOWN_FLAGS = 0xFF & ~KNOWN_FLAGS
+# the header and the chunk extension in one unpack (a receiver reads both at once)
+HEADER_CHUNK = struct.Struct(HEADER.format + CHUNK.format[1:])
+# where a data segment's payload starts, by its F_CHUNK | F_PUT bits
+PAYLOAD_AT = {0: HEADER_LEN, F_CHUNK: HEADER_LEN + CHUNK_LEN, F_PUT: HEADER_LEN + PUT_LEN,
+              F_CHUNK | F_PUT: HEADER_LEN + CHUNK_LEN + PUT_LEN}
 U32_MASK = (1 << 32) - 1
 
 #: UDP port a pcap of the simulator uses for btlcore frames (Ether/IPv4/UDP/btlcore).

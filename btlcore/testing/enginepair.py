@@ -25,7 +25,8 @@ from collections.abc import Callable
 from typing import Any
 
 from btlcore import Config
-from btlcore.protocol.engine import EV_COMPLETE, EV_MESSAGE, Engine
+from btlcore.protocol.events import EV_COMPLETE, EV_MESSAGE
+from btlcore.protocol.engine import Engine
 from btlcore.protocol.peers import PeerState
 from btlcore.protocol.wire import Datagram, MalformedDatagram, decode
 

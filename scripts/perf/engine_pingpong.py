@@ -7,7 +7,7 @@ Run from the repository root; compare trees side by side."""
 import sys, time, statistics
 from btlcore.testing.enginepair import EnginePair
 from btlcore import Config
-from btlcore.protocol.engine import EV_MESSAGE
+from btlcore.protocol.events import EV_MESSAGE
 size = int(sys.argv[1]) if len(sys.argv) > 1 else 64
 iters = int(sys.argv[2]) if len(sys.argv) > 2 else 20000
 net = EnginePair(Config(), mtu=9000, priority_mtu=9000, crc=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from btlcore import Config
-from btlcore.protocol.engine import DATA, PRIORITY
+from btlcore.protocol.state import DATA, PRIORITY
 from btlcore.protocol.wire import (
     AF_DUPLICATE, CHUNK_LEN, F_ACK, F_CHUNK, HEADER_LEN, T_ACK, T_DATA, decode, parse_ack_payload,
 )

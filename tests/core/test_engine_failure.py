@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from btlcore import Config
-from btlcore.protocol.engine import EV_PEER_FAILED, EV_PEER_RESTARTED
+from btlcore.protocol.events import EV_PEER_FAILED, EV_PEER_RESTARTED
 from btlcore.errors import PeerRestarted, PeerUnreachable, TransportClosed
 from btlcore.protocol.peers import PeerState
 from btlcore.protocol.wire import T_ACK, T_DATA, T_HELLO

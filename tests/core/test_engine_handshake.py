@@ -7,7 +7,8 @@ import random
 import pytest
 
 from btlcore import Config
-from btlcore.protocol.engine import EV_PEER_FAILED, Engine
+from btlcore.protocol.events import EV_PEER_FAILED
+from btlcore.protocol.engine import Engine
 from btlcore.errors import PeerUnreachable
 from btlcore.protocol.peers import PeerState
 from btlcore.protocol.wire import F_ACK, T_ACK, T_DATA, T_HELLO, T_HELLO_ACK, Hello

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from btlcore import BtlError, Config, PutError
-from btlcore.protocol.engine import EV_PUT, EV_PUT_ERROR
+from btlcore.protocol.events import EV_PUT, EV_PUT_ERROR
 from btlcore.protocol.wire import F_ACK, F_PUT, T_ACK, T_DATA
 from btlcore.testing.enginepair import EnginePair, safe_decode
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from btlcore import Config, PeerRestarted, PeerUnreachable, PutError, TransportClosed
-from btlcore.protocol.engine import EV_PUT, EV_PUT_ERROR
+from btlcore.protocol.events import EV_PUT, EV_PUT_ERROR
 from btlcore.protocol.wire import (
     F_ACK, F_PUT, F_STATUS, PS_LANDED, PS_OUT_OF_BOUNDS, PS_UNKNOWN_KEY, T_DATA,
     Datagram, parse_put_status, put_status_payload,

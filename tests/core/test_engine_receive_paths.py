@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from btlcore import Config
-from btlcore.protocol.engine import EV_COMPLETE, EV_MESSAGE
+from btlcore.protocol.events import EV_COMPLETE, EV_MESSAGE
 from btlcore.protocol.wire import F_ACK, T_ACK, T_DATA, decode
 from btlcore.testing.enginepair import EnginePair
 

@@ -15,7 +15,7 @@ import random
 import pytest
 from btlcore.testing.enginepair import DROP, EngineNet
 
-import btlcore.protocol.engine as engine_mod
+import btlcore.protocol.packetizer as packetizer_mod
 from btlcore.protocol.engine import Engine
 from btlcore.protocol.peers import Peer, Segment
 from btlcore.protocol.wire import CRC_OFFSET, HEAD_PREFIX, T_DATA, WIRE_VERSION, crc32c, decode
@@ -105,7 +105,7 @@ def _check_prefixes(net: EngineNet, src: int, conns: dict[int, set[int]]) -> int
 
 
 def test_prefix_cache_follows_a_restarted_peer(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine_mod, "_PREFIXES_MAX", 1)  # clear on every new entry
+    monkeypatch.setattr(packetizer_mod, "_PREFIXES_MAX", 1)  # clear on every new entry
     net = EngineNet(3, seed=4)
     net.handshake(0, 1)
     net.handshake(0, 2)

@@ -134,7 +134,7 @@ def test_silent_peer_every_callback_once(cfg: dict[str, Any], fa: list[Any], fb:
 
 import random as _random  # noqa: E402
 
-from btlcore.protocol.engine import EV_PUT  # noqa: E402
+from btlcore.protocol.events import EV_PUT  # noqa: E402
 from btlcore.testing.enginepair import EngineNet  # noqa: E402
 
 side_configs = st.fixed_dictionaries({
@@ -281,7 +281,7 @@ def test_soak_seeded(seed: int) -> None:
 # ---------------------------------------------------------------------------------------
 # A peer restarts mid-conversation (a new Engine at the same address)
 
-from btlcore.protocol.engine import EV_MESSAGE, EV_PEER_RESTARTED  # noqa: E402
+from btlcore.protocol.events import EV_MESSAGE, EV_PEER_RESTARTED  # noqa: E402
 from btlcore.errors import PeerRestarted  # noqa: E402
 
 
