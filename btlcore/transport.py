@@ -294,11 +294,11 @@ class Transport:
                 if self._frame_received is not None:
                     for d in datagrams:
                         self._frame_received(transport=self, data=bytes(d))
-                        receive_datagram(d, now)
+                        receive_datagram(d, None, now)
                 elif len(datagrams) > 1:
                     engine.receive_datagrams(datagrams, now)  # in-order runs inline: one call
                 else:
-                    receive_datagram(datagrams[0], now)  # (a batch of one costs its set-up)
+                    receive_datagram(datagrams[0], None, now)  # (a batch of one costs its set-up)
         if timer is None:
             timer = engine.get_timer()
         if timer is not None and timer <= now:

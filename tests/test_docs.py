@@ -245,7 +245,7 @@ def test_worked_examples_are_accepted_by_an_engine() -> None:
 
     e = Engine(Config(), address=b"\x02\x00\x00\x00\x00\x02", resolve=lambda a: bytes(a), data_mtu=1500,
                priority_mtu=768, crc=True, rng=random.Random(5), now=0.0)
-    e.receive_datagram(_example(_read("protocol.md"), "hello"), 0.0)
+    e.receive_datagram(_example(_read("protocol.md"), "hello"), None, 0.0)
     assert list(e.peers_by_addr) == [bytes.fromhex("020000000001")]
     out = e.datagrams_to_send(0.0)
     replies = [wire.decode(bytes(buf)) for _, _, buf in out]
@@ -550,7 +550,7 @@ def test_a_peer_written_from_protocol_md_interoperates() -> None:
             sent_own = True
         now += 0.0005
         for r in replies:
-            e.receive_datagram(r, now)
+            e.receive_datagram(r, None, now)
         t = e.get_timer()
         if t is not None and t <= now:
             e.handle_timer(now)
@@ -615,7 +615,7 @@ class RawSender:
         self.inc, self.conn, self.isn = 0x1234, 0x5678, 1000
         hello = wire.Hello(self.inc, self.conn, self.isn, 0, 4096, b"R")
         self.e.receive_datagram(wire.Datagram(wire.T_HELLO, src_incarnation=self.inc,
-                                              payload=hello.encode()).encode(), 0.0)
+                                              payload=hello.encode()).encode(), None, 0.0)
         (reply,) = self.collect(0.0)
         assert reply.type == wire.T_HELLO_ACK
         self.dst = wire.Hello.decode(reply.payload).conn_id
@@ -629,7 +629,7 @@ class RawSender:
         """DATA number ``isn + k`` arrives now; returns what the engine sends at once."""
         dg = wire.Datagram(wire.T_DATA, dst_conn=self.dst, src_incarnation=self.inc,
                            seq=self.isn + k, tag=1, payload=payload).encode()
-        self.e.receive_datagram(dg, self.now)
+        self.e.receive_datagram(dg, None, self.now)
         return [d for d in self.collect(self.now) if d.type == wire.T_ACK]
 
     def advance(self, dt: float) -> list[wire.Datagram]:
@@ -722,7 +722,7 @@ def _hello(r: RawSender, inc: int, conn: int, isn: int, *, dst: int = 0, echo: i
            delay_us: int = 200) -> None:
     body = wire.Hello(inc, conn, isn, echo, 4096, b"R", delay_us)
     r.e.receive_datagram(wire.Datagram(wire.T_HELLO, dst_conn=dst, src_incarnation=inc,
-                                       payload=body.encode()).encode(), r.now)
+                                       payload=body.encode()).encode(), None, r.now)
 
 
 def test_the_last_16_replaced_incarnations_and_connections_are_stale() -> None:

@@ -26,6 +26,7 @@ standalone ACKs that are due, then handshakes.
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from typing import Any
 
@@ -34,26 +35,16 @@ from .peers import Callback, OutMessage, Peer, PeerState
 from .receive import Receiver
 from .stats import aggregate
 from .wire import (
-    CRC_OFFSET,
-    F_CRC,
-    HEADER,
     HEADER_LEN,
-    HF_CRC_REQUIRED,
     PUT_LEN,
-    T_ACK,
     T_DATA,
-    T_HELLO,
-    T_HELLO_ACK,
     U32_MASK,
-    UNKNOWN_FLAGS,
-    WIRE_VERSION,
-    Hello,
-    MalformedDatagram,
-    crc32c,
 )
 
 _FAILED = PeerState.FAILED
 _ESTABLISHED = PeerState.ESTABLISHED
+
+_UNSET: Any = object()  # receive_datagram's now, not given: the old (data, now) form
 
 
 class Engine(Receiver):
@@ -166,55 +157,21 @@ class Engine(Receiver):
         events, self.events = self.events, []
         return events
 
-    def receive_datagram(self, data: Any, now: float) -> None:
-        """Process one datagram from the device.  Malformed, corrupted, stale and unknown
-        datagrams are dropped and counted; nothing here raises on bad input."""
-        self._now = now
-        if self.closed:
-            return  # nobody will read it: neither deliver nor acknowledge
-        n = len(data)
-        if n < HEADER_LEN:
-            self.counters.num_malformed_recvs += 1
-            return
-        version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = HEADER.unpack_from(data)
-        if version != WIRE_VERSION or flags & UNKNOWN_FLAGS:
-            self.counters.num_malformed_recvs += 1
-            return
-        view = memoryview(data)  # one view for the CRC and the payload copy
-        if flags & F_CRC:
-            if crc32c(view[CRC_OFFSET + 4:], crc32c(view[:CRC_OFFSET])) != crc:
-                self.counters.num_crc_errors += 1
-                return
-        elif self.crc:  # we require a CRC: a frame without one may have lost its flag bit
-            self.counters.num_crc_errors += 1
-            return
-        if typ == T_DATA or typ == T_ACK:
-            peer = self.peers_by_conn.get(dst)
-            if peer is None:
-                self.counters.num_unk_recvs += 1
-                return
-            if inc != peer.remote_inc or not peer.remote_known or peer.state is _FAILED:
-                peer.counters.num_stale_recvs += 1
-                return
-            if typ == T_DATA:
-                self._on_data(peer, view, n, flags, seq_w, ack_w, tag, plen, now)
-            else:
-                self._on_ack(peer, view, n, ack_w, plen, now)
-        elif typ == T_HELLO or typ == T_HELLO_ACK:
-            if n != HEADER_LEN + plen:
-                self.counters.num_malformed_recvs += 1
-                return
-            try:
-                hello = Hello.decode(view[HEADER_LEN:])
-            except MalformedDatagram:
-                self.counters.num_malformed_recvs += 1
-                return
-            if hello.incarnation != inc or inc == 0:
-                self.counters.num_malformed_recvs += 1
-                return
-            self._on_hello(typ, dst, hello, bool(_r & HF_CRC_REQUIRED), now)
+    def receive_datagram(self, data: Any, source: Any = None, now: Any = _UNSET) -> None:
+        """Process one datagram from the device, which saw it come from ``source`` (an
+        address as the device reports it, or None).  Malformed, corrupted, stale and unknown
+        datagrams are dropped and counted; nothing here raises on bad input.  (The form of
+        the last release, ``receive_datagram(data, now)``, still works, with a warning.)"""
+        if now is _UNSET:
+            warnings.warn("Engine.receive_datagram(data, now) is deprecated: pass "
+                          "receive_datagram(data, source, now)", DeprecationWarning, stacklevel=2)
+            source, now = None, source
+        if len(data) >= HEADER_LEN and data[1] == T_DATA:
+            self.receive_datagrams((data,), now, (source,))  # the one receive path for data
         else:
-            self.counters.num_malformed_recvs += 1
+            self._now = now
+            if not self.closed:  # (nobody will read it: neither deliver nor acknowledge)
+                self._dispatch(data, source, now)
 
     def datagrams_to_send(self, now: float, budget: int = 1 << 30,
                           resends: bool = True) -> list[tuple[int, Any, bytes | bytearray]]:

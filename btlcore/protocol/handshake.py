@@ -84,7 +84,7 @@ class Handshake(Recovery):
             self._unschedule(peer)
         return len(self.peers_by_addr) < self.config.max_peers
 
-    def _on_hello(self, typ: int, dst: int, hello: Hello, wants_crc: bool, now: float) -> None:
+    def _on_hello(self, typ: int, dst: int, hello: Hello, wants_crc: bool, source: Any, now: float) -> None:
         if typ == T_HELLO:
             peer = self.peers_by_addr.get(hello.address)
             if peer is None:
@@ -149,6 +149,7 @@ class Handshake(Recovery):
         # CRC32C on what we send it if either side requires one: crc=on at one end and
         # off (or auto on a device with integrity) at the other still talk
         peer.crc = self.crc or wants_crc
+        peer.source = source  # where its handshake came from (as the device reports it)
         if not peer.remote_known:
             peer.remote_known = True
             peer.remote_inc = hello.incarnation

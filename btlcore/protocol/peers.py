@@ -131,7 +131,7 @@ class Peer:
         # identity and handshake
         "address", "dest", "local_conn", "remote_conn", "remote_inc", "state", "confirmed",
         "remote_known", "inbound_since", "crc", "hello_next", "hello_count", "hello_sent_at", "hello_interval", "hello_started", "hello_reply",
-        "error", "user_data", "past_incarnations", "past_remote_conns", "remote_isn",
+        "error", "user_data", "source", "past_incarnations", "past_remote_conns", "remote_isn",
         # send side
         "isn", "next_seq", "snd_una", "queue", "unacked", "resend", "scoreboard",
         "tx_serial", "acked_serial", "reo_mult", "reo_persist", "loss_seq_limit", "cwnd", "ssthresh",
@@ -165,6 +165,9 @@ class Peer:
         self.hello_reply = False  # a HELLO_ACK is owed
         self.error: BaseException | None = None
         self.user_data: Any = None
+        # where the peer's last accepted handshake came from, as the device reported it (None
+        # if it does not say): for source checks, which use it later
+        self.source: Any = None
         # incarnations this address had before (a late HELLO of one is no restart)
         self.past_incarnations: tuple[int, ...] = ()
         self.past_remote_conns: tuple[int, ...] = ()  # likewise, connections

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from itertools import repeat
 from typing import Any
 
 from .events import EV_MESSAGE, EV_PUT, EV_PUT_ERROR
@@ -25,6 +26,7 @@ from .wire import (
     HEADER,
     HEADER_CHUNK,
     HEADER_LEN,
+    HF_CRC_REQUIRED,
     PAYLOAD_AT,
     PS_LANDED,
     PS_OUT_OF_BOUNDS,
@@ -33,9 +35,14 @@ from .wire import (
     PUT,
     PUT_STATUS,
     SEQ_MASK,
+    T_ACK,
     T_DATA,
+    T_HELLO,
+    T_HELLO_ACK,
     UNKNOWN_FLAGS,
     WIRE_VERSION,
+    Hello,
+    MalformedDatagram,
     crc32c,
 )
 
@@ -43,100 +50,85 @@ _FAILED = PeerState.FAILED
 _ESTABLISHED = PeerState.ESTABLISHED
 
 _NOT_FAST = UNKNOWN_FLAGS | F_PUT | F_STATUS  # flags that keep a datagram off the in-order fast path
+_CHUNKED = HEADER_LEN + CHUNK_LEN  # where a chunk's payload starts
+_NO_SOURCES = repeat(None)  # a device that reports no sources
 
 
 class Receiver(Handshake):
     """Data segments in: ordering, reassembly, puts, put statuses, ACK debt."""
 
-    def receive_datagrams(self, batch: Iterable[Any], now: float) -> None:
-        """Process a device poll's worth of datagrams, in order, all arrived by ``now``.
+    def receive_datagrams(self, batch: Iterable[Any], now: float,
+                          sources: Iterable[Any] | None = None) -> None:
+        """The receive path: a device poll's worth of datagrams, in order, all arrived by
+        ``now`` (``sources``: where each came from, as the device reports it, or None).
 
-        The same as :meth:`receive_datagram` on each (the tests compare state, events and
-        output byte for byte), only cheaper per datagram: the in-order data segments of
-        :meth:`_on_data`'s fast path, the bulk of any transfer, are handled inline here, with
-        what they need from the engine looked up once per batch rather than once per
-        datagram (about a tenth of the receiver's time).  An intact data segment of a known
-        peer that is not for the fast path (a reply carrying a new ACK, a first or last
-        chunk, a segment out of order) goes to :meth:`_on_data` as receive_datagram would
-        send it; anything else, and anything doubtful (a bad CRC, an unknown or stale peer,
-        an ACK, a HELLO), through :meth:`receive_datagram`, which checks and counts it."""
+        Its first branch is the common case, written once: a data segment of a confirmed
+        peer, intact, the next in order with nothing missing, a whole message or a chunk in
+        the middle of one being reassembled.  What it needs from the engine is looked up once
+        per batch.  Anything else goes to the general handlers: :meth:`_dispatch` (checks
+        and counts everything: an ACK, a HELLO, a bad CRC, an unknown or stale peer) and
+        :meth:`_on_segment` (a data segment out of order, a first or last chunk, a put)."""
         self._now = now
         if self.closed:
             return  # nobody will read them: neither deliver nor acknowledge
-        single, on_data = self.receive_datagram, self._on_data
-        head, head_chunk = HEADER.unpack_from, HEADER_CHUNK.unpack_from
-        peers = self.peers_by_conn
-        events = self.events
-        acking, timed = self._acking, self._timed
+        general, segment, piggyback = self._dispatch, self._on_segment, self._on_piggyback_ack
+        head, head_chunk, check, require_crc = HEADER.unpack_from, HEADER_CHUNK.unpack_from, crc32c, self.crc
+        peers, events, acking, timed = self.peers_by_conn, self.events, self._acking, self._timed
         freq, deadline = self._ack_frequency, now + self._ack_delay
-        check = crc32c
-        require_crc = self.crc
-        # the (dst, inc) of the last datagram whose peer passed the checks: only a fallback
-        # to receive_datagram (a handshake, a failure...) can change what they read
+        # the (dst, inc) of the last datagram whose peer passed the checks: only a general
+        # handler (a handshake, a failure...) can change what they read
         last_dst = last_inc = -1
         peer: Any = None
-        for data in batch:
+        for data, source in zip(batch, sources if sources is not None else _NO_SOURCES):
             n = len(data)
-            if n >= HEADER_LEN + CHUNK_LEN:  # the chunk extension too, in the same unpack
+            if n >= _CHUNKED:  # the chunk extension too, in the same unpack
                 version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen, msg_id, msg_len, off \
                     = head_chunk(data)
             elif n >= HEADER_LEN:
                 version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = head(data)
             else:
-                last_dst = -1
-                single(data, now)
-                continue
-            # the fast path's conditions (see _on_data), read before believing anything,
-            # then the CRC; a frame failing any of them takes the full path
+                typ = -1
+            # the fast path's conditions, read before believing anything, then the CRC
             if typ != T_DATA or version != WIRE_VERSION or flags & _NOT_FAST:
                 last_dst = -1
-                single(data, now)
+                general(data, source, now)
                 continue
             if dst != last_dst or inc != last_inc:
                 peer = peers.get(dst)
                 if peer is None or inc != peer.remote_inc or not peer.confirmed \
                         or not peer.remote_known or peer.state is _FAILED:
                     last_dst = -1
-                    single(data, now)
+                    general(data, source, now)
                     continue
                 last_dst, last_inc = dst, inc
             view = memoryview(data)
-            if flags & F_CRC:
-                if check(view[CRC_OFFSET + 4:], check(view[:CRC_OFFSET])) != crc:
-                    last_dst = -1
-                    single(data, now)  # (counts the CRC error)
-                    continue
-            elif require_crc:
+            if (check(view[CRC_OFFSET + 4:], check(view[:CRC_OFFSET])) != crc) if flags & F_CRC else require_crc:
                 last_dst = -1
-                single(data, now)
+                general(data, source, now)  # (counts the CRC error)
                 continue
-            # a data segment of a known peer, intact: receive_datagram would pass it to
-            # _on_data now, and so do we unless it is one of the fast path's
+            # a data segment of a known peer, intact
+            if n != (_CHUNKED if flags & F_CHUNK else HEADER_LEN) + plen:
+                self.counters.num_malformed_recvs += 1  # drop before anything in it is believed
+                continue
+            c = peer.counters
+            c.num_total_recvs += 1
+            if flags & F_ACK and ack_w != peer.snd_una & SEQ_MASK:
+                piggyback(peer, ack_w, now)  # (completions before the delivery it answers)
             w = peer.window
             cum = w.cum
-            if seq_w != (cum + 1) & SEQ_MASK or w._starts \
-                    or (flags & F_ACK and ack_w != peer.snd_una & SEQ_MASK):
+            ras = None
+            if seq_w != (cum + 1) & SEQ_MASK or w._starts:
                 last_dst = -1
-                on_data(peer, view, n, flags, seq_w, ack_w, tag, plen, now)  # (a reply: new ACK)
+                segment(peer, view, n, flags, seq_w, tag, plen, now)  # out of order
                 continue
             if flags & F_CHUNK:
                 ras = peer.reassembly.get(msg_id)
                 # a chunk in the middle of a message being reassembled (not its first nor last)
-                if n != HEADER_LEN + CHUNK_LEN + plen or ras is None or ras.msg_len != msg_len \
-                        or ras.put_key is not None or plen <= 0 or off + plen >= msg_len \
-                        or ras.received + plen >= msg_len:
+                if ras is None or ras.msg_len != msg_len or ras.put_key is not None or plen <= 0 \
+                        or off + plen >= msg_len or ras.received + plen >= msg_len:
                     last_dst = -1
-                    on_data(peer, view, n, flags, seq_w, ack_w, tag, plen, now)
+                    segment(peer, view, n, flags, seq_w, tag, plen, now)
                     continue
-            elif n != HEADER_LEN + plen:
-                last_dst = -1
-                on_data(peer, view, n, flags, seq_w, ack_w, tag, plen, now)
-                continue
-            else:
-                ras = None
-            # from here on, _on_data's fast path, inline
-            c = peer.counters
-            c.num_total_recvs += 1
             seq = w.cum = cum + 1
             if seq > w.high:
                 w.high = seq
@@ -150,9 +142,9 @@ class Receiver(Handshake):
                 c.num_chunk_recvs += 1
                 parts = ras.parts
                 if parts is not None and off == ras.received and type(view.obj) is bytes:
-                    parts.append(view[HEADER_LEN + CHUNK_LEN:])  # kept, not copied
+                    parts.append(view[_CHUNKED:])  # Reassembly.add, inline: kept, not copied
                 else:
-                    ras.add(off, view[HEADER_LEN + CHUNK_LEN:])
+                    ras.add(off, view[_CHUNKED:])
                 ras.received += plen
             peer.ack_count += 1
             if peer.ack_count >= freq:
@@ -162,72 +154,96 @@ class Receiver(Handshake):
             acking[peer] = None
             timed[peer] = None
 
-    def _on_data(self, peer: Peer, data: memoryview, n: int, flags: int, seq_w: int, ack_w: int,
-                 tag: int, plen: int, now: float) -> None:
-        pos = PAYLOAD_AT[flags & (F_CHUNK | F_PUT)]
-        if n != pos + plen:  # malformed: drop before anything in it is believed
+    def _dispatch(self, data: Any, source: Any, now: float) -> None:
+        """The general handler for any datagram: checked (version, flags, CRC), counted if
+        bad, then handed on by type: data to :meth:`_on_data`, an ACK to ``_on_ack``
+        (recovery), a HELLO or HELLO_ACK to ``_on_hello`` (handshake)."""
+        n = len(data)
+        if n < HEADER_LEN:
             self.counters.num_malformed_recvs += 1
             return
-        c = peer.counters
-        c.num_total_recvs += 1
+        version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = HEADER.unpack_from(data)
+        if version != WIRE_VERSION or flags & UNKNOWN_FLAGS:
+            self.counters.num_malformed_recvs += 1
+            return
+        view = memoryview(data)  # one view for the CRC and the payload copy
+        if flags & F_CRC:
+            if crc32c(view[CRC_OFFSET + 4:], crc32c(view[:CRC_OFFSET])) != crc:
+                self.counters.num_crc_errors += 1
+                return
+        elif self.crc:  # we require a CRC: a frame without one may have lost its flag bit
+            self.counters.num_crc_errors += 1
+            return
+        if typ == T_DATA or typ == T_ACK:
+            peer = self.peers_by_conn.get(dst)
+            if peer is None:
+                self.counters.num_unk_recvs += 1
+                return
+            if inc != peer.remote_inc or not peer.remote_known or peer.state is _FAILED:
+                peer.counters.num_stale_recvs += 1
+                return
+            if typ == T_DATA:
+                self._on_data(peer, view, n, flags, seq_w, ack_w, tag, plen, now)
+            else:
+                self._on_ack(peer, view, n, ack_w, plen, now)
+        elif typ == T_HELLO or typ == T_HELLO_ACK:
+            if n != HEADER_LEN + plen:
+                self.counters.num_malformed_recvs += 1
+                return
+            try:
+                hello = Hello.decode(view[HEADER_LEN:])
+            except MalformedDatagram:
+                self.counters.num_malformed_recvs += 1
+                return
+            if hello.incarnation != inc or inc == 0:
+                self.counters.num_malformed_recvs += 1
+                return
+            self._on_hello(typ, dst, hello, bool(_r & HF_CRC_REQUIRED), source, now)
+        else:
+            self.counters.num_malformed_recvs += 1
+
+
+    def _on_data(self, peer: Peer, data: memoryview, n: int, flags: int, seq_w: int, ack_w: int,
+                 tag: int, plen: int, now: float) -> None:
+        """A data segment the fast path did not take (its peer unconfirmed, a put, a put
+        status...): checked, its piggy-backed ACK applied, then :meth:`_on_segment`."""
+        if n != PAYLOAD_AT[flags & (F_CHUNK | F_PUT)] + plen:  # malformed: drop before anything in it is believed
+            self.counters.num_malformed_recvs += 1
+            return
+        peer.counters.num_total_recvs += 1
         if not peer.confirmed:
             self._confirm(peer, now)
         if flags & F_ACK and ack_w != peer.snd_una & SEQ_MASK:
-            # A piggy-backed ACK with news (every reply in a ping-pong) is applied first, on
-            # every path: it touches only send-side state, so the receive paths below see
-            # the same state either way, and events keep their order (completions first).
-            at_cum = self._on_cum_ack(peer, ack_w, now)
-            if at_cum is not None:
-                # a piggy-backed ACK carries no delay: sample only when it acknowledges the
-                # last thing we sent (a reply to it), which bounds the error to the peer's
-                # own turnaround
-                if at_cum.tx_count == 1 and at_cum.seq == peer.next_seq - 1:
-                    peer.timer.sample(now - at_cum.sent_at)
-                if peer.unacked:  # (with nothing unacked it has nothing to do)
-                    self._detect_losses(peer)
+            self._on_piggyback_ack(peer, ack_w, now)
+        self._on_segment(peer, data, n, flags, seq_w, tag, plen, now)
+
+    def _on_piggyback_ack(self, peer: Peer, ack_w: int, now: float) -> None:
+        """A piggy-backed ACK with news (every reply in a ping-pong), applied before the
+        segment carrying it: it touches only send-side state, so the receive path sees the
+        same state either way, and events keep their order (completions first)."""
+        at_cum = self._on_cum_ack(peer, ack_w, now)
+        if at_cum is not None:
+            # a piggy-backed ACK carries no delay: sample only when it acknowledges the
+            # last thing we sent (a reply to it), which bounds the error to the peer's
+            # own turnaround
+            if at_cum.tx_count == 1 and at_cum.seq == peer.next_seq - 1:
+                peer.timer.sample(now - at_cum.sent_at)
+            if peer.unacked:  # (with nothing unacked it has nothing to do)
+                self._detect_losses(peer)
+
+    def _on_segment(self, peer: Peer, data: memoryview, n: int, flags: int, seq_w: int,
+                    tag: int, plen: int, now: float) -> None:
+        """The general receive handler for a data segment (its length checked, its ACK
+        applied): place it in the window, then reassemble, place a put, take a put status or
+        deliver, in order if ordered, and note the ACK it is owed."""
+        c = peer.counters
+        pos = PAYLOAD_AT[flags & (F_CHUNK | F_PUT)]
         w = peer.window
         cum = w.cum
-        if seq_w == (cum + 1) & SEQ_MASK and not w._starts and not flags & F_STATUS:
-            # The common cases, kept short: the next segment in order, no holes to fill;
-            # and either a whole message, or a chunk in the middle of a message being
-            # reassembled (not its first nor last).  (A put status is no message: below.)
-            ras = None
-            if pos != HEADER_LEN and flags & (F_CHUNK | F_PUT) == F_CHUNK:
-                msg_id, msg_len, off = CHUNK.unpack_from(data, HEADER_LEN)
-                ras = peer.reassembly.get(msg_id)
-                if ras is not None and (ras.msg_len != msg_len or ras.put_key is not None or plen <= 0
-                                        or off + plen >= msg_len or ras.received + plen >= msg_len):
-                    ras = None
-            if pos == HEADER_LEN or ras is not None:
-                seq = w.cum = cum + 1
-                if seq > w.high:
-                    w.high = seq
-                    peer.rx_high_time = now
-                if ras is None:
-                    c.num_frag_recvs += 1
-                    c.num_msgs_delivered += 1
-                    c.num_bytes_delivered += plen
-                    self.events.append((EV_MESSAGE, peer, tag, bytes(data[HEADER_LEN:])))
-                else:
-                    c.num_chunk_recvs += 1
-                    parts = ras.parts
-                    if parts is not None and off == ras.received and type(data.obj) is bytes:
-                        parts.append(data[pos:])  # Reassembly.add, inline: kept, not copied
-                    else:
-                        ras.add(off, data[pos:])
-                    ras.received += plen
-                peer.ack_count += 1
-                if peer.ack_count >= self._ack_frequency:
-                    peer.ack_now = True
-                elif peer.ack_deadline is None:
-                    peer.ack_deadline = now + self._ack_delay
-                self._acking[peer] = None
-                self._timed[peer] = None
-                return
         seq = cum + 1 + ((seq_w - cum - 1) & SEQ_MASK)
         if seq - cum - 1 >= _HALF:
             seq -= _WRAP
-        msg_len = off = 0
+        msg_len = off = msg_id = 0
         ras = None
         if flags & F_STATUS and (flags & (F_CHUNK | F_PUT) or plen != PUT_STATUS.size):
             self.counters.num_malformed_recvs += 1  # a put status is one unchunked body
@@ -253,101 +269,121 @@ class Receiver(Handshake):
                 return
         verdict = w.accept(seq)
         if verdict != NEW:
-            if verdict == DUPLICATE:
-                c.num_dup_recvs += 1
-                peer.dup_seen = True
-            elif verdict == ABOVE_WINDOW:
-                c.num_oow_high_recvs += 1
-            else:
-                c.num_oow_low_recvs += 1
-            # tell the sender where we are at once -- but no more than one ACK per
-            # ack_delay, however many duplicates a faulty network delivers
-            if now - peer.last_ack_sent >= self._ack_delay:
-                peer.ack_now = True
-            else:
-                due = peer.last_ack_sent + self._ack_delay
-                if peer.ack_deadline is None or due < peer.ack_deadline:
-                    peer.ack_deadline = due
-            self._acking[peer] = None
-            self._timed[peer] = None
+            self._on_not_new(peer, verdict, now)
             return
         new_cum = w.cum
         if seq == w.high:
             peer.rx_high_time = now
-        item = None
+        item: tuple[Any, ...] | None = None
+        seq_done = seq
         if flags & F_STATUS:
             # the outcome of a put of ours (accepted like any segment, so ACKed and never
             # delivered twice); nothing for the application's message handlers
-            seq_done = seq
             self._on_put_status(peer, data, pos)
         elif flags & F_PUT:
-            key, poff = PUT.unpack_from(data, HEADER_LEN + (CHUNK_LEN if flags & F_CHUNK else 0))
-            region = self.regions.get(key)
-            start = poff + off
-            fits = region is not None and start + plen <= len(region) \
-                and (not flags & F_CHUNK or poff + msg_len <= len(region))
-            if not flags & F_CHUNK:
-                if fits:
-                    region[start:start + plen] = data[pos:]  # type: ignore[index]
-                    item = (EV_PUT, peer, key, poff, plen)
-                    c.num_puts_delivered += 1
-                    self._send_put_status(peer, seq, PS_LANDED)
-                else:
-                    c.num_put_errors += 1
-                    item = (EV_PUT_ERROR, peer, key, poff, plen)
-                    self._send_put_status(peer, seq, PS_UNKNOWN_KEY if region is None else PS_OUT_OF_BOUNDS)
-                seq_done = seq
-            else:
-                new = ras is None
-                if new:
-                    ras = peer.reassembly[msg_id] = Reassembly(msg_len, tag, key, poff)
-                if fits and not ras.failed:
-                    region[start:start + plen] = data[pos:]  # type: ignore[index]
-                elif not ras.failed:
-                    # an unknown key, out of bounds, or the region was unexposed mid-way:
-                    # reported once, when the whole put has arrived
-                    ras.failed = (PS_OUT_OF_BOUNDS if region is not None
-                                  else PS_UNKNOWN_KEY if new else PS_UNEXPOSED)
-                    c.num_put_errors += 1
-                ras.received += plen
-                if off + plen == msg_len:
-                    ras.last_seq = seq
-                if ras.received >= msg_len:
-                    del peer.reassembly[msg_id]
-                    item = (EV_PUT_ERROR if ras.failed else EV_PUT, peer, key, poff, msg_len)
-                    seq_done = ras.last_seq
-                    peer.ack_now = True
-                    if not ras.failed:
-                        c.num_puts_delivered += 1
-                    self._send_put_status(peer, seq_done, ras.failed)
-            # accepted (and so ACKed) either way; the put status tells the sender the outcome
+            item, seq_done = self._on_put(peer, data, pos, flags, seq, tag, plen, msg_id, msg_len, off, ras)
         elif flags & F_CHUNK:
-            c.num_chunk_recvs += 1
-            if ras is None:
-                ras = peer.reassembly[msg_id] = Reassembly(msg_len, tag, None, 0)
-            ras.add(off, data[pos:])
-            ras.received += plen
-            if off + plen == msg_len:
-                ras.last_seq = seq
-            if ras.received >= msg_len:
-                del peer.reassembly[msg_id]
-                item = (EV_MESSAGE, peer, ras.tag, ras.take())
-                seq_done = ras.last_seq
-                c.num_msgs_delivered += 1
-                c.num_bytes_delivered += msg_len
-                peer.ack_now = True  # usnic ACKs a completed large message at once
+            item, seq_done = self._on_chunk(peer, data, pos, seq, tag, plen, msg_id, msg_len, off, ras)
         else:
             c.num_frag_recvs += 1
             item = (EV_MESSAGE, peer, tag, bytes(data[pos:]))
-            seq_done = seq
             c.num_msgs_delivered += 1
             c.num_bytes_delivered += plen
-        # delivery: at once when unordered; in sequence order otherwise
+        self._deliver(peer, item, seq_done, cum, new_cum)
+        self._owe_ack(peer, seq, cum, new_cum, now)
+
+    def _on_not_new(self, peer: Peer, verdict: int, now: float) -> None:
+        """A duplicate, or a segment outside the window: count it, and tell the sender where
+        we are at once -- but no more than one ACK per ack_delay, however many duplicates a
+        faulty network delivers."""
+        c = peer.counters
+        if verdict == DUPLICATE:
+            c.num_dup_recvs += 1
+            peer.dup_seen = True
+        elif verdict == ABOVE_WINDOW:
+            c.num_oow_high_recvs += 1
+        else:
+            c.num_oow_low_recvs += 1
+        if now - peer.last_ack_sent >= self._ack_delay:
+            peer.ack_now = True
+        else:
+            due = peer.last_ack_sent + self._ack_delay
+            if peer.ack_deadline is None or due < peer.ack_deadline:
+                peer.ack_deadline = due
+        self._acking[peer] = None
+        self._timed[peer] = None
+
+    def _on_chunk(self, peer: Peer, data: memoryview, pos: int, seq: int, tag: int, plen: int,
+                  msg_id: int, msg_len: int, off: int, ras: Reassembly | None) -> tuple[tuple[Any, ...] | None, int]:
+        """A new chunk of a message: reassemble; the message and the seq it completes at once
+        its last byte is in."""
+        c = peer.counters
+        c.num_chunk_recvs += 1
+        if ras is None:
+            ras = peer.reassembly[msg_id] = Reassembly(msg_len, tag, None, 0)
+        ras.add(off, data[pos:])
+        ras.received += plen
+        if off + plen == msg_len:
+            ras.last_seq = seq
+        if ras.received < msg_len:
+            return None, seq
+        del peer.reassembly[msg_id]
+        c.num_msgs_delivered += 1
+        c.num_bytes_delivered += msg_len
+        peer.ack_now = True  # usnic ACKs a completed large message at once
+        return (EV_MESSAGE, peer, ras.tag, ras.take()), ras.last_seq
+
+    def _on_put(self, peer: Peer, data: memoryview, pos: int, flags: int, seq: int, tag: int, plen: int,
+                msg_id: int, msg_len: int, off: int, ras: Reassembly | None) -> tuple[tuple[Any, ...] | None, int]:
+        """A new segment of a put: write it into the exposed region; once the whole put is
+        in, its event and a put status to the sender.  Accepted (and so ACKed) either way:
+        the put status tells the sender the outcome."""
+        c = peer.counters
+        key, poff = PUT.unpack_from(data, HEADER_LEN + (CHUNK_LEN if flags & F_CHUNK else 0))
+        region = self.regions.get(key)
+        start = poff + off
+        fits = region is not None and start + plen <= len(region) \
+            and (not flags & F_CHUNK or poff + msg_len <= len(region))
+        if not flags & F_CHUNK:
+            if fits:
+                region[start:start + plen] = data[pos:]  # type: ignore[index]
+                c.num_puts_delivered += 1
+                self._send_put_status(peer, seq, PS_LANDED)
+                return (EV_PUT, peer, key, poff, plen), seq
+            c.num_put_errors += 1
+            self._send_put_status(peer, seq, PS_UNKNOWN_KEY if region is None else PS_OUT_OF_BOUNDS)
+            return (EV_PUT_ERROR, peer, key, poff, plen), seq
+        new = ras is None
+        if ras is None:
+            ras = peer.reassembly[msg_id] = Reassembly(msg_len, tag, key, poff)
+        if fits and not ras.failed:
+            region[start:start + plen] = data[pos:]  # type: ignore[index]
+        elif not ras.failed:
+            # an unknown key, out of bounds, or the region was unexposed mid-way:
+            # reported once, when the whole put has arrived
+            ras.failed = (PS_OUT_OF_BOUNDS if region is not None
+                          else PS_UNKNOWN_KEY if new else PS_UNEXPOSED)
+            c.num_put_errors += 1
+        ras.received += plen
+        if off + plen == msg_len:
+            ras.last_seq = seq
+        if ras.received < msg_len:
+            return None, seq
+        del peer.reassembly[msg_id]
+        peer.ack_now = True
+        if not ras.failed:
+            c.num_puts_delivered += 1
+        self._send_put_status(peer, ras.last_seq, ras.failed)
+        return (EV_PUT_ERROR if ras.failed else EV_PUT, peer, key, poff, msg_len), ras.last_seq
+
+    def _deliver(self, peer: Peer, item: tuple[Any, ...] | None, seq_done: int, cum: int, new_cum: int) -> None:
+        """Delivery: at once when unordered; in sequence order otherwise (``item`` completes
+        at ``seq_done``; the window moved from ``cum`` to ``new_cum``)."""
         if not self.config.ordered:
             if item is not None:
                 self.events.append(item)
         elif item is not None and seq_done == new_cum == cum + 1 and not peer.ready:
-            self.events.append(item)  # in order, nothing waiting: the fast path
+            self.events.append(item)  # in order, nothing waiting
         else:
             ready = peer.ready
             if item is not None:
@@ -358,7 +394,9 @@ class Receiver(Handshake):
                     it = ready.pop(s, None)
                     if it is not None:
                         events.append(it)
-        # ACK debt
+
+    def _owe_ack(self, peer: Peer, seq: int, cum: int, new_cum: int, now: float) -> None:
+        """ACK debt for a new segment ``seq`` (the window moved from ``cum`` to ``new_cum``)."""
         peer.ack_count += 1
         if seq != new_cum or new_cum > cum + 1:
             # a new gap, or a gap filled: the sender's loss detection wants to know soon,
@@ -370,7 +408,8 @@ class Receiver(Handshake):
                 due = peer.last_ack_sent + self.config.ack_delay
                 if peer.ack_deadline is None or due < peer.ack_deadline:
                     peer.ack_deadline = due
-            depth = w.high - new_cum
+            depth = peer.window.high - new_cum
+            c = peer.counters
             if depth > c.max_recv_window:
                 c.max_recv_window = depth
         elif peer.ack_count >= self.config.ack_frequency:

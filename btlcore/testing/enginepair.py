@@ -273,10 +273,10 @@ class EngineNet:
                 batches.setdefault(dst, []).append(data)
             elif self.reuse_rx_buffer:
                 self._rx[:len(data)] = data
-                self.engines[dst].receive_datagram(memoryview(self._rx)[:len(data)], self.now)
+                self.engines[dst].receive_datagram(memoryview(self._rx)[:len(data)], None, self.now)
                 self._rx[:len(data)] = b"\xa5" * len(data)
             else:
-                self.engines[dst].receive_datagram(data, self.now)
+                self.engines[dst].receive_datagram(data, None, self.now)
         for dst, batch in batches.items():
             self.engines[dst].receive_datagrams(batch, self.now)
         self._collect()

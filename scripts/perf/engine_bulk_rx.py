@@ -32,7 +32,7 @@ while got < nmsgs:
         else:
             t0 = pc()
             for d in out:
-                b.receive_datagram(d, now)
+                b.receive_datagram(d, None, now)
             rx_ns += pc() - t0
         nseg += len(out)
     got += sum(1 for e in b.drain_events() if e[0] == 0)
@@ -40,7 +40,7 @@ while got < nmsgs:
     if b.get_timer() is not None and b.get_timer() <= now: b.handle_timer(now)
     for _, _, d in b.datagrams_to_send(now):
         d = bytes(d)
-        t0 = pc(); a.receive_datagram(d, now); ack_ns += pc() - t0
+        t0 = pc(); a.receive_datagram(d, None, now); ack_ns += pc() - t0
     a.drain_events()
     if a.get_timer() is not None and a.get_timer() <= now: a.handle_timer(now)
 print(f"{(ack_ns if os.environ.get('ACKT') else rx_ns) / nseg:.0f}")

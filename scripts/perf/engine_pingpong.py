@@ -24,7 +24,7 @@ for i in range(iters):
     out = a.datagrams_to_send(now)
     for _, _, d in out:
         d = bytes(d) if not isinstance(d, list) else b"".join(d)
-        t0 = pc(); b.receive_datagram(d, now); t1 = pc()
+        t0 = pc(); b.receive_datagram(d, None, now); t1 = pc()
         times.append(t1 - t0)
     ev = b.drain_events()
     assert ev and ev[-1][0] == EV_MESSAGE, ev
@@ -33,7 +33,7 @@ for i in range(iters):
     out = b.datagrams_to_send(now)
     for _, _, d in out:
         d = bytes(d) if not isinstance(d, list) else b"".join(d)
-        t0 = pc(); a.receive_datagram(d, now); t1 = pc()
+        t0 = pc(); a.receive_datagram(d, None, now); t1 = pc()
         times.append(t1 - t0)
     a.drain_events()
 times = times[len(times) // 10:]

@@ -225,7 +225,7 @@ def inject_copy(p: EnginePair, raw: bytes, **changes: int) -> None:
     dg = decode(raw)
     for k, v in changes.items():
         setattr(dg, k, v)
-    p.b.receive_datagram(dg.encode(), p.now)
+    p.b.receive_datagram(dg.encode(), None, p.now)
 
 
 def test_duplicate_acked_at_once_with_dsack_flag() -> None:
@@ -235,7 +235,7 @@ def test_duplicate_acked_at_once_with_dsack_flag() -> None:
     p.run(lambda: p.completions[1])
     raw = data_sent(p, 0, mark)[0][1]
     mark2 = len(p.log)
-    p.b.receive_datagram(raw, p.now)
+    p.b.receive_datagram(raw, None, p.now)
     assert p.pb.counters.num_dup_recvs == 1
     assert p.b.get_timer() == p.now
     out = p.b.datagrams_to_send(p.now)

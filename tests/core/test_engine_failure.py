@@ -187,7 +187,7 @@ def test_hello_of_old_incarnation_after_restart_is_ignored() -> None:
     p.run_idle()
     assert p.b.stats()["num_peer_restarts"] == 1
     p.send(1, 0, 1, b"pending", key="pending")
-    p.b.receive_datagram(old_hello, p.now)  # the network delivers a late copy of an old HELLO
+    p.b.receive_datagram(old_hello, None, p.now)  # the network delivers a late copy of an old HELLO
     p.send(0, 1, 2, b"x", key="x")
     p.send(1, 0, 3, b"y", key="y")
     p.run(lambda: all(p.completions[k] for k in ("pending", "x", "y")), max_time=p.now + 30)
@@ -239,7 +239,7 @@ def test_segments_for_a_failed_peer_are_stale() -> None:
     assert p.delivered[0] == []
     before = p.pa.counters.num_stale_recvs
     if ack:
-        p.a.receive_datagram(ack[-1], p.now)
+        p.a.receive_datagram(ack[-1], None, p.now)
         assert p.pa.counters.num_stale_recvs == before + 1
 
 
@@ -298,7 +298,7 @@ def test_reconnect_after_partition(b_timeout: float) -> None:
     for k in ("la", "lb"):
         assert len(p.completions[k]) == 1 and isinstance(p.completions[k][0], PeerUnreachable), k
     assert p.completions["a2"] == [None] and p.completions["b2"] == [None]
-    p.b.receive_datagram(old, p.now)
+    p.b.receive_datagram(old, None, p.now)
     p.run_idle()
     assert p.delivered[1] == [(b"A", 1, b"before"), (b"A", 2, b"again a")]
     assert p.delivered[0] == [(b"B", 3, b"again b")]

@@ -163,10 +163,10 @@ def test_hello_with_mismatched_incarnation_is_malformed() -> None:
     h = Hello(5, 7, 9, 0, 64, b"Z")
     from btlcore.protocol.wire import Datagram
     raw = Datagram(T_HELLO, 0, 0, 6, payload=h.encode()).encode()
-    p.b.receive_datagram(raw, 0.0)
+    p.b.receive_datagram(raw, None, 0.0)
     assert p.b.stats()["num_malformed_recvs"] == 1 and p.b.peers_by_addr == {}
     raw0 = Datagram(T_HELLO, 0, 0, 0, payload=Hello(0, 7, 9, 0, 64, b"Z").encode()).encode()
-    p.b.receive_datagram(raw0, 0.0)
+    p.b.receive_datagram(raw0, None, 0.0)
     assert p.b.stats()["num_malformed_recvs"] == 2 and p.b.peers_by_addr == {}
 
 
@@ -177,7 +177,7 @@ def test_hello_ack_with_wrong_echo_is_ignored() -> None:
     from btlcore.protocol.wire import Datagram
     bogus = Datagram(T_HELLO_ACK, 0, p.pa.local_conn, 77,
                      payload=Hello(77, 5, 100, p.a.incarnation ^ 1, 64, b"B").encode()).encode()
-    p.a.receive_datagram(bogus, p.now)
+    p.a.receive_datagram(bogus, None, p.now)
     assert p.a.stats()["num_unk_recvs"] == 1 and not p.pa.remote_known
     p.handshake()
     assert p.pa.remote_inc == p.b.incarnation
@@ -235,9 +235,9 @@ def test_peer_cap_refuses_handshakes_and_sweeps_ones_never_confirmed() -> None:
     b = _engine(b"B", max_peers=4, handshake_timeout=1.0)
     held = b.connect(b"H", 0.0)  # the application's own peer: never swept
     for i in range(3):
-        b.receive_datagram(_hello_from(b"F%d" % i, b"B"), 0.1)
+        b.receive_datagram(_hello_from(b"F%d" % i, b"B"), None, 0.1)
     assert len(b.peers_by_addr) == 4
-    b.receive_datagram(_hello_from(b"X", b"B"), 0.5)  # at the cap, none old enough to forget
+    b.receive_datagram(_hello_from(b"X", b"B"), None, 0.5)  # at the cap, none old enough to forget
     assert b"X" not in b.peers_by_addr and b.stats()["num_refused_peers"] == 1
     # later, a real peer: the three HELLO-made peers that never confirmed are forgotten
     a = _engine(b"A")
@@ -245,10 +245,10 @@ def test_peer_cap_refuses_handshakes_and_sweeps_ones_never_confirmed() -> None:
     now = 2.0
     for _ in range(4):
         for ch, dest, buf in a.datagrams_to_send(now):
-            b.receive_datagram(bytes(buf), now)
+            b.receive_datagram(bytes(buf), None, now)
         for ch, dest, buf in b.datagrams_to_send(now):
             if dest == b"A":
-                a.receive_datagram(bytes(buf), now)
+                a.receive_datagram(bytes(buf), None, now)
         now += 0.001
     assert set(b.peers_by_addr) == {b"H", b"A"}
     assert pa.state is PeerState.ESTABLISHED and b.peers_by_addr[b"A"].state is PeerState.ESTABLISHED

@@ -363,7 +363,7 @@ def test_send_pass_is_not_repeated() -> None:
     assert len(first) == 5
     assert p.a.datagrams_to_send(p.now) == []
     for _ch, _dest, buf in first:
-        p.b.receive_datagram(bytes(buf), p.now + 0.001)
+        p.b.receive_datagram(bytes(buf), None, p.now + 0.001)
     acks = p.b.datagrams_to_send(p.now + 0.001)
     assert len(acks) == 1 and p.b.datagrams_to_send(p.now + 0.001) == []
 

@@ -221,7 +221,7 @@ def test_a_status_naming_no_put_is_ignored_but_acknowledged() -> None:
     p.pb.next_seq += 1  # b's sequence space: take one number by hand
     dg = Datagram(T_DATA, F_ACK | F_STATUS, p.pa.local_conn, p.b.incarnation, seq, p.pb.window.cum,
                   0, payload=put_status_payload(12345, PS_OUT_OF_BOUNDS))
-    p.a.receive_datagram(dg.encode(), p.now)
+    p.a.receive_datagram(dg.encode(), None, p.now)
     p._collect()
     assert p.delivered[0] == [] and p.pa.counters.num_put_status_recvs == 1
     assert p.pa.window.cum == seq

@@ -51,7 +51,7 @@ def test_reply_with_new_piggybacked_ack(size: int) -> None:
         owed_before = prx.ack_count
         now += 1e-4
         for d in out:
-            rx.receive_datagram(d, now)
+            rx.receive_datagram(d, None, now)
         events = rx.drain_events()
         msgs = [e for e in events if e[0] == EV_MESSAGE]
         assert [(e[2], bytes(e[3])) for e in msgs] == [(7, data)]
@@ -82,18 +82,18 @@ def test_piggybacked_ack_then_out_of_order_segment() -> None:
     now += 1e-4
     p.b.send(p.pb, 1, b"request", done.append, now)
     (req,) = [flat(b) for _c, _d, b in p.b.datagrams_to_send(now)]
-    p.a.receive_datagram(req, now)
+    p.a.receive_datagram(req, None, now)
     p.a.drain_events()
     now += 1e-4
     p.a.send(p.pa, 2, b"first", None, now)
     p.a.send(p.pa, 2, b"second", None, now)
     first, second = [flat(b) for _c, _d, b in p.a.datagrams_to_send(now)]
     now += 1e-4
-    p.b.receive_datagram(second, now)  # overtakes the first; both carry the new ACK
+    p.b.receive_datagram(second, None, now)  # overtakes the first; both carry the new ACK
     assert not p.pb.unacked
     assert p.b.drain_events() == [(EV_COMPLETE, done.append, None)]
     assert p.pb.sack_dirty and p.pb.ack_now
-    p.b.receive_datagram(first, now)
+    p.b.receive_datagram(first, None, now)
     assert [bytes(e[3]) for e in p.b.drain_events() if e[0] == EV_MESSAGE] == [b"first", b"second"]
     assert p.pb.counters.num_msgs_completed == 1  # the ACK was applied once
 
@@ -109,11 +109,11 @@ def test_standalone_ack_completes_and_samples() -> None:
     assert len(segs) == 3
     now += 1e-4
     for d in segs:
-        p.b.receive_datagram(d, now)
+        p.b.receive_datagram(d, None, now)
     acks = [flat(b) for _c, _d, b in p.b.datagrams_to_send(now)]
     assert [decode(d).type for d in acks] == [T_ACK]
     now += 1e-4
-    p.a.receive_datagram(acks[0], now)
+    p.a.receive_datagram(acks[0], None, now)
     assert p.a.drain_events() == [(EV_COMPLETE, done.append, None)]
     assert not p.pa.unacked and p.pa.snd_una == p.pa.next_seq - 1
     assert p.pa.timer.min_rtt == pytest.approx(2e-4)  # sent at +1e-4, acked at +3e-4, no delay
