@@ -166,12 +166,7 @@ class Engine(Receiver):
             warnings.warn("Engine.receive_datagram(data, now) is deprecated: pass "
                           "receive_datagram(data, source, now)", DeprecationWarning, stacklevel=2)
             source, now = None, source
-        if len(data) >= HEADER_LEN and data[1] == T_DATA:
-            self.receive_datagrams((data,), now, (source,))  # the one receive path for data
-        else:
-            self._now = now
-            if not self.closed:  # (nobody will read it: neither deliver nor acknowledge)
-                self._dispatch(data, source, now)
+        self.receive_datagrams((data,), now, None if source is None else (source,))  # the one receive path
 
     def datagrams_to_send(self, now: float, budget: int = 1 << 30,
                           resends: bool = True) -> list[tuple[int, Any, bytes | bytearray]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from itertools import repeat
 from typing import Any
 
 from .events import EV_MESSAGE, EV_PUT, EV_PUT_ERROR
@@ -51,7 +50,6 @@ _ESTABLISHED = PeerState.ESTABLISHED
 
 _NOT_FAST = UNKNOWN_FLAGS | F_PUT | F_STATUS  # flags that keep a datagram off the in-order fast path
 _CHUNKED = HEADER_LEN + CHUNK_LEN  # where a chunk's payload starts
-_NO_SOURCES = repeat(None)  # a device that reports no sources
 
 
 class Receiver(Handshake):
@@ -71,40 +69,40 @@ class Receiver(Handshake):
         self._now = now
         if self.closed:
             return  # nobody will read them: neither deliver nor acknowledge
-        general, segment, piggyback = self._dispatch, self._on_segment, self._on_piggyback_ack
-        head, head_chunk, check, require_crc = HEADER.unpack_from, HEADER_CHUNK.unpack_from, crc32c, self.crc
-        peers, events, acking, timed = self.peers_by_conn, self.events, self._acking, self._timed
-        freq, deadline = self._ack_frequency, now + self._ack_delay
+        head_chunk, check, peers, events = HEADER_CHUNK.unpack_from, crc32c, self.peers_by_conn, self.events
         # the (dst, inc) of the last datagram whose peer passed the checks: only a general
         # handler (a handshake, a failure...) can change what they read
         last_dst = last_inc = -1
-        peer: Any = None
-        for data, source in zip(batch, sources if sources is not None else _NO_SOURCES):
+        peer: Any
+        srcs = None if sources is None else list(sources)
+        k = -1
+        for data in batch:
+            k += 1
             n = len(data)
             if n >= _CHUNKED:  # the chunk extension too, in the same unpack
                 version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen, msg_id, msg_len, off \
                     = head_chunk(data)
             elif n >= HEADER_LEN:
-                version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = head(data)
+                version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = HEADER.unpack_from(data)
             else:
                 typ = -1
             # the fast path's conditions, read before believing anything, then the CRC
             if typ != T_DATA or version != WIRE_VERSION or flags & _NOT_FAST:
                 last_dst = -1
-                general(data, source, now)
+                self._dispatch(data, None if srcs is None else srcs[k], now)
                 continue
             if dst != last_dst or inc != last_inc:
                 peer = peers.get(dst)
                 if peer is None or inc != peer.remote_inc or not peer.confirmed \
                         or not peer.remote_known or peer.state is _FAILED:
                     last_dst = -1
-                    general(data, source, now)
+                    self._dispatch(data, None if srcs is None else srcs[k], now)
                     continue
                 last_dst, last_inc = dst, inc
             view = memoryview(data)
-            if (check(view[CRC_OFFSET + 4:], check(view[:CRC_OFFSET])) != crc) if flags & F_CRC else require_crc:
+            if (check(view[CRC_OFFSET + 4:], check(view[:CRC_OFFSET])) != crc) if flags & F_CRC else self.crc:
                 last_dst = -1
-                general(data, source, now)  # (counts the CRC error)
+                self._dispatch(data, None if srcs is None else srcs[k], now)  # (counts the CRC error)
                 continue
             # a data segment of a known peer, intact
             if n != (_CHUNKED if flags & F_CHUNK else HEADER_LEN) + plen:
@@ -113,13 +111,19 @@ class Receiver(Handshake):
             c = peer.counters
             c.num_total_recvs += 1
             if flags & F_ACK and ack_w != peer.snd_una & SEQ_MASK:
-                piggyback(peer, ack_w, now)  # (completions before the delivery it answers)
+                # its news first (completions before the delivery it answers); see _on_piggyback_ack
+                at_cum = self._on_cum_ack(peer, ack_w, now)
+                if at_cum is not None:
+                    if at_cum.tx_count == 1 and at_cum.seq == peer.next_seq - 1:
+                        peer.timer.sample(now - at_cum.sent_at)
+                    if peer.unacked:
+                        self._detect_losses(peer)
             w = peer.window
             cum = w.cum
             ras = None
             if seq_w != (cum + 1) & SEQ_MASK or w._starts:
                 last_dst = -1
-                segment(peer, view, n, flags, seq_w, tag, plen, now)  # out of order
+                self._on_segment(peer, view, n, flags, seq_w, tag, plen, now)  # out of order
                 continue
             if flags & F_CHUNK:
                 ras = peer.reassembly.get(msg_id)
@@ -127,7 +131,7 @@ class Receiver(Handshake):
                 if ras is None or ras.msg_len != msg_len or ras.put_key is not None or plen <= 0 \
                         or off + plen >= msg_len or ras.received + plen >= msg_len:
                     last_dst = -1
-                    segment(peer, view, n, flags, seq_w, tag, plen, now)
+                    self._on_segment(peer, view, n, flags, seq_w, tag, plen, now)
                     continue
             seq = w.cum = cum + 1
             if seq > w.high:
@@ -137,7 +141,7 @@ class Receiver(Handshake):
                 c.num_frag_recvs += 1
                 c.num_msgs_delivered += 1
                 c.num_bytes_delivered += plen
-                events.append((EV_MESSAGE, peer, tag, bytes(view[HEADER_LEN:])))
+                events.append((EV_MESSAGE, peer, tag, data[HEADER_LEN:] if type(data) is bytes else bytes(view[HEADER_LEN:])))
             else:
                 c.num_chunk_recvs += 1
                 parts = ras.parts
@@ -147,12 +151,12 @@ class Receiver(Handshake):
                     ras.add(off, view[_CHUNKED:])
                 ras.received += plen
             peer.ack_count += 1
-            if peer.ack_count >= freq:
+            if peer.ack_count >= self._ack_frequency:
                 peer.ack_now = True
             elif peer.ack_deadline is None:
-                peer.ack_deadline = deadline
-            acking[peer] = None
-            timed[peer] = None
+                peer.ack_deadline = now + self._ack_delay
+            self._acking[peer] = None
+            self._timed[peer] = None
 
     def _dispatch(self, data: Any, source: Any, now: float) -> None:
         """The general handler for any datagram: checked (version, flags, CRC), counted if
