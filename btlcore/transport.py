@@ -34,7 +34,8 @@ import attrs
 from .config import Config
 from .device import Channel, DeviceOps
 from .protocol.engine import Engine
-from .protocol.events import EV_COMPLETE, EV_MESSAGE, EV_PEER_FAILED, EV_PEER_RESTARTED, EV_PUT, EV_PUT_ERROR
+from .protocol.events import Event, MessageReceived, PeerFailed, PutLanded, PutRefused, SendCompleted
+from .protocol.events import PeerRestarted as PeerRestartedEvent
 from .errors import ConfigError, TransportClosed
 from .protocol.peers import Callback, Peer
 from .registry import open_device, tool_plugin_manager
@@ -311,7 +312,7 @@ class Transport:
         n = 0
         if engine.events:
             try:
-                n = self._dispatch(engine.drain_events())
+                n = self._dispatch(engine.take_events())
             except BaseException:
                 self._flush_sends(now)  # a raising handler must not hold back what is due
                 raise
@@ -356,31 +357,32 @@ class Transport:
             if not self.engine.has_work():
                 return
 
-    def _dispatch(self, events: list[tuple[Any, ...]]) -> int:
+    def _dispatch(self, events: list[Event]) -> int:
         handlers = self._handlers
         for i, ev in enumerate(events):
             try:
-                kind = ev[0]
-                if kind == EV_MESSAGE:
-                    handler = handlers.get(ev[2])
+                kind = type(ev)
+                if kind is MessageReceived:
+                    peer, tag, data = ev
+                    handler = handlers.get(tag)
                     if handler is not None:
-                        handler(ev[1], ev[2], ev[3])
+                        handler(peer, tag, data)
                     else:
-                        self._inbox.append(Message(ev[1], ev[2], ev[3]))
-                elif kind == EV_COMPLETE:
-                    ev[1](ev[2])
-                elif kind == EV_PUT:
+                        self._inbox.append(Message(peer, tag, data))
+                elif kind is SendCompleted:
+                    ev.callback(ev.error)
+                elif kind is PutLanded:
                     if self._put_handler is not None:
-                        self._put_handler(ev[1], ev[2], ev[3], ev[4])
-                elif kind == EV_PUT_ERROR:
+                        self._put_handler(*ev)
+                elif kind is PutRefused:
                     if self._put_error_handler is not None:
-                        self._put_error_handler(ev[1], ev[2], ev[3], ev[4])
-                elif kind == EV_PEER_FAILED:
+                        self._put_error_handler(*ev)
+                elif kind is PeerFailed:
                     if self._peer_handler is not None:
-                        self._peer_handler("failed", ev[1], ev[2])
-                elif kind == EV_PEER_RESTARTED:
+                        self._peer_handler("failed", ev.peer, ev.error)
+                elif kind is PeerRestartedEvent:
                     if self._peer_handler is not None:
-                        self._peer_handler("restarted", ev[1], None)
+                        self._peer_handler("restarted", ev.peer, None)
             except BaseException:
                 # a user callback raised: keep the events it did not get to, then re-raise
                 self.engine.events[:0] = events[i + 1:]
@@ -450,7 +452,7 @@ class Transport:
             self.flush()
         self._closed = True
         self.engine.close()
-        self._dispatch(self.engine.drain_events())
+        self._dispatch(self.engine.take_events())
         try:
             self._pm.hook.btl_transport_closed(transport=self, stats=self.stats())
         finally:

@@ -125,7 +125,7 @@ def test_docs_name_no_counter_that_does_not_exist() -> None:
 
 def test_counter_split_between_peer_and_transport_tables() -> None:
     text = _read("api.md")
-    peer_part, module_part = text.split("Per transport (`btlcore.stats.MODULE_COUNTERS`")
+    peer_part, module_part = text.split("Per transport (`btlcore.protocol.stats.MODULE_COUNTERS`")
     for name in PEER_COUNTERS:
         assert f"| `{name}` |" in peer_part
     for name in MODULE_COUNTERS:
@@ -525,7 +525,7 @@ class DocPeer:
 def test_a_peer_written_from_protocol_md_interoperates() -> None:
     import random
 
-    from btlcore.protocol.events import EV_COMPLETE, EV_MESSAGE
+    from btlcore.protocol.events import MessageReceived, SendCompleted
 
     from btlcore.protocol.engine import Engine
 
@@ -554,11 +554,11 @@ def test_a_peer_written_from_protocol_md_interoperates() -> None:
         t = e.get_timer()
         if t is not None and t <= now:
             e.handle_timer(now)
-        for ev in e.drain_events():
-            if ev[0] == EV_COMPLETE:
-                ev[1](ev[2])
-            elif ev[0] == EV_MESSAGE:
-                got.append((ev[2], bytes(ev[3])))
+        for ev in e.take_events():
+            if type(ev) is SendCompleted:
+                ev.callback(ev.error)
+            elif type(ev) is MessageReceived:
+                got.append((ev.tag, bytes(ev.data)))
         if len(done) == 2 and got and doc.data_acked:
             break
     assert done == [None, None]
@@ -778,7 +778,7 @@ def test_incarnations_as_documented(clean_env: Any, monkeypatch: pytest.MonkeyPa
 
 
 def test_a_new_connection_in_the_same_incarnation_as_documented() -> None:
-    from btlcore.protocol.events import EV_COMPLETE
+    from btlcore.protocol.events import SendCompleted
 
     # nothing sent on ours: the new remote connection is followed, ours stays
     r = RawSender()
@@ -794,12 +794,12 @@ def test_a_new_connection_in_the_same_incarnation_as_documented() -> None:
     done: list[Any] = []
     r.e.send(r.peer, 2, b"unacknowledged", done.append, r.now)
     assert [d.type for d in r.collect(r.now)] == [wire.T_DATA]
-    r.e.drain_events()
+    r.e.take_events()
     conn = r.peer.local_conn
     _hello(r, r.inc, 0x9999, 77_000, dst=conn, echo=r.e.incarnation)
-    events = r.e.drain_events()
-    assert [ev[0] for ev in events] == [EV_COMPLETE]  # no "failed" or "restarted" event
-    events[0][1](events[0][2])
+    events = r.e.take_events()
+    assert [type(ev) for ev in events] == [SendCompleted]  # no "failed" or "restarted" event
+    events[0].callback(events[0].error)
     assert len(done) == 1 and isinstance(done[0], btlcore.PeerUnreachable)
     assert r.peer.local_conn != conn and r.peer.state.value == "connecting" and not r.peer.confirmed
     assert r.peer.remote_conn == 0x9999

@@ -8,7 +8,7 @@ test) drives it::
     engine.handle_timer(now)                # when now >= engine.get_timer()
     for channel, dest, buf in engine.datagrams_to_send(now, budget):
         device.post_send(channel, dest, buf)
-    for event in engine.drain_events(): ...  # deliveries and completions, see EV_*
+    for event in engine.take_events(): ...  # deliveries and completions (events.py)
 
 Where things happen, for a newcomer:
 
@@ -31,13 +31,12 @@ from collections import deque
 from typing import Any
 
 from ..errors import MessageTooLarge, PeerUnreachable, TransportClosed
+from .events import Event, legacy
 from .peers import Callback, OutMessage, Peer, PeerState
 from .receive import Receiver
 from .stats import aggregate
 from .wire import (
-    HEADER_LEN,
     PUT_LEN,
-    T_DATA,
     U32_MASK,
 )
 
@@ -153,9 +152,16 @@ class Engine(Receiver):
     def stats(self) -> dict[str, int]:
         return aggregate(self.counters, (p.counters for p in self.peers_by_addr.values()))
 
-    def drain_events(self) -> list[tuple[Any, ...]]:
+    def take_events(self) -> list[Event]:
+        """The events since the last call, in order (see :mod:`btlcore.protocol.events`)."""
         events, self.events = self.events, []
         return events
+
+    def drain_events(self) -> list[tuple[Any, ...]]:
+        """Deprecated: :meth:`take_events`, as the last release's ``(EV_*, ...)`` tuples."""
+        warnings.warn("Engine.drain_events() is deprecated: use take_events() (typed events)",
+                      DeprecationWarning, stacklevel=2)
+        return [legacy(event) for event in self.take_events()]
 
     def receive_datagram(self, data: Any, source: Any = None, now: Any = _UNSET) -> None:
         """Process one datagram from the device, which saw it come from ``source`` (an

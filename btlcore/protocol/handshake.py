@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import PeerRestarted, PeerUnreachable
-from .events import EV_PEER_RESTARTED
+from ..errors import PeerRestarted as RestartError
+from ..errors import PeerUnreachable
+from .events import PeerRestarted
 from .peers import Peer, PeerState
 from .recovery import Recovery, RetransmitTimer
 from .window import ReceiveWindow
@@ -184,11 +185,11 @@ class Handshake(Recovery):
         """The peer came back as a new incarnation: fail what was meant for the old one and
         start afresh (new connection id and ISN, so nothing stale can be delivered)."""
         self.counters.num_peer_restarts += 1
-        self._fail_messages(peer, PeerRestarted(
+        self._fail_messages(peer, RestartError(
             f"peer {peer.address.hex()} restarted (incarnation {peer.remote_inc:#x} -> new)"))
         peer.remember_incarnation(peer.remote_inc)
         self._reset_peer(peer)
-        self.events.append((EV_PEER_RESTARTED, peer))
+        self.events.append(PeerRestarted(peer))
 
     def _reset_peer(self, peer: Peer) -> None:
         """Forget the connection with ``peer`` and make it ready for a new one: a new

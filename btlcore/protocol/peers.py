@@ -14,6 +14,7 @@ from .stats import PeerCounters
 from .window import ReceiveWindow, SackScoreboard
 
 if TYPE_CHECKING:
+    from .events import Event
     from .recovery import RetransmitTimer
 
 #: a completion callback: called once with None (success) or the exception that failed it
@@ -130,7 +131,8 @@ class Peer:
     __slots__ = (
         # identity and handshake
         "address", "dest", "local_conn", "remote_conn", "remote_inc", "state", "confirmed",
-        "remote_known", "inbound_since", "crc", "hello_next", "hello_count", "hello_sent_at", "hello_interval", "hello_started", "hello_reply",
+        "remote_known", "inbound_since", "crc", "hello_next", "hello_count", "hello_sent_at", "hello_interval",
+        "hello_started", "hello_reply",
         "error", "user_data", "source", "past_incarnations", "past_remote_conns", "remote_isn",
         # send side
         "isn", "next_seq", "snd_una", "queue", "unacked", "resend", "scoreboard",
@@ -139,7 +141,8 @@ class Peer:
         "last_progress", "rto_base", "msg_counter", "puts",
         "remote_window",
         # receive side
-        "window", "rx_high_time", "dup_seen", "last_ack_sent", "ready", "reassembly", "ack_count", "ack_deadline", "ack_now",
+        "window", "rx_high_time", "dup_seen", "last_ack_sent", "ready", "reassembly", "ack_count", "ack_deadline",
+        "ack_now",
         "sack_dirty",
         "counters",
     )
@@ -209,7 +212,7 @@ class Peer:
         self.last_ack_sent = -1.0
         self.dup_seen = False  # a duplicate arrived since our last standalone ACK
         self.rx_high_time = 0.0  # when the highest sequence number so far arrived
-        self.ready: dict[int, tuple[Any, ...]] = {}  # ordered mode: seq -> deliverable
+        self.ready: dict[int, Event] = {}  # ordered mode: seq -> deliverable
         self.reassembly: dict[int, Reassembly] = {}
         self.ack_count = 0  # segments received since we last told the peer our ACK point
         self.ack_deadline: float | None = None

@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from .events import EV_MESSAGE, EV_PUT, EV_PUT_ERROR
+from .events import Event, MessageReceived, PutLanded, PutRefused, _new
 from .handshake import Handshake
 from .peers import OutMessage, Peer, PeerState, Reassembly
 from .window import ABOVE_WINDOW, DUPLICATE, NEW
@@ -141,7 +141,8 @@ class Receiver(Handshake):
                 c.num_frag_recvs += 1
                 c.num_msgs_delivered += 1
                 c.num_bytes_delivered += plen
-                events.append((EV_MESSAGE, peer, tag, data[HEADER_LEN:] if type(data) is bytes else bytes(view[HEADER_LEN:])))
+                events.append(_new(MessageReceived, (
+                    peer, tag, data[HEADER_LEN:] if type(data) is bytes else bytes(view[HEADER_LEN:]))))
             else:
                 c.num_chunk_recvs += 1
                 parts = ras.parts
@@ -278,7 +279,7 @@ class Receiver(Handshake):
         new_cum = w.cum
         if seq == w.high:
             peer.rx_high_time = now
-        item: tuple[Any, ...] | None = None
+        item: Event | None = None
         seq_done = seq
         if flags & F_STATUS:
             # the outcome of a put of ours (accepted like any segment, so ACKed and never
@@ -290,7 +291,7 @@ class Receiver(Handshake):
             item, seq_done = self._on_chunk(peer, data, pos, seq, tag, plen, msg_id, msg_len, off, ras)
         else:
             c.num_frag_recvs += 1
-            item = (EV_MESSAGE, peer, tag, bytes(data[pos:]))
+            item = _new(MessageReceived, (peer, tag, bytes(data[pos:])))
             c.num_msgs_delivered += 1
             c.num_bytes_delivered += plen
         self._deliver(peer, item, seq_done, cum, new_cum)
@@ -318,7 +319,7 @@ class Receiver(Handshake):
         self._timed[peer] = None
 
     def _on_chunk(self, peer: Peer, data: memoryview, pos: int, seq: int, tag: int, plen: int,
-                  msg_id: int, msg_len: int, off: int, ras: Reassembly | None) -> tuple[tuple[Any, ...] | None, int]:
+                  msg_id: int, msg_len: int, off: int, ras: Reassembly | None) -> tuple[Event | None, int]:
         """A new chunk of a message: reassemble; the message and the seq it completes at once
         its last byte is in."""
         c = peer.counters
@@ -335,10 +336,10 @@ class Receiver(Handshake):
         c.num_msgs_delivered += 1
         c.num_bytes_delivered += msg_len
         peer.ack_now = True  # usnic ACKs a completed large message at once
-        return (EV_MESSAGE, peer, ras.tag, ras.take()), ras.last_seq
+        return MessageReceived(peer, ras.tag, ras.take()), ras.last_seq
 
     def _on_put(self, peer: Peer, data: memoryview, pos: int, flags: int, seq: int, tag: int, plen: int,
-                msg_id: int, msg_len: int, off: int, ras: Reassembly | None) -> tuple[tuple[Any, ...] | None, int]:
+                msg_id: int, msg_len: int, off: int, ras: Reassembly | None) -> tuple[Event | None, int]:
         """A new segment of a put: write it into the exposed region; once the whole put is
         in, its event and a put status to the sender.  Accepted (and so ACKed) either way:
         the put status tells the sender the outcome."""
@@ -353,10 +354,10 @@ class Receiver(Handshake):
                 region[start:start + plen] = data[pos:]  # type: ignore[index]
                 c.num_puts_delivered += 1
                 self._send_put_status(peer, seq, PS_LANDED)
-                return (EV_PUT, peer, key, poff, plen), seq
+                return PutLanded(peer, key, poff, plen), seq
             c.num_put_errors += 1
             self._send_put_status(peer, seq, PS_UNKNOWN_KEY if region is None else PS_OUT_OF_BOUNDS)
-            return (EV_PUT_ERROR, peer, key, poff, plen), seq
+            return PutRefused(peer, key, poff, plen), seq
         new = ras is None
         if ras is None:
             ras = peer.reassembly[msg_id] = Reassembly(msg_len, tag, key, poff)
@@ -378,9 +379,9 @@ class Receiver(Handshake):
         if not ras.failed:
             c.num_puts_delivered += 1
         self._send_put_status(peer, ras.last_seq, ras.failed)
-        return (EV_PUT_ERROR if ras.failed else EV_PUT, peer, key, poff, msg_len), ras.last_seq
+        return (PutRefused if ras.failed else PutLanded)(peer, key, poff, msg_len), ras.last_seq
 
-    def _deliver(self, peer: Peer, item: tuple[Any, ...] | None, seq_done: int, cum: int, new_cum: int) -> None:
+    def _deliver(self, peer: Peer, item: Event | None, seq_done: int, cum: int, new_cum: int) -> None:
         """Delivery: at once when unordered; in sequence order otherwise (``item`` completes
         at ``seq_done``; the window moved from ``cum`` to ``new_cum``)."""
         if not self.config.ordered:

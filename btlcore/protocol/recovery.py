@@ -14,7 +14,7 @@ from itertools import islice
 from typing import Any
 
 from ..errors import PeerUnreachable, PutError
-from .events import EV_COMPLETE, EV_PEER_FAILED
+from .events import PeerFailed, SendCompleted, _new
 from .packetizer import Packetizer
 from .peers import OutMessage, Peer, PeerState, Segment
 from .window import SEQ_HALF as _HALF
@@ -31,6 +31,8 @@ from .wire import (
     SEQ_MASK,
     U32_MASK,
 )
+
+_ESTABLISHED = PeerState.ESTABLISHED
 
 LOST_FAST = 1  # Segment.lost: declared lost by the fast-retransmit rule
 LOST_TIMEOUT = 2  # ... by the retransmit timeout
@@ -84,9 +86,12 @@ class RetransmitTimer:
         else:
             self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
             self.srtt = 0.875 * self.srtt + 0.125 * rtt
-        if self.adaptive:
-            rto = self.srtt + max(GRANULARITY, 4 * self.rttvar) + self.max_ack_delay
-            self._base = min(max(rto, self.rto_min), self.rto_max)
+        if self.adaptive:  # (max and min spelled out: this runs per sample)
+            var = 4 * self.rttvar
+            rto = self.srtt + (var if var > GRANULARITY else GRANULARITY) + self.max_ack_delay
+            if self.rto_min > rto:
+                rto = self.rto_min
+            self._base = self.rto_max if self.rto_max < rto else rto
 
     def set_max_ack_delay(self, delay: float) -> None:
         """The peer told us how long it may hold an ACK back (its HELLO)."""
@@ -174,7 +179,7 @@ class Recovery(Packetizer):
                 return  # a put status of ours: no application message, not counted as one
             peer.counters.num_msgs_completed += 1
             if msg.callback is not None:
-                self.events.append((EV_COMPLETE, msg.callback, None))
+                self.events.append(_new(SendCompleted, (msg.callback, None)))
 
     def _put_done(self, peer: Peer, msg: OutMessage) -> None:
         """A put is acknowledged and its status is in: its callback gets None if it landed,
@@ -191,7 +196,7 @@ class Recovery(Packetizer):
             exc = PutError(msg.put_key, msg.put_offset, msg.length, reason,  # type: ignore[arg-type]
                            peer.address.hex())
         if msg.callback is not None:
-            self.events.append((EV_COMPLETE, msg.callback, exc))
+            self.events.append(SendCompleted(msg.callback, exc))
 
     def _progress(self, peer: Peer, now: float) -> None:
         """Something new was acknowledged: restart the death clock and the retransmit
@@ -207,7 +212,7 @@ class Recovery(Packetizer):
             if not peer.probe_dup and peer.probe_serial >= peer.recovery_serial:
                 self._loss_episode(peer)
             peer.probe_seq = None
-        if peer.queue and peer.state is PeerState.ESTABLISHED:
+        if peer.queue and peer.state is _ESTABLISHED:
             self._sending[peer] = None
 
     def _on_ack(self, peer: Peer, data: memoryview, n: int, ack_w: int, plen: int, now: float) -> None:
@@ -354,7 +359,7 @@ class Recovery(Packetizer):
                     continue  # a put status of ours: nobody waits on it
                 peer.counters.num_send_errors += 1
                 if msg.callback is not None:
-                    self.events.append((EV_COMPLETE, msg.callback, exc))
+                    self.events.append(SendCompleted(msg.callback, exc))
         peer.unacked.clear()
         peer.queue = ()
         peer.puts.clear()
@@ -369,7 +374,7 @@ class Recovery(Packetizer):
         peer.error = exc
         peer.hello_next = None
         self._unschedule(peer)
-        self.events.append((EV_PEER_FAILED, peer, exc))
+        self.events.append(PeerFailed(peer, exc))
 
     def get_timer(self, pending_work: bool = True) -> float | None:
         """The next time :meth:`handle_timer` or a send pass has something to do.  With

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import Config
+from .events import Event
 from .peers import Peer
 from .stats import ModuleCounters
 from .wire import (
@@ -77,7 +78,7 @@ class EngineState:
         self.peers_by_addr: dict[bytes, Peer] = {}
         self.peers_by_conn: dict[int, Peer] = {}
         self.counters = ModuleCounters()
-        self.events: list[tuple[Any, ...]] = []
+        self.events: list[Event] = []
         self.regions: dict[int, memoryview] = {}
         self._next_region = 1
         self.closed = False

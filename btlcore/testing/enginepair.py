@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from btlcore import Config
-from btlcore.protocol.events import EV_COMPLETE, EV_MESSAGE
+from btlcore.protocol.events import Event, MessageReceived, SendCompleted
 from btlcore.protocol.engine import Engine
 from btlcore.protocol.peers import PeerState
 from btlcore.protocol.wire import Datagram, MalformedDatagram, decode
@@ -76,8 +76,8 @@ class EngineNet:
         self._n = 0
         self.delivered: list[list[tuple[bytes, int, bytes]]] = [[] for _ in range(n)]
         self.completions: dict[Any, list[BaseException | None]] = {}
-        self.other_events: list[list[tuple[Any, ...]]] = [[] for _ in range(n)]
-        self.timeline: list[tuple[float, int, tuple[Any, ...]]] = []  # every event, in order
+        self.other_events: list[list[Event]] = [[] for _ in range(n)]
+        self.timeline: list[tuple[float, int, Event]] = []  # every event, in order
         self.steps = 0
 
     def _make(self, i: int, seed: int) -> Engine:
@@ -189,13 +189,13 @@ class EngineNet:
 
     def _collect(self) -> None:
         for i, eng in enumerate(self.engines):
-            for ev in eng.drain_events():
+            for ev in eng.take_events():
                 self.timeline.append((self.now, i, ev))
-                if ev[0] == EV_MESSAGE:
-                    self.delivered[i].append((ev[1].address, ev[2], bytes(ev[3])))
-                elif ev[0] == EV_COMPLETE:
-                    if ev[1] is not None:
-                        ev[1](ev[2])
+                if type(ev) is MessageReceived:
+                    self.delivered[i].append((ev.peer.address, ev.tag, bytes(ev.data)))
+                elif type(ev) is SendCompleted:
+                    if ev.callback is not None:
+                        ev.callback(ev.error)
                 else:
                     self.other_events[i].append(ev)
 

@@ -9,6 +9,7 @@ data segment instead).  Run from the repository root; compare trees side by side
 import os, sys, time
 from btlcore.testing.enginepair import EnginePair
 from btlcore import Config
+from btlcore.protocol.events import MessageReceived
 mode = sys.argv[1]; mtu = int(sys.argv[2]); nmsgs = int(sys.argv[3])
 net = EnginePair(Config(), mtu=mtu, priority_mtu=min(mtu, 9000), crc=os.environ.get("CRC","1")=="1")
 net.handshake()
@@ -35,12 +36,12 @@ while got < nmsgs:
                 b.receive_datagram(d, None, now)
             rx_ns += pc() - t0
         nseg += len(out)
-    got += sum(1 for e in b.drain_events() if e[0] == 0)
+    got += sum(1 for e in b.take_events() if type(e) is MessageReceived)
     now += 1e-5
     if b.get_timer() is not None and b.get_timer() <= now: b.handle_timer(now)
     for _, _, d in b.datagrams_to_send(now):
         d = bytes(d)
         t0 = pc(); a.receive_datagram(d, None, now); ack_ns += pc() - t0
-    a.drain_events()
+    a.take_events()
     if a.get_timer() is not None and a.get_timer() <= now: a.handle_timer(now)
 print(f"{(ack_ns if os.environ.get('ACKT') else rx_ns) / nseg:.0f}")

@@ -7,7 +7,7 @@ Run from the repository root; compare trees side by side."""
 import sys, time, statistics
 from btlcore.testing.enginepair import EnginePair
 from btlcore import Config
-from btlcore.protocol.events import EV_MESSAGE
+from btlcore.protocol.events import MessageReceived
 size = int(sys.argv[1]) if len(sys.argv) > 1 else 64
 iters = int(sys.argv[2]) if len(sys.argv) > 2 else 20000
 net = EnginePair(Config(), mtu=9000, priority_mtu=9000, crc=True)
@@ -26,8 +26,8 @@ for i in range(iters):
         d = bytes(d) if not isinstance(d, list) else b"".join(d)
         t0 = pc(); b.receive_datagram(d, None, now); t1 = pc()
         times.append(t1 - t0)
-    ev = b.drain_events()
-    assert ev and ev[-1][0] == EV_MESSAGE, ev
+    ev = b.take_events()
+    assert ev and type(ev[-1]) is MessageReceived, ev
     now += 1e-5
     b.send(pb, 1, msg, None, now)
     out = b.datagrams_to_send(now)
@@ -35,6 +35,6 @@ for i in range(iters):
         d = bytes(d) if not isinstance(d, list) else b"".join(d)
         t0 = pc(); a.receive_datagram(d, None, now); t1 = pc()
         times.append(t1 - t0)
-    a.drain_events()
+    a.take_events()
 times = times[len(times) // 10:]
 print(f"{statistics.median(times):.0f}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from btlcore import Config
+from btlcore.protocol.events import MessageReceived
 from btlcore.protocol.state import DATA, PRIORITY
 from btlcore.protocol.wire import (
     AF_DUPLICATE, CHUNK_LEN, F_ACK, F_CHUNK, HEADER_LEN, T_ACK, T_DATA, decode, parse_ack_payload,
@@ -333,10 +334,10 @@ def test_delivered_data_types() -> None:
     p = pair()
     p.send(0, 1, 1, b"small")
     p.send(0, 1, 2, payload(5000))
-    p.run(lambda: len([e for _t, i, e in p.timeline if i == 1 and e[0] == 0]) == 2)
-    evs = [e for _t, i, e in p.timeline if i == 1 and e[0] == 0]
-    assert type(evs[0][3]) is bytes and evs[0][3] == b"small"
-    assert type(evs[1][3]) is bytearray and evs[1][3] == payload(5000)  # the reassembly buffer, handed over
+    p.run(lambda: len([e for _t, i, e in p.timeline if i == 1 and type(e) is MessageReceived]) == 2)
+    evs = [e for _t, i, e in p.timeline if i == 1 and type(e) is MessageReceived]
+    assert type(evs[0].data) is bytes and evs[0].data == b"small"
+    assert type(evs[1].data) is bytearray and evs[1].data == payload(5000)  # the reassembly buffer, handed over
 
 
 @pytest.mark.parametrize("order", ["in order", "out of order"])

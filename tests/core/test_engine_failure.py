@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from btlcore import Config
-from btlcore.protocol.events import EV_PEER_FAILED, EV_PEER_RESTARTED
+from btlcore.protocol.events import PeerFailed, PeerRestarted as PeerRestartedEvent
 from btlcore.errors import PeerRestarted, PeerUnreachable, TransportClosed
 from btlcore.protocol.peers import PeerState
 from btlcore.protocol.wire import T_ACK, T_DATA, T_HELLO
@@ -41,7 +41,7 @@ def test_peer_timeout_fails_every_pending_callback_once() -> None:
     assert "acknowledged nothing for 0.5 s" in str(p.completions[0][0])
     assert p.now == t0 + 0.5
     assert p.pa.state is PeerState.FAILED
-    assert [e[0] for e in p.other_events[0]] == [EV_PEER_FAILED]
+    assert [type(e) for e in p.other_events[0]] == [PeerFailed]
     st = p.a.stats()
     assert st["num_peer_failures"] == 1 and st["num_send_errors"] == len(SIZES)
     assert st["num_msgs_completed"] == 0
@@ -130,7 +130,7 @@ def test_restart_fails_pending_with_peer_restarted() -> None:
     p.run_idle()
     assert_all_failed_once(p, [("old", i) for i in range(3)], PeerRestarted)
     assert p.a.stats()["num_peer_restarts"] == 1
-    assert [e[0] for e in p.other_events[0]] == [EV_PEER_RESTARTED]
+    assert [type(e) for e in p.other_events[0]] == [PeerRestartedEvent]
     assert p.delivered[1] == []  # nothing meant for the old incarnation reaches the new one
     # the same peer handle works with the new incarnation
     assert p.pa.remote_inc == p.b.incarnation

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from btlcore import Config
-from btlcore.protocol.events import EV_PEER_FAILED
+from btlcore.protocol.events import PeerFailed
 from btlcore.protocol.engine import Engine
 from btlcore.errors import PeerUnreachable
 from btlcore.protocol.peers import PeerState
@@ -120,8 +120,8 @@ def test_handshake_timeout_fails_every_pending_send() -> None:
         assert len(p.completions[i]) == 1 and isinstance(p.completions[i][0], PeerUnreachable)
     assert "handshake" in str(p.completions[0][0])
     assert p.now == 0.5  # given up at exactly handshake_timeout
-    evs = [e for e in p.other_events[0] if e[0] == EV_PEER_FAILED]
-    assert len(evs) == 1 and evs[0][1] is p.pa
+    evs = [e for e in p.other_events[0] if type(e) is PeerFailed]
+    assert len(evs) == 1 and evs[0].peer is p.pa
     assert p.a.stats()["num_peer_failures"] == 1 and p.a.stats()["num_send_errors"] == 5
     with pytest.raises(PeerUnreachable):
         p.a.send(p.pa, 1, b"late", None, p.now)

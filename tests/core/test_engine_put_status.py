@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from btlcore import Config, PeerRestarted, PeerUnreachable, PutError, TransportClosed
-from btlcore.protocol.events import EV_PUT, EV_PUT_ERROR
+from btlcore.protocol.events import PutLanded, PutRefused
 from btlcore.protocol.wire import (
     F_ACK, F_PUT, F_STATUS, PS_LANDED, PS_OUT_OF_BOUNDS, PS_UNKNOWN_KEY, T_DATA,
     Datagram, parse_put_status, put_status_payload,
@@ -149,7 +149,7 @@ def test_puts_under_loss_and_duplication_complete_once_with_the_right_outcome(
     assert sorted(m for _a, _t, m in p.delivered[1]) == sorted(b"between %d" % i for i in range(24))
     assert p.pb.counters.num_put_status_sends == 24 == p.pa.counters.num_put_status_recvs
     assert p.pa.counters.num_puts_refused == 12 and p.pb.counters.num_put_errors == 12
-    assert len([e for e in p.other_events[1] if e[0] in (EV_PUT, EV_PUT_ERROR)]) == 24
+    assert len([e for e in p.other_events[1] if type(e) in (PutLanded, PutRefused)]) == 24
     assert p.pa.puts == {} and not p.a.has_outstanding()
 
 
