@@ -32,7 +32,7 @@ from typing import Any
 
 from ..errors import MessageTooLarge, PeerUnreachable, TransportClosed
 from .events import Event, legacy
-from .peers import Callback, OutMessage, Peer, PeerState
+from .peers import Callback, OutMessage, Peer, PeerEvent, PeerState
 from .receive import Receiver
 from .stats import aggregate
 from .wire import (
@@ -119,7 +119,7 @@ class Engine(Receiver):
         for peer in list(self.peers_by_addr.values()):
             if peer.state not in (PeerState.FAILED, PeerState.CLOSED):
                 self._fail_messages(peer, TransportClosed("transport closed before the peer acknowledged"))
-                peer.state = PeerState.CLOSED
+                peer.transition(PeerEvent.CLOSED)
         self._resending.clear()
         self._sending.clear()
         self._acking.clear()

@@ -9,7 +9,7 @@ from typing import Any
 from ..errors import PeerRestarted as RestartError
 from ..errors import PeerUnreachable
 from .events import PeerRestarted
-from .peers import Peer, PeerState
+from .peers import Peer, PeerEvent, PeerState
 from .recovery import Recovery, RetransmitTimer
 from .window import ReceiveWindow
 from .wire import (
@@ -65,7 +65,7 @@ class Handshake(Recovery):
         peer.confirmed = True
         peer.inbound_since = None
         if peer.remote_known and peer.state is PeerState.CONNECTING:
-            peer.state = PeerState.ESTABLISHED
+            peer.transition(PeerEvent.CONFIRMED)
             peer.hello_next = None
             peer.hello_started = None
             peer.last_progress = now
@@ -197,6 +197,7 @@ class Handshake(Recovery):
         new), fresh windows and timers.  Counters and history stay."""
         if peer.remote_known:
             peer.remember_conn(peer.remote_conn)
+        peer.transition(PeerEvent.RESET)  # (Peer.__init__ below leaves it in that state)
         keep = (peer.counters, peer.user_data, peer.past_incarnations, peer.past_remote_conns)
         self.peers_by_conn.pop(peer.local_conn, None)
         self._unschedule(peer)

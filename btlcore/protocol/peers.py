@@ -1,6 +1,11 @@
 """The state btlcore keeps for one remote peer: who it is (handshake, incarnations), what we
 sent it (send window, retransmit state), and what it sent us (receive window, reassembly,
 ACK debt).  The logic that moves this state lives in :mod:`btlcore.protocol` (see its docstring).
+
+The connection's state (:class:`PeerState`) changes only through :data:`TRANSITIONS`, one
+table of (state, event) -> next state, applied by :meth:`Peer.transition`; a pair that is not
+in the table is a bug in the engine and raises :class:`InvalidTransition`.  Everything that
+changes ``Peer.state`` goes through it (h11's ``_state.py`` is the model).
 """
 
 from __future__ import annotations
@@ -22,10 +27,40 @@ Callback = Callable[[BaseException | None], Any]
 
 
 class PeerState(enum.Enum):
-    CONNECTING = "connecting"  # handshake under way
+    CONNECTING = "connecting"  # handshake under way (a new peer starts here)
     ESTABLISHED = "established"
     FAILED = "failed"  # declared dead; every pending operation failed
-    CLOSED = "closed"
+    CLOSED = "closed"  # our transport closed (final)
+
+
+class PeerEvent(enum.Enum):
+    """What moves a connection from one state to another."""
+
+    CONFIRMED = "confirmed"  # each side knows the other's incarnation, connection and ISN
+    FAILED = "failed"  # declared dead: handshake, peer or retry timeout
+    RESET = "reset"  # a new connection to the same address: a restart, a reset, a reconnect
+    CLOSED = "closed"  # the local transport closed
+
+
+_C, _E, _F, _X = PeerState.CONNECTING, PeerState.ESTABLISHED, PeerState.FAILED, PeerState.CLOSED
+
+#: (state, event) -> next state: every change of Peer.state, and nothing else
+TRANSITIONS: dict[tuple[PeerState, PeerEvent], PeerState] = {
+    # state             event                   next state
+    (_C, PeerEvent.CONFIRMED): _E,
+    (_C, PeerEvent.FAILED): _F,
+    (_E, PeerEvent.FAILED): _F,
+    (_C, PeerEvent.RESET): _C,
+    (_E, PeerEvent.RESET): _C,
+    (_F, PeerEvent.RESET): _C,
+    (_C, PeerEvent.CLOSED): _X,
+    (_E, PeerEvent.CLOSED): _X,
+}
+
+
+class InvalidTransition(RuntimeError):
+    """An event that the connection's state does not allow (a bug in the engine, never the
+    network's doing: the engine checks what it receives before it moves a state)."""
 
 
 class OutMessage:
@@ -154,7 +189,7 @@ class Peer:
         self.local_conn = local_conn
         self.remote_conn = 0
         self.remote_inc = 0
-        self.state = PeerState.CONNECTING
+        self.state = PeerState.CONNECTING  # where a connection starts (TRANSITIONS moves it on)
         self.confirmed = False  # the peer knows our current incarnation
         self.remote_known = False  # we know its incarnation, connection id and ISN
         # created by its HELLO and not confirmed yet: since when (None otherwise)
@@ -222,6 +257,16 @@ class Peer:
 
     def __repr__(self) -> str:
         return f"<Peer {self.address.hex()} {self.state.value} conn={self.local_conn:#x}>"
+
+    def transition(self, event: PeerEvent) -> PeerState:
+        """Move the connection's state by ``event`` (see :data:`TRANSITIONS`)."""
+        new = TRANSITIONS.get((self.state, event))
+        if new is None:
+            allowed = sorted(e.value for (s, e) in TRANSITIONS if s is self.state)
+            raise InvalidTransition(f"peer {self.address.hex()}: event {event.value!r} in state "
+                                    f"{self.state.value!r} (allowed there: {', '.join(allowed) or 'none'})")
+        self.state = new
+        return new
 
     def new_resend(self) -> deque[Segment]:
         self.resend = deque()

@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import PeerUnreachable, PutError
 from .events import PeerFailed, SendCompleted, _new
 from .packetizer import Packetizer
-from .peers import OutMessage, Peer, PeerState, Segment
+from .peers import OutMessage, Peer, PeerEvent, PeerState, Segment
 from .window import SEQ_HALF as _HALF
 from .window import SEQ_WRAP as _WRAP
 from .wire import (
@@ -370,7 +370,7 @@ class Recovery(Packetizer):
     def _fail_peer(self, peer: Peer, exc: BaseException) -> None:
         self.counters.num_peer_failures += 1
         self._fail_messages(peer, exc)
-        peer.state = PeerState.FAILED
+        peer.transition(PeerEvent.FAILED)
         peer.error = exc
         peer.hello_next = None
         self._unschedule(peer)
