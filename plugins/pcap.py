@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from btlcore.device import hookimpl
-from btlcore.wire import PCAP_UDP_PORT
+from btlcore.protocol.wire import PCAP_UDP_PORT
 
 _GLOBAL = struct.Struct("<IHHiIII")
 _RECORD = struct.Struct("<IIII")

@@ -21,7 +21,7 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from btlcore import wire
+from btlcore.protocol import wire
 from btlcore.errors import ConfigError
 
 from .links import DROP_CAUSES, Link, LinkModel

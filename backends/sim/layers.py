@@ -46,7 +46,7 @@ from scapy.fields import (
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
 
-from btlcore import wire
+from btlcore.protocol import wire
 
 FLAG_NAMES = ["ACK", "CHUNK", "PUT", "CRC", "STATUS"]  # bit 0 first, matching wire.F_*
 ACK_FLAG_NAMES = ["TRUNCATED", "DUPLICATE"]  # wire.AF_*

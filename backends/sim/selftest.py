@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from btlcore import wire
+from btlcore.protocol import wire
 from btlcore.device import Channel
 
 from .fabric import Fabric
