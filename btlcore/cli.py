@@ -89,7 +89,7 @@ def _config(args: argparse.Namespace, **extra: Any) -> Config:
 
 
 def _link_model(args: argparse.Namespace) -> Any:
-    from .backends.sim import LinkModel
+    from btlcore_sim import LinkModel
 
     kw: dict[str, Any] = {}
     if args.loss is not None:
@@ -182,7 +182,7 @@ def _backend_options(args: argparse.Namespace) -> dict[str, Any]:
 def _plugins(args: argparse.Namespace) -> list[Any]:
     """Tool plugins the command line asks for (``--trace FILE``)."""
     if getattr(args, "trace", None):
-        from .plugins.pcap import PcapTracer
+        from btlcore_plugins.pcap import PcapTracer
 
         return [PcapTracer(args.trace)]
     return []
@@ -211,7 +211,7 @@ def cmd_params(args: argparse.Namespace) -> int:
 
 def _run_sim_transfer(args: argparse.Namespace, messages: list[bytes], cfg: Config,
                       seed: int) -> dict[str, Any]:
-    from .backends.sim import Fabric
+    from btlcore_sim import Fabric
 
     link = _link_model(args)
     # 20 us of interrupt coalescing, as a real NIC: receivers handle frames in batches
@@ -498,11 +498,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    root = Path(__file__).resolve().parent.parent
-    if not (root / "benchmarks").is_dir():
-        raise UsageError("btl bench needs a source checkout (the benchmarks/ folder is not installed)")
-    sys.path.insert(0, str(root))
-    from benchmarks.runner import main as bench_main  # type: ignore[import-not-found]
+    from .bench.runner import main as bench_main
 
     argv = (["--quick"] if args.quick else []) + (["--json"] if args.json else []) + list(args.rest or [])
     return int(bench_main(argv) or 0)

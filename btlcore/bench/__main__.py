@@ -1,4 +1,4 @@
-"""``python -m benchmarks`` (from the repository root): the same as ``btl bench``."""
+"""``python -m btlcore.bench``: the same as ``btl bench``."""
 
 import sys
 

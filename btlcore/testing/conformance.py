@@ -3,7 +3,7 @@
 It ships in the package so that a third-party backend runs the very tests ours do::
 
     # tests/test_conformance.py of your backend's distribution
-    from btlcore.conformance import BackendHarness, ConformanceTests
+    from btlcore.testing.conformance import BackendHarness, ConformanceTests
 
     class MyHarness(BackendHarness):
         backend = "mybackend"          # the entry-point name
@@ -26,9 +26,9 @@ from typing import Any, ClassVar
 import attrs
 import pytest
 
-from .config import Config
-from .errors import PeerRestarted, PeerUnreachable
-from .transport import Transport, open as open_transport, run_until
+from ..config import Config
+from ..errors import PeerRestarted, PeerUnreachable
+from ..transport import Transport, open as open_transport, run_until
 
 #: the tag the suite sends on
 TAG = 42
