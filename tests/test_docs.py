@@ -862,7 +862,7 @@ def test_params_snippet_is_current() -> None:
 
 def test_a_peer_written_from_protocol_md_interoperates_over_udp(clean_env: Any) -> None:
     """The same doc-written peer on a real UDP socket (its address in the udp backend's
-    documented format, backends/udp/_address.py), against a btlcore transport on `udp`."""
+    documented format, backends/udp/btlcore_udp/_address.py), against a btlcore transport on `udp`."""
     import socket
     import time
 
