@@ -202,6 +202,9 @@ class Scenario:
 
 SCENARIOS: dict[str, Scenario] = {}
 
+#: environment variables that ``btlcore.open`` reads and a golden run must not see
+IGNORED_ENV = ("BTL_SEED", "BTL_PLUGINS")
+
 
 def scenario(name: str, seed: int, link: LinkModel, per_peer: bool = False
              ) -> Callable[[Callable[[Run], None]], Callable[[Run], None]]:
@@ -216,12 +219,18 @@ def run_scenario(name: str, pcap: str | os.PathLike[str]) -> dict[str, Any]:
     if name not in SCENARIOS:
         raise ValueError(f"unknown scenario {name!r}; scenarios: {', '.join(SCENARIOS)}")
     sc = SCENARIOS[name]
-    run = Run(sc.seed, pcap, sc.link)
+    # BTL_SEED would replace the seeds derived from the fabric's, and BTL_PLUGINS add frame
+    # hooks that change how datagrams are posted: a golden run sees neither
+    saved = {k: os.environ.pop(k) for k in IGNORED_ENV if k in os.environ}
     try:
-        sc.body(run)
-        record = run.finish()
+        run = Run(sc.seed, pcap, sc.link)
+        try:
+            sc.body(run)
+            record = run.finish()
+        finally:
+            run.fabric.close()
     finally:
-        run.fabric.close()
+        os.environ.update(saved)
     return {"scenario": name, "seed": sc.seed, "per_peer": sc.per_peer, **record}
 
 
