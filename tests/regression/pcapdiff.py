@@ -90,14 +90,20 @@ def read_frames(raw: bytes) -> list[Frame]:
     return frames
 
 
-def _first_difference(label: str, old: list[Frame], new: list[Frame]) -> str | None:
+def _first_difference(label: str, old: list[Frame], new: list[Frame], unit: str = "frame"
+                      ) -> str | None:
     """Where the sequences ``old`` (stored) and ``new`` (this run) first part, in words."""
     for i, (o, n) in enumerate(zip(old, new)):
         if o.block == n.block:
             continue
         fields = [name for name in ("iface", "ts_ns", "src", "dst", "comment", "data")
                   if getattr(o, name) != getattr(n, name)]
-        return (f"{label}: frame {i} differs ({', '.join(fields) or 'block bytes'}):\n"
+        at = ""
+        if "data" in fields:
+            byte = next((k for k, (x, y) in enumerate(zip(o.data, n.data)) if x != y),
+                        min(len(o.data), len(n.data)))
+            at = f"; first differing datagram byte: {byte}"
+        return (f"{label}: {unit} {i} differs ({', '.join(fields) or 'block bytes'}{at}):\n"
                 f"  stored: {o.describe()}\n  now:    {n.describe()}")
     if len(old) != len(new):
         longer, which = (old, "stored") if len(old) > len(new) else (new, "now")
@@ -131,7 +137,7 @@ def differences(scenario: str, stored: bytes, now: bytes, per_peer: bool) -> lis
     g_old, g_new = _by_pair(old), _by_pair(new)
     for pair in sorted(set(g_old) | set(g_new)):
         diff = _first_difference(f"{scenario} {pair[0]}->{pair[1]}", g_old.get(pair, []),
-                                 g_new.get(pair, []))
+                                 g_new.get(pair, []), unit="frame of this direction")
         if diff:
             problems.append(diff)
     return problems

@@ -90,7 +90,8 @@ def test_the_comparison_names_the_frame_that_differs() -> None:
     at = raw.index(target.block) + 28 + 42 + 24  # the ack field of its btlcore header
     broken = raw[:at] + bytes([raw[at] ^ 0x01]) + raw[at + 1:]
     (problem,) = differences(name, raw, broken, per_peer=False)
-    assert f"frame {target.index} differs (data)" in problem and name in problem
-    assert "stored: #" in problem and "now:    #" in problem and "ack=" in problem
-    per_peer = differences(name, raw, broken, per_peer=True)
-    assert len(per_peer) == 1 and f"{target.src}->{target.dst}" in per_peer[0]
+    assert f"frame {target.index} differs (data; first differing datagram byte: 24)" in problem
+    assert name in problem and f"stored: #{target.index} " in problem and "ack=" in problem
+    (per_peer,) = differences(name, raw, broken, per_peer=True)
+    assert f"{target.src}->{target.dst}: frame of this direction" in per_peer
+    assert f"now:    #{target.index} " in per_peer
