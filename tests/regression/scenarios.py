@@ -79,12 +79,14 @@ class Node:
 class Run:
     """A fabric, its transports, and the record of one scenario run."""
 
-    __slots__ = ("fabric", "nodes", "names", "_lives", "_stats")
+    __slots__ = ("fabric", "nodes", "names", "notes", "_lives", "_stats")
 
     def __init__(self, seed: int, pcap: str | os.PathLike[str], default: LinkModel) -> None:
         self.fabric = Fabric(seed=seed, default=default, pcap=pcap)
         self.nodes: list[Node] = []
         self.names: dict[bytes, str] = {}
+        self.notes: dict[str, Any] = {}
+        """Anything else a scenario checks at its end (say, a digest of a put region)."""
         self._lives: dict[str, int] = {}
         self._stats: dict[str, dict[str, int]] = {}
 
@@ -140,7 +142,7 @@ class Run:
 
     # -- traffic ---------------------------------------------------------------------------
 
-    def _done(self, node: Node, dst: str, what: str) -> Callable[[BaseException | None], None]:
+    def completion(self, node: Node, dst: str, what: str) -> Callable[[BaseException | None], None]:
         def callback(exc: BaseException | None) -> None:
             node.peer_log(dst)["completed"].append([_ns(node.transport.now()), what, _exc_name(exc)])
         return callback
@@ -149,11 +151,11 @@ class Run:
         """``src`` sends ``data`` to ``dst``; its completion is recorded under ``what``."""
         address = dst.transport.address if isinstance(dst, Node) else dst
         peer = src.transport.connect(address)
-        src.transport.send(peer, tag, data, self._done(src, self.peer_name(peer), what))
+        src.transport.send(peer, tag, data, self.completion(src, self.peer_name(peer), what))
 
     def put(self, src: Node, dst: Node, key: int, offset: int, data: bytes, what: str) -> None:
         peer = src.transport.connect(dst.transport.address)
-        src.transport.put(peer, key, offset, data, self._done(src, self.peer_name(peer), what))
+        src.transport.put(peer, key, offset, data, self.completion(src, self.peer_name(peer), what))
 
     def completed(self, node: Node) -> int:
         return sum(len(log["completed"]) for log in node.log.values())
@@ -184,6 +186,7 @@ class Run:
             "stats": {n.label: self._stats[n.label] for n in self.nodes},
             "links": fabric_stats,
             "app": {n.label: n.log for n in self.nodes},
+            "notes": self.notes,
         }
 
 
@@ -313,7 +316,7 @@ def mix_unordered_echo(run: Run) -> None:
         b.peer_log(run.peer_name(peer))["delivered"].append(
             [_ns(b.transport.now()), tag, len(data), _digest(bytes(data))])
         b.transport.send(peer, 4, bytes(data)[: max(1, len(data) // 2)],
-                         run._done(b, run.peer_name(peer), f"echo {len(echoed)}"))
+                         run.completion(b, run.peer_name(peer), f"echo {len(echoed)}"))
         echoed.append(tag)
 
     for tag in (1, 2, 3):
@@ -353,7 +356,7 @@ def puts(run: Run) -> None:
         run.put(a, b, k, off, payload(f"put#{i}", n), f"put {i}")
         run.send(a, b, 1, payload(f"msg#{i}", 200 * (i + 1)), f"send {i}")
     run.run(lambda: run.completed(a) == 2 * len(cases) and run.delivered(b) == len(cases))
-    b.peer_log("region")["delivered"].append([0, 0, len(region), _digest(bytes(region))])
+    run.notes["region"] = [len(region), _digest(bytes(region))]
 
 
 @scenario("peer_restart", seed=109, link=LinkModel(delay=50e-6, loss=0.02))

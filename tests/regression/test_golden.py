@@ -50,6 +50,10 @@ def _app_differences(scenario: str, stored: dict[str, Any], now: dict[str, Any])
                     f"{scenario}: {node} <-> {peer} {kind}[{i}]: stored "
                     f"{a[i] if i < len(a) else '(none)'}, now {b[i] if i < len(b) else '(none)'} "
                     f"({len(a)} stored, {len(b)} now)")
+    for key in sorted(set(stored["notes"]) | set(now["notes"])):
+        if stored["notes"].get(key) != now["notes"].get(key):
+            problems.append(f"{scenario}: note {key!r}: stored {stored['notes'].get(key)!r}, "
+                            f"now {now['notes'].get(key)!r}")
     if stored["end_ns"] != now["end_ns"]:
         problems.append(f"{scenario}: run ended at {now['end_ns']} ns, stored {stored['end_ns']} ns")
     return problems
