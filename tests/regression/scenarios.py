@@ -407,3 +407,26 @@ def many_peers(run: Run) -> None:
             run.send(hub, s, 2, payload(f"hub>{s.label}#{j}", (700, 3000)[j] + 10 * i), f"reply {j}")
     run.run(lambda: run.completed(hub) == 24 and all(run.completed(s) == 3 for s in spokes)
             and all(run.delivered(s) == 2 for s in spokes))
+
+
+BULK_SIZES = (200_000, 400_000, 300_000)
+
+
+@scenario("bulk_lossless", seed=112, link=LinkModel(delay=100e-6, rate_mbps=1000.0))
+def bulk_lossless(run: Run) -> None:
+    """Bulk over a clean 1 Gb/s link with 100 us delay: 200-400 kB messages a -> b stream
+    full segments while cwnd grows past its initial 32, and b's standalone ACKs come every
+    ack_frequency segments (a segment is 12 us on the wire, well inside ack_delay)."""
+    cfg = Config(mtu=1500)
+    a, b = run.open("a", cfg), run.open("b", cfg)
+    _exchange(run, a, b, 3, sizes=BULK_SIZES, both_ways=False)
+
+
+@scenario("bulk_light_loss", seed=113,
+          link=LinkModel(loss=0.005, reorder=0.002, delay=100e-6, rate_mbps=1000.0))
+def bulk_light_loss(run: Run) -> None:
+    """The bulk run of bulk_lossless at 0.5 % loss and a little reordering: fast
+    retransmit and the congestion window's cuts in the middle of a long stream."""
+    cfg = Config(mtu=1500)
+    a, b = run.open("a", cfg), run.open("b", cfg)
+    _exchange(run, a, b, 3, sizes=BULK_SIZES, both_ways=False)
