@@ -22,11 +22,9 @@ import attrs
 import btlcore
 from btlcore import Config, Peer, Transport
 
-# the one place the simulator and the codec are imported: their import names are moving
-try:
-    from btlcore_sim import Fabric, LinkModel  # type: ignore[import-not-found]
-except ImportError:
-    from btlcore.backends.sim import Fabric, LinkModel
+from btlcore_sim import Fabric, LinkModel
+
+# the one place the codec is imported: its import name is moving
 try:
     from btlcore.protocol import wire  # type: ignore[import-not-found, attr-defined]
 except ImportError:
