@@ -11,12 +11,22 @@ from typing import Any
 
 import attrs
 import pytest
+from docskit import (  # type: ignore[import-not-found]
+    DOCS,
+    block_params,
+    cells,
+    read,
+    row,
+    run_block,
+    run_btl,
+    runnable_blocks,
+    shape,
+    snippet,
+)
 
 from btlcore.cli import build_parser
 from btlcore.config import Config
 from btlcore.stats import MODULE_COUNTERS, PEER_COUNTERS
-from docskit import (  # type: ignore[import-not-found]
-    DOCS, block_params, cells, read, row, run_block, run_btl, runnable_blocks, shape, snippet)
 
 # ------------------------------------------------------------------------------ parameters
 
@@ -103,7 +113,8 @@ def test_cli_snippets_show_current_output_format() -> None:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("command", [
     "btl demo",
-    "btl transfer --seed 7 --messages 200 --size 8-20000 --loss 0.05 --burst 0.02,4 --reorder 0.01 --delay 1,0.2 --rate 1000",
+    "btl transfer --seed 7 --messages 200 --size 8-20000 --loss 0.05 --burst 0.02,4 --reorder 0.01"
+    " --delay 1,0.2 --rate 1000",
 ])
 def test_cli_snippets_have_the_shape_of_current_output(command: str, clean_env: Any) -> None:
     """The numbers may drift as the protocol is tuned; the lines must not."""

@@ -10,12 +10,12 @@ from typing import Any
 
 import attrs
 import pytest
+from docskit import block_params, read, run_block, runnable_blocks  # type: ignore[import-not-found]
 
 import btlcore
 from btlcore.config import Config
 from btlcore.conformance import BackendHarness, ConformanceTests
 from btlcore.device import REQUIRED_HOOKS, DeviceOps, DeviceSpec
-from docskit import block_params, read, run_block, runnable_blocks  # type: ignore[import-not-found]
 
 
 def test_backends_md_covers_every_hook_and_binding() -> None:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from btlcore.stats import MODULE_COUNTERS, PEER_COUNTERS
 from docskit import DOCS, ROOT, read  # type: ignore[import-not-found]
+
+from btlcore.stats import MODULE_COUNTERS, PEER_COUNTERS
 
 
 def test_docs_name_no_counter_that_does_not_exist() -> None:

@@ -12,11 +12,11 @@ from typing import Any
 
 import attrs
 import pytest
+from docskit import cells, read, row  # type: ignore[import-not-found]
 
 import btlcore
 from btlcore import wire
 from btlcore.config import Config
-from docskit import cells, read, row  # type: ignore[import-not-found]
 
 # ------------------------------------------------------------------------------ parameters
 
@@ -222,7 +222,7 @@ def test_hello_retry_schedule_as_documented() -> None:
         assert t is not None
         now = t
         e.handle_timer(now)
-    gaps = [round(b - a, 6) for a, b in zip(times, times[1:])]
+    gaps = [round(b - a, 6) for a, b in zip(times, times[1:], strict=False)]
     assert gaps[:8] == [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.0]
     assert set(gaps[8:]) == {1.0}
     assert now == Config().handshake_timeout and peer.state.value == "failed"
@@ -243,4 +243,5 @@ def test_incarnations_as_documented(clean_env: Any, monkeypatch: pytest.MonkeyPa
     a, b = btlcore.open("sim"), btlcore.open("sim")
     for t in (a, b):
         assert t.engine.incarnation >> 12 == t.device.device.instance + 1
-    a.close(); b.close()
+    a.close()
+    b.close()

@@ -4,8 +4,9 @@ out-of-window segments, truncation to the highest ranges, and the piggy-backed A
 
 from __future__ import annotations
 
-from btlcore import wire
 from docskit import RawSender  # type: ignore[import-not-found]
+
+from btlcore import wire
 
 
 def _ack_body(d: wire.Datagram) -> tuple[int, list[tuple[int, int]], int, int]:

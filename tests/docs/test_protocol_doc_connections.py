@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from docskit import RawSender, read  # type: ignore[import-not-found]
 
 import btlcore
 from btlcore import wire
 from btlcore.config import Config
-from docskit import RawSender, read  # type: ignore[import-not-found]
 
 
 def _hello(r: RawSender, inc: int, conn: int, isn: int, *, dst: int = 0, echo: int = 0,
