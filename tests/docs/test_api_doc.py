@@ -12,7 +12,6 @@ from typing import Any
 import attrs
 import pytest
 from docskit import (  # type: ignore[import-not-found]
-    DOCS,
     block_params,
     cells,
     read,

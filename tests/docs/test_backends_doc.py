@@ -14,8 +14,8 @@ from docskit import block_params, read, run_block, runnable_blocks  # type: igno
 
 import btlcore
 from btlcore.config import Config
-from btlcore.testing.conformance import BackendHarness, ConformanceTests
 from btlcore.device import REQUIRED_HOOKS, DeviceOps, DeviceSpec
+from btlcore.testing.conformance import BackendHarness, ConformanceTests
 
 
 def test_backends_md_covers_every_hook_and_binding() -> None:
