@@ -22,7 +22,7 @@ import btlcore
 from btlcore import wire
 from btlcore.cli import build_parser
 from btlcore.config import Config
-from btlcore.conformance import BackendHarness, ConformanceTests
+from btlcore.testing.conformance import BackendHarness, ConformanceTests
 from btlcore.device import REQUIRED_HOOKS, DeviceOps, DeviceSpec
 from btlcore.stats import MODULE_COUNTERS, PEER_COUNTERS
 
@@ -284,15 +284,14 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 @pytest.mark.parametrize("command", sorted(_subparsers(build_parser())))
-def test_every_btl_command_and_option_in_api_md(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_btl_command_and_option_in_api_md(command: str) -> None:
     text = _read("api.md")
     assert f"### `btl {command}`" in text
     section = text.split(f"### `btl {command}`")[1].split("\n### ")[0]
     sub = _subparsers(build_parser())[command]
     actions = list(sub._actions)
     if command == "bench":  # btl bench hands every option to the runner ('btl bench --help')
-        monkeypatch.syspath_prepend(str(DOCS.parent))
-        from benchmarks.runner import parser as bench_parser
+        from btlcore.bench.runner import parser as bench_parser
 
         actions += bench_parser()._actions
         assert len(actions) > 5
@@ -366,7 +365,7 @@ def _blocks() -> list[Any]:
 
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> Any:
-    from btlcore.backends.sim import reset_default_fabric
+    from btlcore_sim import reset_default_fabric
 
     for key in list(os.environ):
         if key.startswith("BTL_"):
@@ -864,7 +863,7 @@ def test_params_snippet_is_current() -> None:
 
 def test_a_peer_written_from_protocol_md_interoperates_over_udp(clean_env: Any) -> None:
     """The same doc-written peer on a real UDP socket (its address in the udp backend's
-    documented format, backends/udp/_address.py), against a btlcore transport on `udp`."""
+    documented format, backends/udp/btlcore_udp/_address.py), against a btlcore transport on `udp`."""
     import socket
     import time
 

@@ -69,7 +69,7 @@ def build_config(args: argparse.Namespace, **extra: Any) -> Config:
 def tool_plugins(args: argparse.Namespace) -> list[Any]:
     """Tool plugins the command line asks for (``--trace FILE``: a pcap of every datagram)."""
     if getattr(args, "trace", None):
-        from ..plugins.pcap import PcapTracer
+        from btlcore_plugins.pcap import PcapTracer
 
         return [PcapTracer(args.trace)]
     return []

@@ -1,6 +1,6 @@
 """The verbs backend's hook implementations (see :class:`btlcore.device.DeviceSpec`).
 
-Each per-device hook takes the :class:`~btlcore.backends.verbs.VerbsDevice` first.  The
+Each per-device hook takes the :class:`~btlcore_verbs.VerbsDevice` first.  The
 per-packet hooks are the device's own functions, so the core's direct calls through
 :class:`~btlcore.device.DeviceOps` go straight into them.
 """

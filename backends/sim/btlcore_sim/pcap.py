@@ -7,12 +7,12 @@ What the file holds:
   (``duplicate``, ``corrupted bit N``).
 * Interface 1, ``sim-dropped``: every frame a link lost, stamped with the virtual time of
   the loss, with the comment ``dropped: <cause> (<src>-><dst>)``; the causes are those of
-  :data:`btlcore.backends.sim.links.DROP_CAUSES`.
+  :data:`btlcore_sim.links.DROP_CAUSES`.
 
 Each frame is wrapped as Ethernet / IPv4 / UDP (both ports :data:`btlcore.wire.PCAP_UDP_PORT`,
 UDP checksum 0 as IPv4 allows, a valid IPv4 header checksum), from the sending NIC's
 address (its MAC; IPv4 10.0.hi.lo from the node id) to the receiver's, so Wireshark, tshark
-and scapy (with :mod:`btlcore.backends.sim.layers`) dissect it down to btlcore.
+and scapy (with :mod:`btlcore_sim.layers`) dissect it down to btlcore.
 Timestamps have nanosecond resolution (``if_tsresol`` 9).  Nothing in the file depends on
 the wall clock, so a seeded run writes the same bytes every time.
 """

@@ -1,6 +1,6 @@
 """The UDP backend's hook implementations (see :class:`btlcore.device.DeviceSpec`).
 
-Each per-device hook takes the :class:`~btlcore.backends.udp.UdpDevice` first.  The
+Each per-device hook takes the :class:`~btlcore_udp.UdpDevice` first.  The
 per-packet hooks are the device's own functions (no wrapper: the core calls them directly
 through :class:`~btlcore.device.DeviceOps`).
 """

@@ -5,7 +5,7 @@ datagrams, ``wait``, ``poll_recv`` them on the other NIC, and reap completions; 
 the bound :class:`~btlcore.device.DeviceOps` that ``open_device`` returns.  The links are
 lossless; ``delay`` > 0 sends every frame through the event heap instead of the direct
 path.  The benchmark suite calls :func:`frames_per_second`; ``python -m
-btlcore.backends.sim.selftest`` prints both variants.
+btlcore_sim.selftest`` prints both variants.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ impairments, scripted faults, pcapng capture and per-link statistics.
 
 ::
 
-    from btlcore.backends.sim import Fabric, LinkModel
+    from btlcore_sim import Fabric, LinkModel
     fabric = Fabric(seed=1, default=LinkModel(delay=10e-6), pcap="run.pcapng")
     a = fabric.open_device(name="a")          # = registry.open_device("sim", {...})
     b = fabric.open_device(name="b")

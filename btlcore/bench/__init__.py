@@ -1,7 +1,7 @@
 """btlcore's benchmarks: btlcore side by side with what users would pick instead.
 
-Not installed with btlcore; ``btl bench`` puts the repository root on ``sys.path`` and calls
-:func:`benchmarks.runner.main` (argv) or :func:`benchmarks.runner.run` (a dict).
+Installed with btlcore: ``btl bench`` (or ``python -m btlcore.bench``) calls
+:func:`btlcore.bench.runner.main` (argv); code calls :func:`btlcore.bench.runner.run` (a dict).
 
 Layout, one concept per module:
 

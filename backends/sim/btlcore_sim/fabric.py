@@ -1,8 +1,8 @@
 """The simulated fabric: NICs, the links between them, scripted faults, capture and stats.
 
 A :class:`Fabric` is a switch with a perfect clock.  Every pair of NICs is joined by two
-independent :class:`~btlcore.backends.sim.links.Link` directions, each following a
-:class:`~btlcore.backends.sim.links.LinkModel` (the fabric's default unless ``set_link``
+independent :class:`~btlcore_sim.links.Link` directions, each following a
+:class:`~btlcore_sim.links.LinkModel` (the fabric's default unless ``set_link``
 gave that direction its own).  Time is virtual (:class:`Scheduler`): it moves only when a
 device's ``wait`` is called, so a 30-second scenario runs in as much wall time as its frames
 cost.  One integer seed decides every random draw: each direction has its own
@@ -395,5 +395,5 @@ def open_nic(options: Mapping[str, Any]) -> SimNIC:
         fabric = default_fabric(checked["seed"])
     elif not isinstance(fabric, Fabric):
         raise ConfigError(f"bad value {fabric!r} for sim option 'fabric': allowed is a "
-                          "btlcore.backends.sim.Fabric")
+                          "btlcore_sim.Fabric")
     return fabric.add_nic(checked)

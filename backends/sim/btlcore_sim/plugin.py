@@ -1,4 +1,4 @@
-"""The ``sim`` backend's hook implementations (entry point ``btlcore.backends.sim.plugin``).
+"""The ``sim`` backend's hook implementations (entry point ``btlcore_sim.plugin``).
 
 ``btlcore.device.DeviceOps.bind`` binds these functions to a :class:`SimNIC`, so
 ``ops.post_send(channel, dest, data)`` calls :func:`btl_device_post_send` directly.  The
@@ -9,7 +9,7 @@ Everything else delegates to the NIC or the fabric.
 
 Device options (``btlcore.registry.open_device("sim", options)``):
 
-``fabric``            the :class:`~btlcore.backends.sim.fabric.Fabric` to join (default:
+``fabric``            the :class:`~btlcore_sim.fabric.Fabric` to join (default:
                       the process-wide one, made with ``seed`` on first use)
 ``mtu``               largest datagram, bytes (default 9000; 64 to 65507)
 ``send_queue_depth``  send-queue slots per channel (default 1024)

@@ -1,6 +1,6 @@
 """Scripted faults, as ns-3's list error models: drop these frames, not random ones.
 
-Two kinds, both installed on the :class:`~btlcore.backends.sim.fabric.Fabric`:
+Two kinds, both installed on the :class:`~btlcore_sim.fabric.Fabric`:
 
 * :class:`Partition`: between two groups of nodes, in both directions, from ``start`` to
   ``end`` in virtual time (``[start, end)``; ``end=None`` never heals).

@@ -2,11 +2,11 @@
 
 usnic's traffic was invisible to OS capture tools; this plugin writes every datagram a
 transport sends or receives, wrapped as Ethernet / IPv4 / UDP on port
-:data:`btlcore.wire.PCAP_UDP_PORT` so that the btlcore dissector (``btlcore.backends.sim.layers``
+:data:`btlcore.wire.PCAP_UDP_PORT` so that the btlcore dissector (``btlcore_sim.layers``
 for scapy) applies.  Sent frames go 10.0.0.1 -> 10.0.0.2, received ones the other way.
 Timestamps are the wall clock.  Raw bytes, no scapy object per frame::
 
-    from btlcore.plugins.pcap import PcapTracer
+    from btlcore_plugins.pcap import PcapTracer
     t = btlcore.open("udp", plugins=[PcapTracer("run.pcap")])
 """
 

@@ -1,6 +1,6 @@
 """Per-datagram cost of the UDP device against the raw socket, on loopback, in one process.
 
-``python -m btlcore.backends.udp.selftest`` prints a table; :func:`measure` returns the
+``python -m btlcore_udp.selftest`` prints a table; :func:`measure` returns the
 numbers (microseconds per datagram, medians of ``trials``) for scripts and notes.  Nothing
 here asserts a speed: figures drift with the machine, so compare them side by side.
 

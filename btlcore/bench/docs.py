@@ -2,7 +2,7 @@
 against loss rate) from a report.
 
     btl bench --docs                         # run, then write both files under ./docs
-    python -m benchmarks.docs report.json    # rewrite both from a saved ``--output`` report
+    python -m btlcore.bench.docs report.json   # rewrite both from a saved ``--output`` report
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def markdown(rep: Mapping[str, Any]) -> str:
         "# Benchmarks",
         "",
         "btlcore side by side with what users would pick instead, measured in one run on one machine.",
-        "Regenerate with `btl bench --docs` (or `python -m benchmarks --docs` from the repository root);",
+        "Regenerate with `btl bench --docs` (or `python -m btlcore.bench --docs`);",
         "`btl bench --quick` prints the same tables in about a minute. Figures on shared cores drift",
         "by up to 30% between sessions: compare only figures from the same run.",
         "",
@@ -154,7 +154,7 @@ def write(rep: Mapping[str, Any], root: str = ".") -> tuple[str, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
-        print("usage: python -m benchmarks.docs REPORT.json [ROOT]", file=sys.stderr)
+        print("usage: python -m btlcore.bench.docs REPORT.json [ROOT]", file=sys.stderr)
         return 2
     with open(args[0]) as f:
         rep = json.load(f)

@@ -153,7 +153,7 @@ def _profiled(fn: Callable[..., Any], ctl: Any, kwargs: Mapping[str, Any]) -> An
     """``fn(ctl, **kwargs)``, under cProfile if asked to and ``fn`` measures btlcore."""
     where = os.environ.get(CPROFILE_ENV)
     target = kwargs.get("fn", fn)
-    if not where or not getattr(target, "__module__", "").startswith("benchmarks.btl_"):
+    if not where or not getattr(target, "__module__", "").startswith("btlcore.bench.btl_"):
         return fn(ctl, **kwargs)
     import cProfile
     import pstats

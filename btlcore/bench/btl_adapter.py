@@ -6,11 +6,11 @@ Written against the planned public API; if that API shifts, fix it here and noth
     t.address -> bytes;  peer = t.connect(addr);  t.send(peer, tag, data, callback=None)
     t.on(tag, handler(peer, tag, data));  t.progress(timeout=0.0);  t.close();  t.stats()
     btlcore.run_until(transports, predicate, timeout)
-    from btlcore.backends.sim import Fabric, LinkModel
+    from btlcore_sim import Fabric, LinkModel
     fab = Fabric(seed=1, link=LinkModel(loss=0.01, delay=0.001, rate_mbps=1000))
     t = btlcore.open("sim", fabric=fab)
 
-Until a piece exists, :func:`require` raises :class:`~benchmarks.harness.Skip` with the reason
+Until a piece exists, :func:`require` raises :class:`~btlcore.bench.harness.Skip` with the reason
 "btlcore <x> not available yet", and the measurement using it is reported as skipped.
 """
 
@@ -26,8 +26,8 @@ from .harness import LOOPBACK_V4, BenchError, Skip, loopback
 #: what each piece needs: (modules to import, attributes of btlcore that must exist)
 PIECES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "transport": (("btlcore.transport",), ("open", "Config")),
-    "UDP backend": (("btlcore.transport", "btlcore.backends.udp.plugin"), ("open",)),
-    "simulator": (("btlcore.transport", "btlcore.backends.sim"), ("open", "run_until")),
+    "UDP backend": (("btlcore.transport", "btlcore_udp.plugin"), ("open",)),
+    "simulator": (("btlcore.transport", "btlcore_sim"), ("open", "run_until")),
 }
 
 
@@ -42,7 +42,7 @@ def missing(piece: str) -> str | None:
         return f"btlcore {piece} not available yet ({type(exc).__name__}: {exc})"
     absent = [a for a in attrs_needed if not hasattr(btlcore, a)]
     if piece == "simulator" and not absent:
-        sim = importlib.import_module("btlcore.backends.sim")
+        sim = importlib.import_module("btlcore_sim")
         absent = [f"backends.sim.{a}" for a in ("Fabric", "LinkModel") if not hasattr(sim, a)]
     if absent:
         return f"btlcore {piece} not available yet (no btlcore.{', btlcore.'.join(absent)})"
@@ -175,7 +175,7 @@ def data_received(s: Mapping[str, float]) -> float:
 # -- the simulator --------------------------------------------------------------------------
 
 def _sim() -> Any:
-    return importlib.import_module("btlcore.backends.sim")
+    return importlib.import_module("btlcore_sim")
 
 
 def fabric(*, seed: int = 1, loss: float = 0.0, delay: float = 0.001, rate_mbps: float = 1000.0,

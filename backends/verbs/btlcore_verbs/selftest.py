@@ -1,4 +1,4 @@
-"""``python3 -m btlcore.backends.verbs.selftest``: is verbs usable here, and how fast is the
+"""``python3 -m btlcore_verbs.selftest``: is verbs usable here, and how fast is the
 device layer?  Opens two devices on the same port and streams datagrams from one to the
 other (data channel, full MTU; priority channel, small inline sends), reporting datagrams per
 second and the send-queue pushbacks seen.  Options as ``KEY=VALUE`` arguments (device=rxe0...).

@@ -2,7 +2,7 @@
 
 It owns what a real NIC owns: two channels (priority and data) with their MTUs, a send
 queue and a receive queue per channel, and an address.  It does not own the wire: frames
-leave through the :class:`~btlcore.backends.sim.links.Link` that ``resolve`` returned, and
+leave through the :class:`~btlcore_sim.links.Link` that ``resolve`` returned, and
 arrive in ``rx`` when the fabric lands them.
 
 Queues behave like a NIC's, not like a socket's:
@@ -102,7 +102,7 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
 
 @attrs.define(slots=True, eq=False)
 class SimNIC:
-    """One NIC on a :class:`~btlcore.backends.sim.fabric.Fabric`.  Lists indexed by
+    """One NIC on a :class:`~btlcore_sim.fabric.Fabric`.  Lists indexed by
     channel (``rx``, ``mtus``, ...) are shared with the links that feed this NIC and are
     only ever changed in place."""
 

@@ -2,7 +2,7 @@
 
 From the CLI::
 
-    from benchmarks.runner import main      # the repository root must be on sys.path
+    from btlcore.bench.runner import main
     sys.exit(main(["--quick", "--json"]))
 
 or from code::
