@@ -18,10 +18,20 @@ from typing import Any
 
 from ..config import Config
 from ..device import LocalPair
-from ..transport import Transport, open as open_transport, run_until
+from ..transport import Transport, run_until
+from ..transport import open as open_transport
 from ..verify import (
-    FILE_CHUNK, TAG_DATA, TAG_FILE, TAG_FIN, TAG_REPORT, Verifier, decode_json, encode_json, file_chunks,
-    file_meta, make_messages,
+    FILE_CHUNK,
+    TAG_DATA,
+    TAG_FILE,
+    TAG_FIN,
+    TAG_REPORT,
+    Verifier,
+    decode_json,
+    encode_json,
+    file_chunks,
+    file_meta,
+    make_messages,
 )
 from . import backend_options
 from .args import UsageError, add_common, build_config, size_range, tool_plugins
@@ -182,8 +192,12 @@ def run_remote(args: argparse.Namespace, options: dict[str, Any], cfg: Config, s
                     raise TimeoutError
         t.send(peer, TAG_FIN, encode_json(fin), done.append)
         sent[1] += 1
-        run_until([t], lambda: (progress.update(len(done), sent[0]) or True) and len(done) == sent[1]
-                  and bool(reports), timeout=max(1.0, deadline - time.monotonic()))
+
+        def reported() -> bool:
+            progress.update(len(done), sent[0])
+            return len(done) == sent[1] and bool(reports)
+
+        run_until([t], reported, timeout=max(1.0, deadline - time.monotonic()))
         timed_out = False
     except TimeoutError:
         timed_out = True
@@ -198,8 +212,8 @@ def _remote_result(args: argparse.Namespace, seed: int, cfg: Config, fin: dict[s
                    reports: list[dict[str, Any]], done: list[BaseException | None], timed_out: bool,
                    wall: float, sent: list[int], stats: dict[str, int], line: str) -> dict[str, Any]:
     errors = [repr(e) for e in done if e is not None]
-    rep = reports[0] if reports else {"verified": False, "errors": ["no report from the server"],
-                                      "messages_delivered": 0, "bytes_delivered": 0}
+    rep: dict[str, Any] = reports[0] if reports else {"verified": False, "errors": ["no report from the server"],
+                                          "messages_delivered": 0, "bytes_delivered": 0}
     result_errors = list(rep.get("errors", []))
     if timed_out:
         result_errors.append(f"timed out after {args.timeout:g} s")
