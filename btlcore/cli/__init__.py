@@ -3,7 +3,7 @@ the backends found here, the protocol's parameters, and the benchmark.
 
 One module per command (``demo``, ``transfer``, ``serve``, ``backends``, ``params``,
 ``bench``), each with ``add_parser(subparsers)`` and ``run(args) -> exit status``.  A
-backend's own flags (the simulator's link, UDP's ``--bind``) come from the backend through
+backend's own flags (the simulator's link, UDP's local address) come from the backend through
 the :class:`~btlcore.device.CliSpec` hooks (:mod:`.backend_options`): nothing here names them.
 
 Mistakes (a bad option, an unknown backend, an unreachable peer) print one line and exit 2;

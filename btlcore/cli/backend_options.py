@@ -2,9 +2,9 @@
 hooks once, when the command starts: their option groups, their device options, a run with
 both ends in this process, and the text form of their addresses.
 
-This is why the command names no backend's knob: the simulator's link options, the UDP
-``--bind`` and a third party's flags all arrive here, each in a group titled with its
-backend's name.
+This is why the command names no backend's knob: the simulator's link options, UDP's local
+address and a third party's flags all arrive here, each in a group titled with its backend's
+name.
 """
 
 from __future__ import annotations
