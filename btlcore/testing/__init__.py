@@ -1,2 +1,3 @@
-"""Public testing helpers for btlcore: :mod:`btlcore.testing.enginepair` drives engines by hand
-on a virtual clock, without any device."""
+"""Public testing tools for btlcore: the backend conformance suite (``conformance``), the
+two-engine harness that drives engines by hand on a virtual clock (``enginepair``), and
+helpers that a backend's or a user's own tests import instead of copying ours."""
