@@ -41,7 +41,7 @@ class Handshake(Recovery):
         timer = RetransmitTimer(cfg.rto_mode == "adaptive", cfg.rto_initial, cfg.rto_min,
                                 cfg.rto_max, cfg.retrans_timeout, cfg.ack_delay)
         peer = Peer(address, dest, conn, self._rng.randrange(1, 1 << 62), timer, cfg.window)
-        peer.cwnd = self._cwnd_initial
+        self._cc.on_new_peer(peer)
         peer.crc = self.crc
         self.peers_by_addr[address] = peer
         self.peers_by_conn[conn] = peer
@@ -208,7 +208,7 @@ class Handshake(Recovery):
         Peer.__init__(peer, peer.address, peer.dest, conn, self._rng.randrange(1, 1 << 62),
                       timer, cfg.window)
         peer.counters, peer.user_data, peer.past_incarnations, peer.past_remote_conns = keep
-        peer.cwnd = self._cwnd_initial
+        self._cc.on_new_peer(peer)
         peer.crc = self.crc
         self.peers_by_conn[conn] = peer
 

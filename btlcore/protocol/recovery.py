@@ -37,9 +37,6 @@ _ESTABLISHED = PeerState.ESTABLISHED
 LOST_FAST = 1  # Segment.lost: declared lost by the fast-retransmit rule
 LOST_TIMEOUT = 2  # ... by the retransmit timeout
 TIMEOUT_PROBES = 2  # segments a retransmit timeout resends
-CWND_BETA = 0.7  # multiplicative decrease per loss episode (CUBIC's; Reno halves)
-CWND_BETA_RANDOM = 0.8  # ... when the RTT shows no queue: the loss was likely not congestion (Veno)
-VENO_BACKLOG = 3.0  # segments this flow keeps queued (cwnd x (1 - min_rtt/srtt)) below which a loss looks random
 REO_PERSIST = 16  # loss episodes a widened reordering allowance lasts (RFC 8985's reo_wnd_persist)
 PERSISTENT_TIMEOUTS = 3  # timeouts in a row that mean persistent congestion: slow start again
 
@@ -165,8 +162,7 @@ class Recovery(Packetizer):
             if min_rtt is not None and self._now - seg.sent_at < min_rtt * 0.5 and peer.reo_mult < 16:
                 peer.reo_mult += 1
                 peer.reo_persist = REO_PERSIST
-        if peer.cwnd < self._cwnd_max:  # AIMD: slow start, then one segment per window
-            peer.cwnd += 1.0 if peer.cwnd < peer.ssthresh else 1.0 / peer.cwnd
+        self._cc_on_ack(peer)  # (the congestion controller's on_ack, bound once)
         msg = seg.msg
         msg.outstanding -= 1
         if msg.cut_all and msg.outstanding == 0 and not msg.done:
@@ -316,17 +312,10 @@ class Recovery(Packetizer):
                 resend.append(seg)
             self._resending[peer] = None
 
-    @staticmethod
-    def _loss_episode(peer: Peer) -> None:
-        """Multiplicative decrease, once per loss episode.  TCP Veno's rule picks the factor:
-        if the round trip shows (almost) no queue built by this flow, the loss was more likely
-        random than congestion, and the cut is gentler; either way the window decreases, so
-        AIMD still converges where the estimate is wrong (a shallow-buffered switch)."""
-        t = peer.timer
-        beta = CWND_BETA
-        if t.min_rtt and t.srtt and peer.cwnd * (1.0 - t.min_rtt / t.srtt) < VENO_BACKLOG:
-            beta = CWND_BETA_RANDOM
-        peer.ssthresh = peer.cwnd = max(peer.cwnd * beta, 2.0)
+    def _loss_episode(self, peer: Peer) -> None:
+        """A loss episode begins: the congestion controller decreases, once; losses of what
+        was sent before now count against this same episode."""
+        self._cc.on_loss_episode(peer)
         peer.recovery_serial = peer.tx_serial + 1
         if peer.reo_persist:
             # a widened reordering allowance lasts REO_PERSIST loss episodes without a new
@@ -477,8 +466,7 @@ class Recovery(Packetizer):
                     peer.timeouts += 1
                     if peer.timeouts >= PERSISTENT_TIMEOUTS:
                         if peer.tx_serial >= peer.recovery_serial:
-                            peer.ssthresh = max(peer.cwnd / 2, 2.0)
-                            peer.cwnd = min(self._cwnd_initial, peer.ssthresh)
+                            self._cc.on_persistent_congestion(peer)
                             peer.recovery_serial = peer.tx_serial + 1
                         peer.probe_seq = None
                     elif peer.probe_seq is None:

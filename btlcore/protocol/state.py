@@ -13,6 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import Config
+from . import congestion
+from .congestion import CongestionControl
 from .events import Event
 from .peers import Peer
 from .stats import ModuleCounters
@@ -66,9 +68,9 @@ class EngineState:
         self._granularity = 1e-6 if not config.ack_delay else config.ack_delay
         self._ack_frequency = config.ack_frequency
         self._ack_delay = config.ack_delay
-        # congestion control off: a window so large it never binds
-        self._cwnd_max = float(config.cwnd_max) if config.cwnd_max else float("inf")
-        self._cwnd_initial = float(min(config.cwnd_initial, config.cwnd_max)) if config.cwnd_max else float("inf")
+        # congestion control, by name (resolved once); its per-ACK call bound once
+        self._cc: CongestionControl = congestion.load(config.cc)(config)
+        self._cc_on_ack = self._cc.on_ack
         self._single_cap = self.data_mtu - HEADER_LEN  # payload of an unchunked message
         self._chunk_cap = self.data_mtu - HEADER_LEN - CHUNK_LEN
         self._gather_min: int | None = None  # chunk size from which payloads stay uncopied
