@@ -263,7 +263,7 @@ class Transport:
         kernel anyway), and the timers are walked once per call instead of four times."""
         engine = self.engine
         now = self.now()
-        timer = engine.get_timer()
+        timer = engine.next_deadline()
         if (timer is not None and timer <= now) or self._backlog or engine.events:
             n = self._pass(now, receive=False, timer=_INF if timer is None else timer)
             if n:
@@ -301,7 +301,7 @@ class Transport:
                 else:
                     receive_datagram(datagrams[0], None, now)  # (a batch of one costs its set-up)
         if timer is None:
-            timer = engine.get_timer()
+            timer = engine.next_deadline()
         if timer is not None and timer <= now:
             engine.handle_timer(now)
         if self._stats_interval and self._last_stats + self._stats_interval <= now:
@@ -394,12 +394,12 @@ class Transport:
         if self._backlog:
             # the device pushed back: retry shortly (or when it wakes us), not "now" -- on
             # virtual time "now" would never let the clock reach the moment a slot frees
-            timer = self.engine.get_timer(pending_work=False)
+            timer = self.engine.next_deadline(pending_work=False)
             retry = self.now() + BACKLOG_RETRY
             return retry if timer is None or retry < timer else timer
         if self.engine.has_work() or self.engine.events:
             return self.now()
-        timer = self.engine.get_timer()
+        timer = self.engine.next_deadline()
         if self.config.stats_interval:  # the periodic stats line is due even when idle
             due = self._last_stats + self.config.stats_interval
             if timer is None or due < timer:

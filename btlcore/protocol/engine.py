@@ -125,6 +125,9 @@ class Engine(Receiver):
         self._acking.clear()
         self._hello.clear()
         self._timed.clear()
+        self._touched.clear()
+        self._deadlines.clear()
+        self._actions.clear()
 
     def has_outstanding(self) -> bool:
         """True while some message is unsent or unacknowledged (what close() flushes)."""
@@ -148,9 +151,15 @@ class Engine(Receiver):
         the peers' last messages complete without waiting for their retransmit timer)."""
         for peer in self._acking:
             peer.ack_now = True
+            self._touched[peer] = None
 
     def stats(self) -> dict[str, int]:
         return aggregate(self.counters, (p.counters for p in self.peers_by_addr.values()))
+
+    def get_timer(self, pending_work: bool = True) -> float | None:
+        """Deprecated: :meth:`next_deadline`."""
+        warnings.warn("Engine.get_timer() is deprecated: use next_deadline()", DeprecationWarning, stacklevel=2)
+        return self.next_deadline(pending_work)
 
     def take_events(self) -> list[Event]:
         """The events since the last call, in order (see :mod:`btlcore.protocol.events`)."""

@@ -64,6 +64,7 @@ class Handshake(Recovery):
         """The peer has shown it knows our current incarnation."""
         peer.confirmed = True
         peer.inbound_since = None
+        self._touched[peer] = None
         if peer.remote_known and peer.state is PeerState.CONNECTING:
             peer.transition(PeerEvent.CONFIRMED)
             peer.hello_next = None
@@ -109,6 +110,7 @@ class Handshake(Recovery):
                 return
         c = peer.counters
         c.num_hello_recvs += 1
+        self._touched[peer] = None  # (its timers are looked at again)
         if hello.incarnation in peer.past_incarnations:
             c.num_stale_recvs += 1  # a late HELLO of an incarnation already replaced
             return
@@ -233,3 +235,4 @@ class Handshake(Recovery):
                 peer.hello_next = None if peer.confirmed else peer.hello_next
             if not peer.hello_reply and peer.hello_next is None:
                 del self._hello[peer]
+            self._touched[peer] = None

@@ -231,6 +231,7 @@ class Packetizer(EngineState):
                 peer.ack_now = False
                 peer.sack_dirty = False
                 del self._acking[peer]
+                self._touched[peer] = None
             elif peer.ack_deadline is None and not peer.ack_now:
                 del self._acking[peer]  # a piggy-backed ACK paid the debt
 

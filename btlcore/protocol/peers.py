@@ -180,6 +180,8 @@ class Peer:
         "ack_now",
         "sack_dirty",
         "counters",
+        # timers (the engine's heap)
+        "timed", "timed_order",
     )
 
     def __init__(self, address: bytes, dest: Any, local_conn: int, isn: int,
@@ -254,6 +256,8 @@ class Peer:
         self.ack_now = False
         self.sack_dirty = False
         self.counters = PeerCounters()
+        self.timed = False  # the engine keeps times for it (see Recovery._refresh_timers)
+        self.timed_order = 0  # when it became timed: timers of peers due together run in this order
 
     def __repr__(self) -> str:
         return f"<Peer {self.address.hex()} {self.state.value} conn={self.local_conn:#x}>"

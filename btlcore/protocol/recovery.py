@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from itertools import islice
+from operator import attrgetter
 from typing import Any
 
 from ..errors import PeerUnreachable, PutError
@@ -33,6 +34,8 @@ from .wire import (
 )
 
 _ESTABLISHED = PeerState.ESTABLISHED
+_CONNECTING = PeerState.CONNECTING
+_timed_order = attrgetter("timed_order")
 
 LOST_FAST = 1  # Segment.lost: declared lost by the fast-retransmit rule
 LOST_TIMEOUT = 2  # ... by the retransmit timeout
@@ -210,6 +213,7 @@ class Recovery(Packetizer):
             peer.probe_seq = None
         if peer.queue and peer.state is _ESTABLISHED:
             self._sending[peer] = None
+        self._touched[peer] = None
 
     def _on_ack(self, peer: Peer, data: memoryview, n: int, ack_w: int, plen: int, now: float) -> None:
         c = peer.counters
@@ -271,6 +275,7 @@ class Recovery(Packetizer):
             c.num_dup_acks += 1
         if peer.unacked:  # (with nothing unacked it has nothing to do)
             self._detect_losses(peer)
+        self._touched[peer] = None
 
     def _detect_losses(self, peer: Peer) -> None:
         """Fast retransmit, RACK-style (RFC 8985): a segment is lost once a transmission made
@@ -278,7 +283,7 @@ class Recovery(Packetizer):
         (counted in transmission serials, so a retransmission is judged against what was sent
         after it)
         *and* it was sent longer ago than an RTT plus a reordering allowance.  The time
-        condition keeps reordering from looking like loss; :meth:`get_timer` arms the check
+        condition keeps reordering from looking like loss; :meth:`_loss_check_at` times the check
         for a segment that meets only the first."""
         thr = self.config.fast_retransmit_threshold
         limits = (peer.acked_serial[0] - thr, peer.acked_serial[1] - thr)
@@ -290,7 +295,7 @@ class Recovery(Packetizer):
         seq_limit = peer.loss_seq_limit
         lost = []
         for seg in peer.unacked.values():
-            # (the same expression as the timer in get_timer, so that the check it arms
+            # (the expression _loss_check_at times, so that the check it arms
             # always finds the segment due: no float rounding between the two)
             if seg.tx_serial > top or seg.sent_at + reo > now:
                 break
@@ -311,6 +316,7 @@ class Recovery(Packetizer):
                 unacked.move_to_end(seg.seq)
                 resend.append(seg)
             self._resending[peer] = None
+            self._touched[peer] = None
 
     def _loss_episode(self, peer: Peer) -> None:
         """A loss episode begins: the congestion controller decreases, once; losses of what
@@ -365,55 +371,153 @@ class Recovery(Packetizer):
         self._unschedule(peer)
         self.events.append(PeerFailed(peer, exc))
 
-    def get_timer(self, pending_work: bool = True) -> float | None:
+    # -- timers: each peer's times are recomputed only when something about it changed (it is
+    # in _timed, added by whatever changed it, or _touched); both are kept in heaps
+
+    def _rto_at(self, peer: Peer, front: Segment) -> float:
+        """When the retransmit timer of ``front`` (the oldest segment not queued for a
+        resend) fires: the one expression, for the deadline and for handle_timer alike (a sum
+        compared with ``<= now``, never a difference: rounding must agree)."""
+        sent_at = front.sent_at
+        return (sent_at if sent_at > peer.rto_base else peer.rto_base) + peer.timer.rto
+
+    def _loss_check_at(self, peer: Peer) -> float | None:
+        """When :meth:`_detect_losses` can next declare a segment lost without a new ACK: its
+        first candidate's send time plus the reordering time (the expression it compares)."""
+        thr = self.config.fast_retransmit_threshold
+        acked = peer.acked_serial
+        limits = (acked[0] - thr, acked[1] - thr)
+        top = limits[0] if limits[0] > limits[1] else limits[1]
+        if top < 0:
+            return None
+        seq_limit = peer.loss_seq_limit
+        for seg in peer.unacked.values():
+            if seg.tx_serial > top:
+                return None
+            if not seg.lost and seg.tx_serial <= limits[seg.channel] and (seq_limit is None or seg.seq <= seq_limit):
+                return seg.sent_at + self._reorder_time(peer)
+        return None
+
+    def _timer_times(self, peer: Peer) -> tuple[float | None, float | None]:
+        """``(deadline, act_at)`` of ``peer``: when the driver must call us again for it
+        (the earliest of its retransmit timer, the loss check of its oldest segment, its death
+        clock, a due ACK, its handshake), and when :meth:`handle_timer` would act on it (the
+        same, or earlier when a later segment than the oldest may be declared lost)."""
+        cfg = self.config
+        t = act = None
+        unacked = peer.unacked
+        if unacked:
+            for front in unacked.values():
+                if not front.lost:
+                    t = self._rto_at(peer, front)
+                    if front.tx_serial <= peer.acked_serial[front.channel] - cfg.fast_retransmit_threshold \
+                            and (peer.loss_seq_limit is None or front.seq <= peer.loss_seq_limit):
+                        loss_check = front.sent_at + self._reorder_time(peer)
+                        if loss_check < t:
+                            t = loss_check
+                    break
+            death = peer.last_progress + cfg.peer_timeout
+            if t is None or death < t:
+                t = death
+            act = self._loss_check_at(peer)
+        elif peer.puts:  # everything acknowledged, put statuses still owed: a death clock
+            t = max(peer.last_progress, peer.rx_high_time) + cfg.peer_timeout
+        if peer.ack_now or peer.hello_reply:
+            t = self._now
+        elif peer.ack_deadline is not None and (t is None or peer.ack_deadline < t):
+            t = peer.ack_deadline
+        if peer.hello_next is not None:
+            if t is None or peer.hello_next < t:
+                t = peer.hello_next
+            if peer.hello_started is not None:
+                give_up = peer.hello_started + cfg.handshake_timeout
+                if give_up < t:
+                    t = give_up
+        if peer.hello_started is not None and peer.state is _CONNECTING:
+            give_up = peer.hello_started + cfg.handshake_timeout
+            if act is None or give_up < act:
+                act = give_up
+        if t is not None and (act is None or t < act):
+            act = t
+        return t, act
+
+    def _refresh_timers(self, forget_idle: bool) -> None:
+        """Recompute the times of the peers that changed since the last call (and only
+        those).  ``forget_idle``: a peer left with nothing to wait for stops being timed."""
+        timed, touched = self._timed, self._touched
+        if timed:
+            order = self._timed_order
+            for peer in timed:
+                if not peer.timed:
+                    peer.timed = True
+                    order += 1
+                    peer.timed_order = order
+                    touched[peer] = None
+                elif peer not in touched:
+                    touched[peer] = None
+            self._timed_order = order
+            timed.clear()
+        if not touched:
+            return
+        deadlines, actions = self._deadlines, self._actions
+        for peer in touched:
+            if peer.timed:
+                t, act = self._timer_times(peer)
+                if t is None and forget_idle:
+                    peer.timed = False
+                deadlines.set(peer, t)
+                actions.set(peer, act)
+        touched.clear()
+
+    def next_deadline(self, pending_work: bool = True) -> float | None:
         """The next time :meth:`handle_timer` or a send pass has something to do.  With
         ``pending_work=False``, timers only: a driver whose device refuses sends for now
-        must not be told that queued sends are due."""
+        must not be told that queued sends are due.  The earliest of the peers' deadlines,
+        kept in a heap: a peer with nothing new costs nothing here."""
         if pending_work and (self._resending or self._sending):
             return self._now
-        best = None
+        self._refresh_timers(True)
+        return self._deadlines.first()
+
+    def handle_timer(self, now: float) -> None:
+        """Retransmit timeouts, peer death, handshake give-ups: for the peers due by ``now``
+        only, in the order they became timed."""
+        self._now = now
+        self._refresh_timers(False)
+        due = self._actions.pop_due(now)
+        if len(due) > 1:
+            due.sort(key=_timed_order)
+        touched = self._touched
+        for peer in due:
+            self._deadlines.discard(peer)
+            touched[peer] = None  # (recomputed at the next look)
+            self._peer_timer(peer, now)
+
+    def _peer_timer(self, peer: Peer, now: float) -> None:
+        """``peer`` is due: fail it, declare losses, or fire its retransmit timer."""
         cfg = self.config
-        idle = None
-        for peer in self._timed:
-            t = None
-            unacked = peer.unacked
-            if unacked:
-                for front in unacked.values():  # (_rto_front, inlined: called every pass)
-                    if not front.lost:
-                        sent_at = front.sent_at
-                        t = (sent_at if sent_at > peer.rto_base else peer.rto_base) + peer.timer.rto
-                        if front.tx_serial <= peer.acked_serial[front.channel] - cfg.fast_retransmit_threshold \
-                                and (peer.loss_seq_limit is None or front.seq <= peer.loss_seq_limit):
-                            loss_check = sent_at + self._reorder_time(peer)
-                            if loss_check < t:
-                                t = loss_check
-                        break
-                death = peer.last_progress + cfg.peer_timeout
-                if t is None or death < t:
-                    t = death
-            elif peer.puts:  # everything acknowledged, put statuses still owed: a death clock
-                t = max(peer.last_progress, peer.rx_high_time) + cfg.peer_timeout
-            if peer.ack_now or peer.hello_reply:
-                t = self._now
-            elif peer.ack_deadline is not None and (t is None or peer.ack_deadline < t):
-                t = peer.ack_deadline
-            if peer.hello_next is not None:
-                if t is None or peer.hello_next < t:
-                    t = peer.hello_next
-                if peer.hello_started is not None:
-                    give_up = peer.hello_started + cfg.handshake_timeout
-                    if give_up < t:
-                        t = give_up
-            if t is None:
-                if idle is None:
-                    idle = []
-                idle.append(peer)
-            elif best is None or t < best:
-                best = t
-        if idle:
-            for peer in idle:
-                del self._timed[peer]
-        return best
+        if not peer.unacked and peer.puts \
+                and max(peer.last_progress, peer.rx_high_time) + cfg.peer_timeout <= now:
+            # a put's data was acknowledged but its status never came, and the peer has
+            # sent nothing since: it died in between (a hang otherwise)
+            self._fail_peer(peer, PeerUnreachable(
+                f"peer {peer.address.hex()} sent no put status and nothing else for "
+                f"{cfg.peer_timeout:g} s"))
+            return
+        if peer.unacked:
+            if peer.last_progress + cfg.peer_timeout <= now:
+                self._fail_peer(peer, PeerUnreachable(
+                    f"peer {peer.address.hex()} acknowledged nothing for {cfg.peer_timeout:g} s"))
+                return
+            self._detect_losses(peer)
+            front = self._rto_front(peer)
+            if front is not None and self._rto_at(peer, front) <= now:
+                self._timeout(peer, now)
+        if peer.hello_started is not None and peer.state is _CONNECTING \
+                and peer.hello_started + cfg.handshake_timeout <= now:
+            self._fail_peer(peer, PeerUnreachable(
+                f"peer {peer.address.hex()} did not answer the handshake within "
+                f"{cfg.handshake_timeout:g} s"))
 
     @staticmethod
     def _rto_front(peer: Peer) -> Segment | None:
@@ -422,63 +526,35 @@ class Recovery(Packetizer):
                 return seg
         return None
 
-    def handle_timer(self, now: float) -> None:
-        """Retransmit timeouts, peer death, handshake retries and give-ups."""
-        self._now = now
-        cfg = self.config
-        for peer in list(self._timed):
-            if not peer.unacked and peer.puts \
-                    and max(peer.last_progress, peer.rx_high_time) + cfg.peer_timeout <= now:
-                # a put's data was acknowledged but its status never came, and the peer has
-                # sent nothing since: it died in between (a hang otherwise)
-                self._fail_peer(peer, PeerUnreachable(
-                    f"peer {peer.address.hex()} sent no put status and nothing else for "
-                    f"{cfg.peer_timeout:g} s"))
-                continue
-            if peer.unacked:
-                # (deadlines are compared exactly as get_timer computes them: a difference
-                # instead of a sum can round the other way and livelock virtual time)
-                if peer.last_progress + cfg.peer_timeout <= now:
-                    self._fail_peer(peer, PeerUnreachable(
-                        f"peer {peer.address.hex()} acknowledged nothing for {cfg.peer_timeout:g} s"))
-                    continue
-                self._detect_losses(peer)
-                front = self._rto_front(peer)
-                if front is not None and max(front.sent_at, peer.rto_base) + peer.timer.rto <= now:
-                    # A timeout resends the two oldest segments (probes), not the whole
-                    # window: their ACK lets the loss rule find the rest without a storm.
-                    # Two, not one: on a link losing in bursts, a lone probe per timeout
-                    # can stay inside the burst for many timeouts in a row.
-                    probes = [seg for seg in islice(
-                        (g for g in peer.unacked.values() if not g.lost), TIMEOUT_PROBES)]
-                    resend = peer.resend or peer.new_resend()
-                    for seg in probes:
-                        seg.lost = LOST_TIMEOUT
-                        peer.unacked.move_to_end(seg.seq)
-                        resend.append(seg)
-                    peer.timer.expired()
-                    peer.rto_base = now  # the next timeout counts from this one
-                    # A timeout alone says little: lost ACKs cause it as well as lost data.
-                    # The first one's probes are judged when acknowledged (see _progress);
-                    # only several in a row, nothing acknowledged, mean persistent
-                    # congestion and restart slow start (QUIC's PTO and persistent
-                    # congestion, RFC 9002).
-                    peer.timeouts += 1
-                    if peer.timeouts >= PERSISTENT_TIMEOUTS:
-                        if peer.tx_serial >= peer.recovery_serial:
-                            self._cc.on_persistent_congestion(peer)
-                            peer.recovery_serial = peer.tx_serial + 1
-                        peer.probe_seq = None
-                    elif peer.probe_seq is None:
-                        peer.probe_seq = max(seg.seq for seg in probes)
-                        peer.probe_serial = probes[0].tx_serial
-                        peer.probe_dup = False
-                    self._resending[peer] = None
-            if peer.hello_started is not None and peer.state is PeerState.CONNECTING \
-                    and peer.hello_started + cfg.handshake_timeout <= now:
-                self._fail_peer(peer, PeerUnreachable(
-                    f"peer {peer.address.hex()} did not answer the handshake within "
-                    f"{cfg.handshake_timeout:g} s"))
+    def _timeout(self, peer: Peer, now: float) -> None:
+        """The retransmit timer fired.  A timeout resends the two oldest segments (probes),
+        not the whole window: their ACK lets the loss rule find the rest without a storm.
+        Two, not one: on a link losing in bursts, a lone probe per timeout can stay inside
+        the burst for many timeouts in a row."""
+        probes = [seg for seg in islice(
+            (g for g in peer.unacked.values() if not g.lost), TIMEOUT_PROBES)]
+        resend = peer.resend or peer.new_resend()
+        for seg in probes:
+            seg.lost = LOST_TIMEOUT
+            peer.unacked.move_to_end(seg.seq)
+            resend.append(seg)
+        peer.timer.expired()
+        peer.rto_base = now  # the next timeout counts from this one
+        # A timeout alone says little: lost ACKs cause it as well as lost data. The first
+        # one's probes are judged when acknowledged (see _progress); only several in a row,
+        # nothing acknowledged, mean persistent congestion and restart slow start (QUIC's
+        # PTO and persistent congestion, RFC 9002).
+        peer.timeouts += 1
+        if peer.timeouts >= PERSISTENT_TIMEOUTS:
+            if peer.tx_serial >= peer.recovery_serial:
+                self._cc.on_persistent_congestion(peer)
+                peer.recovery_serial = peer.tx_serial + 1
+            peer.probe_seq = None
+        elif peer.probe_seq is None:
+            peer.probe_seq = max(seg.seq for seg in probes)
+            peer.probe_serial = probes[0].tx_serial
+            peer.probe_dup = False
+        self._resending[peer] = None
 
     def _resend_pass(self, out: list[Any], now: float, cap: int) -> None:
         sent = 0
@@ -505,6 +581,7 @@ class Recovery(Packetizer):
                 c.num_resends += 1
                 c.num_total_sends += 1
                 sent += 1
+            self._touched[peer] = None
             if not resend:
                 self._resending.pop(peer, None)
             if sent >= cap:

@@ -18,6 +18,7 @@ from .congestion import CongestionControl
 from .events import Event
 from .peers import Peer
 from .stats import ModuleCounters
+from .timers import DeadlineHeap
 from .wire import (
     ACK_BODY,
     CHUNK_LEN,
@@ -90,9 +91,19 @@ class EngineState:
         self._sending: dict[Peer, None] = {}
         self._acking: dict[Peer, None] = {}
         self._hello: dict[Peer, None] = {}
+        # timers (see Recovery._refresh_timers): peers whose timer inputs changed, to be
+        # (re)timed -- _timed if the change may give them a deadline, _touched otherwise
+        # (counted only if they are timed already) -- and the heaps of their times
         self._timed: dict[Peer, None] = {}
+        self._touched: dict[Peer, None] = {}
+        self._deadlines: DeadlineHeap[Peer] = DeadlineHeap()  # what next_deadline() reports
+        self._actions: DeadlineHeap[Peer] = DeadlineHeap()  # when handle_timer() acts on one
+        self._timed_order = 0  # peers are served in the order they became timed
 
     def _unschedule(self, peer: Peer) -> None:
-        """Take ``peer`` off every work list (it failed, is reset, or is forgotten)."""
-        for table in (self._resending, self._sending, self._acking, self._hello, self._timed):
+        """Take ``peer`` off every work list and timer (it failed, is reset, or is forgotten)."""
+        for table in (self._resending, self._sending, self._acking, self._hello, self._timed, self._touched):
             table.pop(peer, None)
+        peer.timed = False
+        self._deadlines.discard(peer)
+        self._actions.discard(peer)

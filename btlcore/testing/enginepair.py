@@ -136,7 +136,7 @@ class EngineNet:
         (default: now + 1 s)."""
         limit = self.now + 1.0 if max_time is None else max_time
         while self.steps < self.max_steps:
-            timers = [t for e in self.engines if (t := e.get_timer()) is not None]
+            timers = [t for e in self.engines if (t := e.next_deadline()) is not None]
             if not self._flight and (not timers or min(timers) > limit):
                 return self.now
             if not self.step():
@@ -242,7 +242,7 @@ class EngineNet:
         (not beyond ``cap``).  False when nothing at all is left to happen."""
         self.steps += 1
         for src, eng in enumerate(self.engines):
-            t = eng.get_timer()
+            t = eng.next_deadline()
             if t is not None and t <= self.now:
                 eng.handle_timer(self.now)
             out = eng.datagrams_to_send(self.now, self.budget)
@@ -256,7 +256,7 @@ class EngineNet:
         self._collect()
         nexts = [f[0] for f in self._flight[:1]]
         for eng in self.engines:
-            t = eng.get_timer()
+            t = eng.next_deadline()
             if t is not None:
                 nexts.append(max(t, self.now))
         if not nexts:

@@ -38,10 +38,10 @@ while got < nmsgs:
         nseg += len(out)
     got += sum(1 for e in b.take_events() if type(e) is MessageReceived)
     now += 1e-5
-    if b.get_timer() is not None and b.get_timer() <= now: b.handle_timer(now)
+    if b.next_deadline() is not None and b.next_deadline() <= now: b.handle_timer(now)
     for _, _, d in b.datagrams_to_send(now):
         d = bytes(d)
         t0 = pc(); a.receive_datagram(d, None, now); ack_ns += pc() - t0
     a.take_events()
-    if a.get_timer() is not None and a.get_timer() <= now: a.handle_timer(now)
+    if a.next_deadline() is not None and a.next_deadline() <= now: a.handle_timer(now)
 print(f"{(ack_ns if os.environ.get('ACKT') else rx_ns) / nseg:.0f}")

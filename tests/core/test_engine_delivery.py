@@ -238,7 +238,7 @@ def test_duplicate_acked_at_once_with_dsack_flag() -> None:
     mark2 = len(p.log)
     p.b.receive_datagram(raw, None, p.now)
     assert p.pb.counters.num_dup_recvs == 1
-    assert p.b.get_timer() == p.now
+    assert p.b.next_deadline() == p.now
     out = p.b.datagrams_to_send(p.now)
     assert len(out) == 1
     ack = decode(bytes(out[0][2]))
@@ -260,7 +260,7 @@ def test_out_of_window_acked_at_once_and_dropped(where: str, counter: str) -> No
     seq = cum + 17 if where == "above" else cum - 16
     inject_copy(p, raw, seq=seq)
     assert getattr(p.pb.counters, counter) == 1
-    assert p.b.get_timer() == p.now
+    assert p.b.next_deadline() == p.now
     out = p.b.datagrams_to_send(p.now)
     assert [decode(bytes(b)).type for _c, _d, b in out] == [T_ACK]
     assert p.pb.window.cum == cum and not p.pb.window.has_gaps
@@ -300,12 +300,12 @@ def test_acks_and_handshake_on_priority_channel() -> None:
     q = pair(priority_limit=768, ack_delay=0.0)
     q.send(0, 1, 1, b"x")
     q.step()
-    q.run(lambda: q.b.get_timer() is not None and q.b.get_timer() <= q.now)
+    q.run(lambda: q.b.next_deadline() is not None and q.b.next_deadline() <= q.now)
     assert [ch for ch, _d, _b in q.b.datagrams_to_send(q.now)] == [PRIORITY]  # the ACK
     r = pair(priority_limit=0, ack_delay=0.0)
     r.send(0, 1, 1, b"x")
     r.step()
-    r.run(lambda: r.b.get_timer() is not None and r.b.get_timer() <= r.now)
+    r.run(lambda: r.b.next_deadline() is not None and r.b.next_deadline() <= r.now)
     assert [ch for ch, _d, _b in r.b.datagrams_to_send(r.now)] == [DATA]
 
 

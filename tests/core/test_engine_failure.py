@@ -45,7 +45,7 @@ def test_peer_timeout_fails_every_pending_callback_once() -> None:
     st = p.a.stats()
     assert st["num_peer_failures"] == 1 and st["num_send_errors"] == len(SIZES)
     assert st["num_msgs_completed"] == 0
-    assert p.a.get_timer() is None and not p.a.has_outstanding()
+    assert p.a.next_deadline() is None and not p.a.has_outstanding()
     with pytest.raises(PeerUnreachable):
         p.a.send(p.pa, 1, b"more", p.cb("late"), p.now)
     assert p.completions["late"] == []  # raising, not calling back
@@ -210,7 +210,7 @@ def test_close_fails_pending_and_refuses_work() -> None:
         p.a.send(p.pa, 1, b"x", None, p.now)
     with pytest.raises(TransportClosed):
         p.a.connect(b"C", p.now)
-    assert p.a.get_timer() is None and p.a.datagrams_to_send(p.now) == []
+    assert p.a.next_deadline() is None and p.a.datagrams_to_send(p.now) == []
     p.a.close()  # idempotent
     p._collect()
     assert all(len(p.completions[i]) == 1 for i in range(3))

@@ -125,7 +125,7 @@ def test_handshake_timeout_fails_every_pending_send() -> None:
     assert p.a.stats()["num_peer_failures"] == 1 and p.a.stats()["num_send_errors"] == 5
     with pytest.raises(PeerUnreachable):
         p.a.send(p.pa, 1, b"late", None, p.now)
-    assert p.a.get_timer() is None  # nothing left to do
+    assert p.a.next_deadline() is None  # nothing left to do
 
 
 def test_handshake_timeout_at_awkward_start_time() -> None:
@@ -155,7 +155,7 @@ def test_connect_is_idempotent() -> None:
     assert p1 is p2
     out = e.datagrams_to_send(0.0)
     assert len(out) == 1  # one HELLO
-    assert e.get_timer() == Config().handshake_interval
+    assert e.next_deadline() == Config().handshake_interval
 
 
 def test_hello_with_mismatched_incarnation_is_malformed() -> None:

@@ -4,8 +4,9 @@ exactly what the plain computation gives.
 * Engine._prefixes keeps each data header's first 12 bytes (version, type, flags, the peer's
   connection id, our incarnation) and their CRC by connection and flags: a stale or shared
   entry would put the wrong connection id or CRC on the wire.
-* Engine.get_timer inlines the search for the retransmit timer's front segment: it is checked
-  against the straightforward computation at every step of lossy runs.
+* Engine.next_deadline keeps the peers' deadlines in a heap, recomputed only for the peers that
+  changed: it is checked against the straightforward computation over every timed peer at every
+  step of lossy runs.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ from btlcore.protocol.wire import CRC_OFFSET, HEAD_PREFIX, T_DATA, WIRE_VERSION,
 
 
 def _reference_timer(eng: Engine) -> float | None:
-    """get_timer as first written: one helper per question, no shortcut."""
+    """The next deadline as first written: every timed peer, one helper per question."""
     if eng._resending or eng._sending:
         return eng._now
     best = None
     cfg = eng.config
-    for peer in eng._timed:
+    for peer in [p for p in eng.peers_by_addr.values() if p.timed or p in eng._timed]:
         t = None
         if peer.unacked:
             front: Segment | None = next((s for s in peer.unacked.values() if not s.lost), None)
@@ -59,13 +60,13 @@ class CheckedNet(EngineNet):
     def step(self, cap: float | None = None) -> bool:
         for eng in self.engines:
             want = _reference_timer(eng)
-            assert eng.get_timer() == want
+            assert eng.next_deadline() == want
             self.checks += 1
         return super().step(cap)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_get_timer_matches_the_reference_under_loss(seed: int) -> None:
+def test_next_deadline_matches_the_reference_under_loss(seed: int) -> None:
     net = CheckedNet(3, seed=seed, mtu=1500)
     rng = random.Random(seed)
     net.handshake(0, 1)

@@ -110,7 +110,7 @@ def test_silent_peer_every_callback_once(cfg: dict[str, Any], fa: list[Any], fb:
     sent = do_sends(p, plan)
     n = len(plan)
     p.run_idle(p.now + 30.0)
-    assert p.a.get_timer() is None and p.b.get_timer() is None  # nothing left pending
+    assert p.a.next_deadline() is None and p.b.next_deadline() is None  # nothing left pending
     for i in range(n):
         got = p.completions[i]
         assert len(got) == 1, (i, got)

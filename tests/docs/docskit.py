@@ -123,7 +123,7 @@ class RawSender:
 
     def advance(self, dt: float) -> list[wire.Datagram]:
         self.now += dt
-        t = self.e.get_timer()
+        t = self.e.next_deadline()
         if t is not None and t <= self.now:
             self.e.handle_timer(self.now)
         return [d for d in self.collect(self.now) if d.type == wire.T_ACK]

@@ -219,7 +219,7 @@ def test_hello_retry_schedule_as_documented() -> None:
         for _, _, buf in e.datagrams_to_send(now):
             assert buf[1] == wire.T_HELLO
             times.append(round(now, 6))
-        t = e.get_timer()
+        t = e.next_deadline()
         assert t is not None
         now = t
         e.handle_timer(now)
