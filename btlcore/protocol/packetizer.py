@@ -113,57 +113,36 @@ class Packetizer(EngineState):
                 peer.counters.max_send_window = depth
 
     def _cut_segments(self, peer: Peer, now: float, out: list[Any], room: int) -> None:
-        """Where messages become datagrams: cut up to ``room`` segments from the head of
-        ``peer``'s queue and send them.
-
-        Each datagram is one immutable ``bytes``, joined from the header's pieces and the
-        payload slice once the CRC was computed over them: the payload is copied once, and
-        the device need not copy it again.  This runs once per segment sent, so the state it
-        touches is read into locals once per call and written back at the end."""
-        queue = peer.queue
-        unacked = peer.unacked
-        dest = peer.dest
-        append = out.append
-        crc = peer.crc
+        """Where messages become datagrams: up to ``room`` segments cut from ``peer``'s queue and sent,
+        each one immutable ``bytes`` (header pieces and payload joined once the CRC is computed: one
+        copy).  Runs per segment: the state it touches is read into locals, written back at the end."""
+        queue, unacked, dest, append, crc = peer.queue, peer.unacked, peer.dest, out.append, peer.crc
         gather_min = self._gather_min
-        conn, inc = peer.remote_conn, self.incarnation
-        seq = peer.next_seq
-        serial = peer.tx_serial
+        conn = peer.remote_conn
+        seq, serial = peer.next_seq, peer.tx_serial
         ack_w = peer.window.cum & SEQ_MASK  # the ACK point rides along (see _stamp)
         prefixes = self._prefixes
-        nbytes = chunks = frags = 0
+        nbytes = chunks = 0
         if not unacked:
             peer.last_progress = now  # the death clock runs only while something is unacked
         while room and queue:
             msg = queue[0]
             data, length, tag, off, msg_id = msg.data, msg.length, msg.tag, msg.offset, msg.msg_id
             put = msg.put_key is not None
-            flags = (F_ACK | F_CRC if crc else F_ACK) | msg.flags
+            flags = (F_ACK | F_CRC if crc else F_ACK) | msg.flags | (F_PUT if put else 0)
             if msg.chunked:
                 flags |= F_CHUNK
                 cap = self._chunk_cap - (PUT_LEN if put else 0)
                 channel = DATA
             else:
                 cap = length
-                pos = HEADER_LEN + (PUT_LEN if put else 0)
-                channel = PRIORITY if pos + length <= self.priority_limit else DATA
-            if put:
-                flags |= F_PUT
-            pre = prefixes.get(conn << 8 | flags)
-            if pre is None:
-                if len(prefixes) >= _PREFIXES_MAX:  # peers come and go: stay bounded
-                    prefixes.clear()
-                head = HEAD_PREFIX.pack(WIRE_VERSION, T_DATA, flags, 0, conn, inc)
-                pre = prefixes[conn << 8 | flags] = (head, crc32c(head) if crc else 0)
-            prefix, pre_crc = pre
-            # (per segment below: as few operations as possible; counts are taken after)
+                channel = PRIORITY if HEADER_LEN + (PUT_LEN if put else 0) + length <= self.priority_limit else DATA
+            prefix, pre_crc = prefixes.get(conn << 8 | flags) or self._new_prefix(conn, flags, crc)
             gather_at = gather_min if gather_min is not None and not put else _NEVER
             first_seq, first_off = seq, off
             end_seq = seq + room
             while seq < end_seq:
-                n = length - off
-                if n > cap:
-                    n = cap
+                n = cap if length - off > cap else length - off
                 if flags & F_CHUNK:
                     if put:
                         rest = HEAD_REST_CHUNK_PUT.pack(seq & SEQ_MASK, ack_w, tag, n, msg_id, length,
@@ -181,7 +160,6 @@ class Packetizer(EngineState):
                 else:
                     frame = b"".join((prefix, check, rest, payload))
                 serial += 1
-                # first transmission: sent now, once, with this serial
                 unacked[seq] = Segment(seq, frame, channel, msg, now, 1, serial)
                 append((channel, dest, frame))
                 seq += 1
@@ -195,13 +173,12 @@ class Packetizer(EngineState):
             msg.outstanding += cut
             if flags & F_CHUNK:
                 chunks += cut
-            else:
-                frags += cut
             if off >= length:
                 msg.cut_all = True
                 queue.popleft()
                 if put:  # the receiver's put status names it by its last segment's seq
                     peer.puts[(seq - 1) & SEQ_MASK] = msg
+        frags = seq - peer.next_seq - chunks
         peer.next_seq = seq
         peer.tx_serial = serial
         c = peer.counters
@@ -215,6 +192,16 @@ class Packetizer(EngineState):
         peer.ack_deadline = None
         if not peer.sack_dirty:
             peer.ack_now = False
+
+    def _new_prefix(self, conn: int, flags: int, crc: bool) -> tuple[bytes, int]:
+        """A data header's first 12 bytes to ``conn`` with ``flags``, and their CRC32C, packed
+        once and kept (the same for every segment: the incarnation is ours)."""
+        prefixes = self._prefixes
+        if len(prefixes) >= _PREFIXES_MAX:  # peers come and go: stay bounded
+            prefixes.clear()
+        head = HEAD_PREFIX.pack(WIRE_VERSION, T_DATA, flags, 0, conn, self.incarnation)
+        pre = prefixes[conn << 8 | flags] = (head, crc32c(head) if crc else 0)
+        return pre
 
     def _ack_pass(self, out: list[Any], now: float, budget: int) -> None:
         for peer in list(self._acking):

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .events import Event, MessageReceived, PutLanded, PutRefused, _new
@@ -56,73 +56,50 @@ class Receiver(Handshake):
     """Data segments in: ordering, reassembly, puts, put statuses, ACK debt."""
 
     def receive_datagrams(self, batch: Iterable[Any], now: float,
-                          sources: Iterable[Any] | None = None) -> None:
-        """The receive path: a device poll's worth of datagrams, in order, all arrived by
-        ``now`` (``sources``: where each came from, as the device reports it, or None).
-
-        Its first branch is the common case, written once: a data segment of a confirmed
-        peer, intact, the next in order with nothing missing, a whole message or a chunk in
-        the middle of one being reassembled.  What it needs from the engine is looked up once
-        per batch.  Anything else goes to the general handlers: :meth:`_dispatch` (checks
-        and counts everything: an ACK, a HELLO, a bad CRC, an unknown or stale peer) and
-        :meth:`_on_segment` (a data segment out of order, a first or last chunk, a put)."""
+                          sources: Sequence[Any] | None = None) -> None:
+        """The receive path: a device poll's worth of datagrams, arrived by ``now`` (``sources``: where each
+        came from, as the device reports it, or None).  Its first branch is the common case, written once:
+        the next data segment in order of a confirmed peer, intact, a whole message or a chunk in the middle
+        of one (what it needs looked up once per batch).  Else :meth:`_dispatch` or :meth:`_on_segment`."""
         self._now = now
         if self.closed:
             return  # nobody will read them: neither deliver nor acknowledge
         head_chunk, check, peers, events = HEADER_CHUNK.unpack_from, crc32c, self.peers_by_conn, self.events
-        # the (dst, inc) of the last datagram whose peer passed the checks: only a general
-        # handler (a handshake, a failure...) can change what they read
-        last_dst = last_inc = -1
+        last_dst = last_inc = -1  # whose peer passed the checks (only _dispatch changes that)
         peer: Any
-        srcs = None if sources is None else list(sources)
-        k = -1
-        for data in batch:
-            k += 1
+        for k, data in enumerate(batch):
             n = len(data)
+            typ = -1
             if n >= _CHUNKED:  # the chunk extension too, in the same unpack
                 version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen, msg_id, msg_len, off \
                     = head_chunk(data)
             elif n >= HEADER_LEN:
                 version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = HEADER.unpack_from(data)
-            else:
-                typ = -1
-            # the fast path's conditions, read before believing anything, then the CRC
-            if typ != T_DATA or version != WIRE_VERSION or flags & _NOT_FAST:
-                last_dst = -1
-                self._dispatch(data, None if srcs is None else srcs[k], now)
-                continue
-            if dst != last_dst or inc != last_inc:
-                peer = peers.get(dst)
-                if peer is None or inc != peer.remote_inc or not peer.confirmed \
-                        or not peer.remote_known or peer.state is _FAILED:
-                    last_dst = -1
-                    self._dispatch(data, None if srcs is None else srcs[k], now)
-                    continue
-                last_dst, last_inc = dst, inc
             view = memoryview(data)
-            if (check(view[CRC_OFFSET + 4:], check(view[:CRC_OFFSET])) != crc) if flags & F_CRC else self.crc:
+            # the fast path's conditions, read before believing anything (else _dispatch checks, counts)
+            if typ != T_DATA or version != WIRE_VERSION or flags & _NOT_FAST or (
+                    (dst != last_dst or inc != last_inc)
+                    and ((peer := peers.get(dst)) is None or inc != peer.remote_inc or not peer.confirmed
+                         or not peer.remote_known or peer.state is _FAILED)) or (
+                    check(view[CRC_OFFSET + 4:], check(view[:CRC_OFFSET])) != crc if flags & F_CRC else self.crc):
                 last_dst = -1
-                self._dispatch(data, None if srcs is None else srcs[k], now)  # (counts the CRC error)
+                self._dispatch(data, None if sources is None else sources[k], now)
                 continue
-            # a data segment of a known peer, intact
+            last_dst, last_inc = dst, inc
             if n != (_CHUNKED if flags & F_CHUNK else HEADER_LEN) + plen:
                 self.counters.num_malformed_recvs += 1  # drop before anything in it is believed
                 continue
             c = peer.counters
             c.num_total_recvs += 1
-            if flags & F_ACK and ack_w != peer.snd_una & SEQ_MASK:
-                # its news first (completions before the delivery it answers); see _on_piggyback_ack
+            if flags & F_ACK and ack_w != peer.snd_una & SEQ_MASK:  # news first: see _on_piggyback_ack
                 at_cum = self._on_cum_ack(peer, ack_w, now)
                 if at_cum is not None:
                     if at_cum.tx_count == 1 and at_cum.seq == peer.next_seq - 1:
                         peer.timer.sample(now - at_cum.sent_at)
                     if peer.unacked:
                         self._detect_losses(peer)
-            w = peer.window
-            cum = w.cum
-            ras = None
+            cum = (w := peer.window).cum
             if seq_w != (cum + 1) & SEQ_MASK or w._starts:
-                last_dst = -1
                 self._on_segment(peer, view, n, flags, seq_w, tag, plen, now)  # out of order
                 continue
             if flags & F_CHUNK:
@@ -130,14 +107,13 @@ class Receiver(Handshake):
                 # a chunk in the middle of a message being reassembled (not its first nor last)
                 if ras is None or ras.msg_len != msg_len or ras.put_key is not None or plen <= 0 \
                         or off + plen >= msg_len or ras.received + plen >= msg_len:
-                    last_dst = -1
                     self._on_segment(peer, view, n, flags, seq_w, tag, plen, now)
                     continue
             seq = w.cum = cum + 1
             if seq > w.high:
                 w.high = seq
                 peer.rx_high_time = now
-            if ras is None:
+            if not flags & F_CHUNK:
                 c.num_frag_recvs += 1
                 c.num_msgs_delivered += 1
                 c.num_bytes_delivered += plen
