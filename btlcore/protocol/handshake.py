@@ -87,27 +87,11 @@ class Handshake(Recovery):
         return len(self.peers_by_addr) < self.config.max_peers
 
     def _on_hello(self, typ: int, dst: int, hello: Hello, wants_crc: bool, source: Any, now: float) -> None:
-        if typ == T_HELLO:
-            peer = self.peers_by_addr.get(hello.address)
-            if peer is None:
-                if not self.config.accept_peers or self.closed:
-                    self.counters.num_unk_recvs += 1
-                    return
-                if len(self.peers_by_addr) >= self.config.max_peers and not self._sweep_inbound(now):
-                    self.counters.num_refused_peers += 1
-                    return
-                try:
-                    dest = self._resolve(hello.address)
-                except (ValueError, TypeError):
-                    self.counters.num_malformed_recvs += 1
-                    return
-                peer = self._new_peer(hello.address, dest)
-                peer.inbound_since = now
-        else:
-            peer = self.peers_by_conn.get(dst)
-            if peer is None or hello.echo_incarnation != self.incarnation:
-                self.counters.num_unk_recvs += 1
-                return
+        """A HELLO or HELLO_ACK (checked): learn the peer, follow its restarts and new
+        connections, answer a HELLO, confirm the connection."""
+        peer = self._hello_peer(typ, dst, hello, now)
+        if peer is None:
+            return
         c = peer.counters
         c.num_hello_recvs += 1
         self._touched[peer] = None  # (its timers are looked at again)
@@ -117,38 +101,9 @@ class Handshake(Recovery):
         if hello.conn_id in peer.past_remote_conns and hello.incarnation == peer.remote_inc:
             c.num_stale_recvs += 1  # a late HELLO of a connection already replaced
             return
-        renewed = False  # we took a new connection id in this call
-        if peer.remote_known and hello.incarnation != peer.remote_inc:
-            if stale_incarnation(hello.incarnation, peer.remote_inc):
-                c.num_stale_recvs += 1  # an older life's HELLO, delayed in the network
-                return
-            self._restart_peer(peer, now)
-            renewed = True
-        elif peer.remote_known and (hello.conn_id != peer.remote_conn or hello.isn != peer.remote_isn) \
-                and not self.closed:
-            # Same incarnation, new connection: the other side started afresh with us (it had
-            # declared us dead, or it saw a restart of ours race its handshake).
-            if peer.next_seq == peer.isn + 1 and peer.state is not PeerState.FAILED:
-                # We sent nothing on the old connection: simply follow it.  Its old segments
-                # cannot pass for new ones: they sit ~2**61 away from the new random ISN.
-                peer.remember_conn(peer.remote_conn)
-                peer.remote_known = False
-                peer.ready.clear()
-                peer.reassembly.clear()
-            else:
-                # What it had not acknowledged may or may not have been delivered before it
-                # reset: fail it (at most once, never twice), and start a new connection of
-                # our own that it learns from our HELLO.
-                self._fail_messages(peer, PeerUnreachable(
-                    f"peer {peer.address.hex()} reset the connection (it had declared us dead)"))
-                self._reset_peer(peer)
-                renewed = True
-        elif peer.state is PeerState.FAILED and not peer.remote_known and not self.closed:
-            # it never answered our handshake and we gave up; now it speaks: a new connection
-            self._reset_peer(peer)
-        elif peer.state is PeerState.FAILED or peer.state is PeerState.CLOSED:
-            c.num_stale_recvs += 1
-            return
+        renewed = self._hello_renews(peer, hello, now)
+        if renewed is None:
+            return  # stale
         # CRC32C on what we send it if either side requires one: crc=on at one end and
         # off (or auto on a device with integrity) at the other still talk
         peer.crc = self.crc or wants_crc
@@ -182,6 +137,70 @@ class Handshake(Recovery):
                 self._acking[peer] = None
         elif peer.state is PeerState.CONNECTING and peer.hello_next is None and peer.queue:
             self._start_hello(peer, now)
+
+    def _hello_peer(self, typ: int, dst: int, hello: Hello, now: float) -> Peer | None:
+        """The peer a HELLO (by its address: it may be new) or a HELLO_ACK (by our connection
+        id) is from; None, counted, if there is none or none may be made."""
+        if typ == T_HELLO:
+            peer = self.peers_by_addr.get(hello.address)
+            if peer is None:
+                if not self.config.accept_peers or self.closed:
+                    self.counters.num_unk_recvs += 1
+                    return None
+                if len(self.peers_by_addr) >= self.config.max_peers and not self._sweep_inbound(now):
+                    self.counters.num_refused_peers += 1
+                    return None
+                try:
+                    dest = self._resolve(hello.address)
+                except (ValueError, TypeError):
+                    self.counters.num_malformed_recvs += 1
+                    return None
+                peer = self._new_peer(hello.address, dest)
+                peer.inbound_since = now
+        else:
+            peer = self.peers_by_conn.get(dst)
+            if peer is None or hello.echo_incarnation != self.incarnation:
+                self.counters.num_unk_recvs += 1
+                return None
+        return peer
+
+    def _hello_renews(self, peer: Peer, hello: Hello, now: float) -> bool | None:
+        """What a HELLO says about the peer's life: a restart, a new connection, or a
+        failed peer speaking again.  True if we took a new connection id; None if stale."""
+        c = peer.counters
+        renewed = False  # we took a new connection id in this call
+        if peer.remote_known and hello.incarnation != peer.remote_inc:
+            if stale_incarnation(hello.incarnation, peer.remote_inc):
+                c.num_stale_recvs += 1  # an older life's HELLO, delayed in the network
+                return None
+            self._restart_peer(peer, now)
+            renewed = True
+        elif peer.remote_known and (hello.conn_id != peer.remote_conn or hello.isn != peer.remote_isn) \
+                and not self.closed:
+            # Same incarnation, new connection: the other side started afresh with us (it had
+            # declared us dead, or it saw a restart of ours race its handshake).
+            if peer.next_seq == peer.isn + 1 and peer.state is not PeerState.FAILED:
+                # We sent nothing on the old connection: simply follow it.  Its old segments
+                # cannot pass for new ones: they sit ~2**61 away from the new random ISN.
+                peer.remember_conn(peer.remote_conn)
+                peer.remote_known = False
+                peer.ready.clear()
+                peer.reassembly.clear()
+            else:
+                # What it had not acknowledged may or may not have been delivered before it
+                # reset: fail it (at most once, never twice), and start a new connection of
+                # our own that it learns from our HELLO.
+                self._fail_messages(peer, PeerUnreachable(
+                    f"peer {peer.address.hex()} reset the connection (it had declared us dead)"))
+                self._reset_peer(peer)
+                renewed = True
+        elif peer.state is PeerState.FAILED and not peer.remote_known and not self.closed:
+            # it never answered our handshake and we gave up; now it speaks: a new connection
+            self._reset_peer(peer)
+        elif peer.state is PeerState.FAILED or peer.state is PeerState.CLOSED:
+            c.num_stale_recvs += 1
+            return None
+        return renewed
 
     def _restart_peer(self, peer: Peer, now: float) -> None:
         """The peer came back as a new incarnation: fail what was meant for the old one and
