@@ -88,7 +88,7 @@ class Engine(Receiver):
         peer.msg_counter += 1
         msg = OutMessage(tag, view, callback, peer.msg_counter & U32_MASK, chunked, put_key, put_offset)
         queue = peer.queue
-        if type(queue) is tuple:  # made on first use: an idle peer holds no deque (~770 B),
+        if isinstance(queue, tuple):  # made on first use: an idle peer holds no deque (~770 B),
             queue = peer.queue = deque()  # and kept once emptied (not one per message)
         queue.append(msg)
         peer.counters.num_msgs_sent += 1

@@ -10,7 +10,7 @@ import struct
 from math import ceil
 from typing import Any
 
-from .peers import Peer, Segment
+from .peers import Frame, Peer, Segment
 from .state import DATA, PRIORITY, EngineState
 from .wire import (
     ACK_BODY,
@@ -156,7 +156,7 @@ class Packetizer(EngineState):
                 payload = data[off:off + n]
                 check = _U32.pack(crc32c(payload, crc32c(rest, pre_crc))) if crc else _NO_CRC
                 if n >= gather_at:
-                    frame = [b"".join((prefix, check, rest)), payload]  # (see enable_gather)
+                    frame: Frame = [b"".join((prefix, check, rest)), payload]  # (see enable_gather)
                 else:
                     frame = b"".join((prefix, check, rest, payload))
                 serial += 1

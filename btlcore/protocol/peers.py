@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from .events import Event
     from .recovery import RetransmitTimer
 
+#: a datagram as handed to the device: one buffer, or [header, payload] (a gathered send)
+Frame = bytes | bytearray | list[Any]
+
 #: a completion callback: called once with None (success) or the exception that failed it
 Callback = Callable[[BaseException | None], Any]
 
@@ -95,7 +98,7 @@ class Segment:
 
     __slots__ = ("seq", "buf", "channel", "msg", "sent_at", "tx_count", "tx_serial", "lost")
 
-    def __init__(self, seq: int, buf: bytes | bytearray, channel: int, msg: OutMessage,
+    def __init__(self, seq: int, buf: Frame, channel: int, msg: OutMessage,
                  sent_at: float = 0.0, tx_count: int = 0, tx_serial: int = 0) -> None:
         self.seq = seq
         self.buf = buf

@@ -408,7 +408,7 @@ class Receiver(Handshake):
         msg = OutMessage(0, memoryview(PUT_STATUS.pack(put_seq & SEQ_MASK, status)), None, 0, False)
         msg.flags = F_STATUS
         queue = peer.queue
-        if type(queue) is tuple:
+        if isinstance(queue, tuple):
             queue = peer.queue = deque()
         # At the head of the queue, not behind whatever bulk we have for the peer (the put's
         # callback waits for it) -- but after a message partly cut, whose chunks must keep

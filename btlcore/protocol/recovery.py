@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from itertools import islice
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import PeerUnreachable, PutError
 from .events import PeerFailed, SendCompleted, _new
@@ -119,6 +119,9 @@ class RetransmitTimer:
 class Recovery(Packetizer):
     """What the sender learns from ACKs: completions, RTT samples, losses (fast retransmit and
     the retransmit timeout), peer death."""
+
+    if TYPE_CHECKING:  # provided by Handshake (the next facet up), which confirms a connection
+        def _confirm(self, peer: Peer, now: float) -> None: ...
 
     def _on_cum_ack(self, peer: Peer, ack_w: int, now: float) -> Segment | None:
         """Apply a cumulative ACK (piggy-backed or standalone).  Returns the segment at the

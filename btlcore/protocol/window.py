@@ -105,13 +105,13 @@ class ReceiveWindow:
         cum = self.cum
         starts, ends = self._starts, self._ends
         if len(starts) > limit >= 2:
-            picked = list(zip(starts[:limit - 1], ends[:limit - 1])) + [(starts[-1], ends[-1])]
+            picked = list(zip(starts[:limit - 1], ends[:limit - 1], strict=True)) + [(starts[-1], ends[-1])]
         else:
-            picked = list(zip(starts[:limit], ends[:limit]))
+            picked = list(zip(starts[:limit], ends[:limit], strict=True))
         return [(s - cum, e - s + 1) for s, e in picked]
 
     def out_of_order_count(self) -> int:
-        return sum(e - s + 1 for s, e in zip(self._starts, self._ends))
+        return sum(e - s + 1 for s, e in zip(self._starts, self._ends, strict=True))
 
 
 class SackScoreboard:
@@ -159,4 +159,4 @@ class SackScoreboard:
         return fresh
 
     def ranges(self) -> list[tuple[int, int]]:
-        return list(zip(self._starts, self._ends))
+        return list(zip(self._starts, self._ends, strict=True))

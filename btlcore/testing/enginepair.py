@@ -25,8 +25,8 @@ from collections.abc import Callable
 from typing import Any
 
 from btlcore import Config
-from btlcore.protocol.events import Event, MessageReceived, SendCompleted
 from btlcore.protocol.engine import Engine
+from btlcore.protocol.events import Event, MessageReceived, SendCompleted
 from btlcore.protocol.peers import PeerState
 from btlcore.protocol.wire import Datagram, MalformedDatagram, decode
 

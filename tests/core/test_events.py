@@ -9,8 +9,19 @@ import pytest
 import btlcore
 from btlcore import Config
 from btlcore.protocol.events import (
-    EV_COMPLETE, EV_MESSAGE, EV_PEER_FAILED, EV_PEER_RESTARTED, EV_PUT, EV_PUT_ERROR, MessageReceived, PeerFailed,
-    PeerRestarted, PutLanded, PutRefused, SendCompleted, legacy,
+    EV_COMPLETE,
+    EV_MESSAGE,
+    EV_PEER_FAILED,
+    EV_PEER_RESTARTED,
+    EV_PUT,
+    EV_PUT_ERROR,
+    MessageReceived,
+    PeerFailed,
+    PeerRestarted,
+    PutLanded,
+    PutRefused,
+    SendCompleted,
+    legacy,
 )
 from btlcore.testing.enginepair import EnginePair
 
