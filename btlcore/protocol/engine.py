@@ -2,26 +2,17 @@
 
 Bytes and ``now`` go in; datagrams to send and the next deadline come out.  Nothing here
 touches a socket, a thread, a sleep or a clock: :class:`btlcore.transport.Transport` (or a
-test) drives it::
+test, see :mod:`btlcore.testing.enginepair`) drives it::
 
-    engine.receive_datagram(data, now)      # every datagram the device delivered
-    engine.handle_timer(now)                # when now >= engine.get_timer()
+    engine.receive_datagrams(batch, now)    # what the device delivered (or receive_datagram)
+    engine.handle_timer(now)                # when now >= engine.next_deadline()
     for channel, dest, buf in engine.datagrams_to_send(now, budget):
         device.post_send(channel, dest, buf)
-    for event in engine.take_events(): ...  # deliveries and completions (events.py)
+    for event in engine.take_events(): ...   # deliveries and completions (events.py)
 
-Where things happen, for a newcomer:
-
-* a message becomes datagrams in :meth:`Engine._cut_segments` (called from the send pass in
-  :meth:`Engine.datagrams_to_send`);
-* a lost segment is noticed in :meth:`Engine._detect_losses` (SACK/packet threshold: fast
-  retransmit) and :meth:`Engine.handle_timer` (retransmit timeout);
-* a datagram becomes a delivered message in :meth:`Engine._on_data`;
-* the handshake and incarnations are in :meth:`Engine._on_hello`.
-
-A progress pass sends, in this order (usnic's): retransmissions (at most
-``max_resends_per_pass``), new segments (round robin over peers, ``send_credits`` each),
-standalone ACKs that are due, then handshakes.
+:class:`Engine` is the facade: it joins the facets (packetizer, recovery, handshake, receive;
+see :mod:`btlcore.protocol` for where each thing happens) and holds no protocol logic of its
+own beyond handing work to them.
 """
 
 from __future__ import annotations

@@ -1,5 +1,22 @@
 """Engines joined by a scriptable in-memory link on a virtual clock (no device at all): the
-sans-I/O core tested on its own, as aioquic's tests drive two connections by hand.
+sans-I/O core tested on its own, as aioquic's tests drive two connections by hand.  A public
+testing API: a user's or a backend's tests drive two engines like this::
+
+    from btlcore import Config
+    from btlcore.testing.enginepair import EnginePair
+
+    p = EnginePair(Config(), seed=1)          # engines p.a, p.b at addresses b"A", b"B"
+    p.handshake()                             # run until both are established
+    p.drop_nth(0, 1, 0)                       # lose the next datagram from a to b
+    p.send(0, 1, 7, b"hello", key="m")        # a sends tag 7 to b; its completion goes to "m"
+    p.run(lambda: p.completions.get("m"))     # step virtual time until the predicate holds
+    assert p.delivered[1] == [(b"A", 7, b"hello")] and p.completions["m"] == [None]
+
+Each step hands every engine what arrived (``receive_datagram`` or, with
+``batch_receive=True``, ``receive_datagrams``), runs its due timers (``next_deadline`` /
+``handle_timer``), takes its events (``take_events``: deliveries into ``delivered``,
+completions into ``completions``, the rest into ``other_events``; all into ``timeline``) and
+sends what it wants sent (``datagrams_to_send``), logging every datagram in ``log``.
 
 :class:`EngineNet` joins any number of engines (addresses ``b"A"``, ``b"B"``, ``b"C"``...);
 :class:`EnginePair` is the two-engine case with ``a`` and ``b``.  Every datagram an engine

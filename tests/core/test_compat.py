@@ -32,3 +32,23 @@ def test_old_engine_module_keeps_the_event_codes() -> None:
     codes = [mod.EV_MESSAGE, mod.EV_COMPLETE, mod.EV_PUT, mod.EV_PUT_ERROR, mod.EV_PEER_FAILED,
              mod.EV_PEER_RESTARTED]
     assert codes == [0, 1, 2, 3, 4, 5]
+
+
+def test_get_timer_is_next_deadline_with_a_warning() -> None:
+    from btlcore import Config
+    from btlcore.testing.enginepair import EnginePair
+
+    p = EnginePair(Config())
+    p.connect(0, 1)
+    with pytest.warns(DeprecationWarning, match="get_timer"):
+        assert p.a.get_timer() == p.a.next_deadline()
+    with pytest.warns(DeprecationWarning, match="get_timer"):
+        assert p.a.get_timer(pending_work=False) == p.a.next_deadline(pending_work=False)
+
+
+def test_the_enginepair_docstring_example_runs() -> None:
+    import btlcore.testing.enginepair as ep
+
+    doc = ep.__doc__ or ""
+    example = "\n".join(line[4:] for line in doc.split("::\n\n")[1].split("\n\nEach step")[0].splitlines())
+    exec(compile(example, "enginepair-docstring", "exec"), {})
