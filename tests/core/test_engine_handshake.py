@@ -253,3 +253,17 @@ def test_peer_cap_refuses_handshakes_and_sweeps_ones_never_confirmed() -> None:
     assert set(b.peers_by_addr) == {b"H", b"A"}
     assert pa.state is PeerState.ESTABLISHED and b.peers_by_addr[b"A"].state is PeerState.ESTABLISHED
     assert b.peers_by_addr[b"H"] is held and b.stats()["num_refused_peers"] == 1
+
+
+def test_the_source_of_a_handshake_is_kept_on_the_peer() -> None:
+    from btlcore.testing.enginepair import EnginePair as _Pair
+
+    p = _Pair(Config())
+    p.a.connect(p.b.address, p.now)
+    hello = [bytes(d) for _, _, d in p.a.datagrams_to_send(p.now)]
+    p.b.receive_datagram(hello[0], ("10.0.0.1", 7471), p.now)  # as a device reports it
+    peer = p.b.peers_by_addr[p.a.address]
+    assert peer.source == ("10.0.0.1", 7471)
+    replies = [bytes(d) for _, _, d in p.b.datagrams_to_send(p.now)]
+    p.a.receive_datagrams(replies, p.now, sources=["B-addr"] * len(replies))
+    assert p.a.peers_by_addr[p.b.address].source == "B-addr"
