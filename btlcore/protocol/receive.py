@@ -65,6 +65,7 @@ class Receiver(Handshake):
         if self.closed:
             return  # nobody will read them: neither deliver nor acknowledge
         head_chunk, check, peers, events = HEADER_CHUNK.unpack_from, crc32c, self.peers_by_conn, self.events
+        acking, timed, freq = self._acking, self._timed, self._ack_frequency
         last_dst = last_inc = -1  # whose peer passed the checks (only _dispatch changes that)
         peer: Any
         for k, data in enumerate(batch):
@@ -128,12 +129,12 @@ class Receiver(Handshake):
                     ras.add(off, view[_CHUNKED:])
                 ras.received += plen
             peer.ack_count += 1
-            if peer.ack_count >= self._ack_frequency:
+            if peer.ack_count >= freq:
                 peer.ack_now = True
             elif peer.ack_deadline is None:
                 peer.ack_deadline = now + self._ack_delay
-            self._acking[peer] = None
-            self._timed[peer] = None
+            acking[peer] = None
+            timed[peer] = None
 
     def _dispatch(self, data: Any, source: Any, now: float) -> None:
         """The general handler for any datagram: checked (version, flags, CRC), counted if
