@@ -447,15 +447,6 @@ class UdpDevice:
     post_send_many = post_send_many
     poll_recv = poll_recv
     wait = wait
-    #: wait() returns at once when a socket is readable, so the transport may wait before
-    #: it reads (a read of an empty socket is a wasted system call)
-    wait_wakes_on_input = True
-    #: post_send and post_send_many take a datagram as a list of buffers (sendmsg gathers
-    #: them), so the engine need not copy a bulk payload into its segment
-    gather_sends = True
-    #: poll_completions has nothing to report (sendto completes synchronously), so the
-    #: transport need not call it every pass
-    sends_complete_at_once = True
 
     def __init__(self, opts: UdpOptions) -> None:
         if opts.recvmmsg == "on" and not _mmsg.available():
@@ -633,6 +624,14 @@ class UdpDevice:
             recv_queue_depth=max(1, self.rcvbuf_granted[1] // self.mtu),
             integrity=False,
             virtual_time=False,
+            # post_send and post_send_many take a datagram as a list of buffers (sendmsg
+            # gathers them), so the engine need not copy a bulk payload into its segment
+            gather_sends=True,
+            # sendto completes synchronously: poll_completions has nothing to report
+            sends_complete_at_once=True,
+            # wait() returns at once when a socket is readable, so the transport may wait
+            # before it reads (a read of an empty socket is a wasted system call)
+            wait_wakes_on_input=True,
         )
 
     def create_channel(self, channel: Channel, mtu: int) -> ChannelInfo:
