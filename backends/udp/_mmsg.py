@@ -11,9 +11,9 @@ their slots, valid until the next call.
 
 Each slot has a name buffer too, where the kernel writes the sender's address.
 :meth:`RecvBatch.sources` turns a call's names into ``(host, port)`` tuples in bulk: the
-raw bytes are read as integers through one strided slice (no Python code per datagram), and
-a per-batch cache maps them to the tuples the socket module would give, built once per
-sender.
+raw bytes are compared in one go (one sender nearly always sent the whole batch), and a
+cache maps them to the tuples the socket module would give, built once per sender: no Python
+code runs per datagram.
 """
 
 from __future__ import annotations
@@ -29,12 +29,14 @@ MSG_DONTWAIT = 0x40
 MAX_ARENA = 16 << 20
 NAME_SIZE = 32
 """Bytes of name buffer per slot: a sockaddr_in6 (28) rounded to whole 8-byte words."""
+_WORDS = NAME_SIZE // 8
 MAX_SENDERS = 4096
 """Sender addresses cached before the cache starts over (spoofed floods stay bounded)."""
 
 
 class _Senders(dict[Any, Any]):
-    """Raw sender address (as integers) -> the ``sockaddr`` tuple, made on first sight."""
+    """Raw sender address (an integer for IPv4, bytes for IPv6) -> the ``sockaddr`` tuple,
+    made on first sight."""
 
     def __init__(self, family: int) -> None:
         super().__init__()
@@ -43,15 +45,15 @@ class _Senders(dict[Any, Any]):
     def __missing__(self, key: Any) -> Any:
         if len(self) >= MAX_SENDERS:
             self.clear()
-        if self.family == socket.AF_INET6:  # key: 4 words of sockaddr_in6
-            raw = b"".join(w.to_bytes(8, sys.byteorder) for w in key)
+        if self.family == socket.AF_INET6:  # key: the name slot's bytes (a sockaddr_in6)
+            raw = key
             host = socket.inet_ntop(socket.AF_INET6, raw[8:24])
             scope = int.from_bytes(raw[24:28], sys.byteorder)
             if scope:  # as the socket module gives a scoped address: "fe80::1%lo"
                 host = socket.getnameinfo((host, 0, 0, scope), socket.NI_NUMERICHOST)[0]
             value: Any = (host, int.from_bytes(raw[2:4], "big"),
                           int.from_bytes(raw[4:8], "big"), scope)
-        else:  # key: sockaddr_in's first word (family, port, IPv4 address)
+        else:  # key: sockaddr_in's first word (family, port, IPv4 address) as an integer
             raw = key.to_bytes(8, sys.byteorder)
             value = (socket.inet_ntop(socket.AF_INET, raw[4:8]), int.from_bytes(raw[2:4], "big"))
         self[key] = value
@@ -135,7 +137,8 @@ class RecvBatch:
         self._msgs_addr = ctypes.addressof(self._msgs)
         self._hdr_size = size
         self._ptrs = [ctypes.c_void_p(self._msgs_addr + i * size) for i in range(slots)]
-        self._words = memoryview(self._names).cast("B").cast("Q")
+        self._name_bytes = memoryview(self._names).cast("B")
+        self._words = self._name_bytes.cast("Q")
         self._senders = _Senders(family)
         self._six = family == socket.AF_INET6
 
@@ -158,13 +161,22 @@ class RecvBatch:
     def sources(self, first: int, count: int) -> list[Any]:
         """The senders of the datagrams in slots ``first`` to ``first + count - 1`` of the
         last call, as the socket module gives addresses: ``(host, port)`` for IPv4,
-        ``(host, port, flowinfo, scope_id)`` for IPv6."""
-        w = NAME_SIZE // 8
-        words = self._words
-        lo, hi = first * w, (first + count) * w
+        ``(host, port, flowinfo, scope_id)`` for IPv6.
+
+        Nearly always one peer sent the whole batch: one comparison of the name buffers
+        (memcmp) finds that, and the answer is one sender repeated.  Otherwise IPv4 names are
+        read as integers through one strided slice, IPv6 ones as bytes, and mapped through
+        the cache."""
+        if count == 1 and not self._six:  # a round trip's request or reply: the short way
+            return [self._senders[self._words[first * _WORDS]]]
+        if count <= 0:
+            return []
+        names = self._name_bytes[first * NAME_SIZE:(first + count) * NAME_SIZE].tobytes()
+        one = names[:NAME_SIZE]
+        if count == 1 or names == one * count:
+            return [self._senders[one if self._six else self._words[first * _WORDS]]] * count
         if self._six:
-            keys: Any = zip(words[lo:hi:w].tolist(), words[lo + 1:hi:w].tolist(),
-                            words[lo + 2:hi:w].tolist(), words[lo + 3:hi:w].tolist())
+            keys: Any = [names[i:i + NAME_SIZE] for i in range(0, len(names), NAME_SIZE)]
         else:
-            keys = words[lo:hi:w].tolist()
+            keys = self._words[first * _WORDS:(first + count) * _WORDS:_WORDS].tolist()
         return list(map(self._senders.__getitem__, keys))
