@@ -19,6 +19,7 @@ from btlcore.backends.udp import plugin as udp_plugin
 from btlcore.device import REQUIRED_HOOKS, Capabilities, DeviceOps
 from btlcore.transport import Transport
 
+
 _NEW_FIELDS = dict(gather_sends=False, sends_complete_at_once=False, wait_wakes_on_input=False,
                    reports_source=False, seed=None, instance=None)
 

@@ -23,7 +23,7 @@ def _drain(fabric: Fabric, ops: DeviceOps, budget: int = 256) -> list[tuple[byte
         assert len(datagrams) == len(sources)
         if not datagrams:
             return got
-        got += [(bytes(d), s) for d, s in zip(datagrams, sources)]
+        got += [(bytes(d), s) for d, s in zip(datagrams, sources, strict=True)]
 
 
 @pytest.mark.parametrize("link", [LinkModel(), LinkModel(delay=1e-3), LinkModel(delay=1e-3, rate_mbps=100),

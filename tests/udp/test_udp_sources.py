@@ -22,7 +22,7 @@ def _receive(ops: DeviceOps, count: int, timeout: float = 5.0) -> list[tuple[byt
         assert time.monotonic() < deadline, f"only {len(got)} of {count} datagrams arrived"
         datagrams, sources = ops.poll_recv_from(count - len(got))
         assert len(datagrams) == len(sources)
-        got += [(bytes(d), s) for d, s in zip(datagrams, sources)]
+        got += [(bytes(d), s) for d, s in zip(datagrams, sources, strict=True)]
         if len(got) < count:
             ops.wait(time.monotonic() + 0.01)
     return got
