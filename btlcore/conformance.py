@@ -312,10 +312,10 @@ class ConformanceTests:
         for flag in ("integrity", "virtual_time", "gather_sends", "sends_complete_at_once",
                      "wait_wakes_on_input", "reports_source"):
             assert type(getattr(caps, flag)) is bool, f"Capabilities.{flag} is not a bool"
-        for number in ("seed", "instance"):
-            value = getattr(caps, number)
-            assert value is None or (type(value) is int and value >= 0), \
-                f"Capabilities.{number} must be None or an int >= 0, not {value!r}"
+        assert caps.seed is None or type(caps.seed) is int, \
+            f"Capabilities.seed must be None or an int, not {caps.seed!r}"
+        assert caps.instance is None or (type(caps.instance) is int and caps.instance >= 0), \
+            f"Capabilities.instance must be None or an int >= 0, not {caps.instance!r}"
         assert caps.mtu >= 256 and caps.send_queue_depth >= 1 and caps.recv_queue_depth >= 1
         if caps.reports_source:
             assert a.device.poll_recv_from is not None

@@ -279,18 +279,18 @@ def legacy_capabilities(backend: str, device: Any, declared: Capabilities) -> di
     with one ``DeprecationWarning`` naming them.  Empty for a backend that declares
     everything it has."""
     found: dict[str, Any] = {}
-    for name in LEGACY_FLAGS:
-        if getattr(device, name, False) is True and not getattr(declared, name):
+    for name in LEGACY_FLAGS:  # (truth values, as the transport read them)
+        if getattr(device, name, False) and not getattr(declared, name):
             found[name] = True
     if declared.seed is None:
         seed = getattr(device, "seed", None)
         if seed is None:
             seed = getattr(getattr(device, "fabric", None), "seed", None)
-        if isinstance(seed, int) and not isinstance(seed, bool):
+        if seed is not None:
             found["seed"] = seed
     if declared.instance is None and declared.virtual_time:
         instance = getattr(device, "instance", None)
-        if isinstance(instance, int) and not isinstance(instance, bool):
+        if instance is not None:
             found["instance"] = instance
     if found:
         warnings.warn(

@@ -16,7 +16,7 @@ import btlcore
 from btlcore.backends.sim import Fabric
 from btlcore.backends.sim import plugin as sim_plugin
 from btlcore.backends.udp import plugin as udp_plugin
-from btlcore.device import REQUIRED_HOOKS, Capabilities, DeviceOps
+from btlcore.device import REQUIRED_HOOKS, Capabilities, DeviceOps, legacy_capabilities
 from btlcore.transport import Transport
 
 
@@ -155,3 +155,16 @@ def test_declaring_reports_source_without_the_hook_fails_at_open() -> None:
             Transport(ops)
     finally:
         ops.close()
+
+
+def test_legacy_reader_takes_what_the_old_transport_read() -> None:
+    virtual = Capabilities(mtu=1000, virtual_time=True)
+    device = types.SimpleNamespace(fabric=types.SimpleNamespace(seed=7), instance=3, gather_sends=1)
+    with pytest.warns(DeprecationWarning, match=r"\(gather_sends, instance, seed\)"):
+        assert legacy_capabilities("old", device, virtual) == {"seed": 7, "instance": 3, "gather_sends": True}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        # a real-time device's instance was never read; what is declared is not read again
+        assert legacy_capabilities("old", types.SimpleNamespace(instance=3), Capabilities(mtu=1000)) == {}
+        declared = Capabilities(mtu=1000, virtual_time=True, seed=1, instance=0, gather_sends=True)
+        assert legacy_capabilities("new", device, declared) == {}
