@@ -23,7 +23,6 @@ The contract, in the words a backend author needs:
 * ``clock`` returns the device's ``now()`` in seconds: virtual on the simulator, monotonic
   elsewhere.  ``wait(deadline)`` blocks (or advances virtual time) until a datagram may have
   arrived or ``deadline`` passes; ``deadline=None`` means "until something happens".
-
 * ``poll_recv_from`` (optional) is ``poll_recv`` that also says where each datagram came
   from: the same datagrams, and a parallel sequence of their source addresses in the
   device's own form (hashable, ``==``-comparable, one value per channel of a peer).  A
