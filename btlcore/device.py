@@ -315,7 +315,6 @@ class DeviceOps:
     post_send: Callable[[Channel, Any, Any], bool]
     post_send_many: Callable[[Sequence[tuple[Channel, Any, Any]]], int] | None
     poll_recv: Callable[[int], Sequence[Any]]
-    poll_recv_from: Callable[[int], tuple[Sequence[Any], Sequence[Any]]] | None
     poll_completions: Callable[[], int]
     local_address: Callable[[], bytes]
     resolve: Callable[[bytes], Any]
@@ -323,6 +322,8 @@ class DeviceOps:
     wait: Callable[[float | None], None]
     fds: Callable[[], Sequence[int]]
     close: Callable[[], None]
+    poll_recv_from: Callable[[int], tuple[Sequence[Any], Sequence[Any]]] | None = None
+    """Last, with a default: a ``DeviceOps`` built by hand as before still builds."""
 
     @classmethod
     def bind(cls, backend: str, plugin: Any, device: Any) -> DeviceOps:
