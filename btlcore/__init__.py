@@ -1,7 +1,8 @@
 """btlcore: reliable messaging over unreliable datagrams.
 
-The core (this package) is sans-I/O; backends (``btlcore.backends.*``) do the I/O and are
-found by name through the ``btlcore.backends`` entry-point group.
+The core (this package) is sans-I/O; backends (``btlcore_sim``, ``btlcore_udp``,
+``btlcore_verbs``, or a third party's) do the I/O and are found by name through the
+``btlcore.backends`` entry-point group.
 """
 
 from .config import Config

@@ -1,5 +1,5 @@
 """The wire format: every byte btlcore puts in a datagram.  ``docs/protocol.md`` is its
-prose twin; ``btlcore.backends.sim.layers`` defines the same bytes as scapy layers (a test
+prose twin; ``btlcore_sim.layers`` defines the same bytes as scapy layers (a test
 proves both agree).
 
 All fields are big-endian.  A datagram is::

@@ -11,6 +11,9 @@ stamp=.venv/.btlcore-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     log=.venv/install.log
+    # Left by the setuptools editable install of releases before 0.2: its old entry points
+    # would shadow the installed ones (the checkout's root is on sys.path in editable mode).
+    rm -rf btlcore.egg-info
     echo "setting up .venv (pip install -e '.[test,bench]'; log in $log)"
     if ! { .venv/bin/python -m pip install --upgrade pip && \
            .venv/bin/python -m pip install -e '.[test,bench]'; } >"$log" 2>&1; then

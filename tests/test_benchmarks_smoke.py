@@ -1,4 +1,4 @@
-"""Smoke test of the benchmark harness (``benchmarks/``, driven by ``btl bench``).
+"""Smoke test of the benchmark harness (``btlcore.bench``, driven by ``btl bench``).
 
 Runs the tiniest configuration of every reference and every btlcore measurement to prove the
 harness works end to end: process pairs, trials, statistics, ratios, targets, the table, the
@@ -11,19 +11,14 @@ import io
 import json
 import math
 import socket
-import sys
 import time
 import warnings
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # benchmarks/ is not installed; btl bench does the same
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks import docs, harness, ref_quic, ref_tcp, ref_udp, report, runner  # noqa: E402
-from benchmarks.profiles import TINY  # noqa: E402
+from btlcore.bench import docs, harness, ref_quic, ref_tcp, ref_udp, report, runner
+from btlcore.bench.profiles import TINY
 
 pytestmark = pytest.mark.timeout(120)
 

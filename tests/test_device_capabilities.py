@@ -13,9 +13,9 @@ import attrs
 import pytest
 
 import btlcore
-from btlcore.backends.sim import Fabric
-from btlcore.backends.sim import plugin as sim_plugin
-from btlcore.backends.udp import plugin as udp_plugin
+from btlcore_sim import Fabric
+from btlcore_sim import plugin as sim_plugin
+from btlcore_udp import plugin as udp_plugin
 from btlcore.device import REQUIRED_HOOKS, Capabilities, DeviceOps, legacy_capabilities
 from btlcore.transport import Transport
 

@@ -7,9 +7,9 @@ import json
 import pytest
 
 import btlcore
-from btlcore.plugins.faults import FaultScript
-from btlcore.plugins.pcap import PcapTracer
-from btlcore.plugins.stats import StatsReporter
+from btlcore_plugins.faults import FaultScript
+from btlcore_plugins.pcap import PcapTracer
+from btlcore_plugins.stats import StatsReporter
 
 
 def _pair(**kw):
@@ -20,7 +20,7 @@ def _pair(**kw):
 
 def test_pcap_tracer_writes_frames_scapy_dissects(tmp_path):
     scapy_all = pytest.importorskip("scapy.all")
-    from btlcore.backends.sim import layers  # noqa: F401  (binds the btlcore layers)
+    from btlcore_sim import layers  # noqa: F401  (binds the btlcore layers)
 
     path = tmp_path / "trace.pcap"
     tracer = PcapTracer(str(path))

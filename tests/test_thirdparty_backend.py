@@ -24,7 +24,7 @@ def test_third_party_backend_installs_and_passes_conformance(tmp_path: Path) -> 
     suite = tmp_path / "test_memnet_conformance.py"
     suite.write_text(textwrap.dedent("""
         import btlcore
-        from btlcore.conformance import BackendHarness, ConformanceTests
+        from btlcore.testing.conformance import BackendHarness, ConformanceTests
 
         def test_found_by_name():
             names = [b.name for b in btlcore.list_backends()]

@@ -7,7 +7,7 @@ import pytest
 
 import btlcore
 from btlcore import Config
-from btlcore.backends.sim import Fabric, LinkModel
+from btlcore_sim import Fabric, LinkModel
 
 
 def test_stats_line_every_interval_of_the_transport_clock(capsys) -> None:

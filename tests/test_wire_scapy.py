@@ -1,4 +1,4 @@
-"""``btlcore.wire`` and the scapy layers of ``btlcore.backends.sim.layers`` agree, both ways:
+"""``btlcore.wire`` and the scapy layers of ``btlcore_sim.layers`` agree, both ways:
 a datagram encoded by wire equals the one scapy builds from the same fields (CRC included),
 and scapy dissects wire's bytes back to the same fields (as wire.decode reads them)."""
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from btlcore import wire
 
-layers = pytest.importorskip("btlcore.backends.sim.layers")
+layers = pytest.importorskip("btlcore_sim.layers")
 scapy_all = pytest.importorskip("scapy.all")
 
 u8 = st.integers(0, 0xFF)

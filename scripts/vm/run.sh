@@ -77,7 +77,7 @@ fi
 } > "$out/cmd.sh"
 
 # Byte-compile the repository's Python on the host: compiling in the guest is slow under TCG.
-/usr/bin/python3 -m compileall -q -j 0 "$REPO/btlcore" "$REPO/backends" "$REPO/scripts/vm/guest" >/dev/null 2>&1 || true
+/usr/bin/python3 -m compileall -q -j 0 "$REPO/btlcore" "$REPO/backends" "$REPO/plugins" "$REPO/scripts/vm/guest" >/dev/null 2>&1 || true
 
 console=$out/console.log
 start=$(date +%s.%N)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from btlcore import wire
-from btlcore.backends.sim import Fabric
+from btlcore_sim import Fabric
 from btlcore.device import Channel, DeviceOps
 
 

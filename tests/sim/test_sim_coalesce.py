@@ -7,7 +7,7 @@ import pytest
 
 import btlcore
 from btlcore import wire
-from btlcore.backends.sim import Fabric, LinkModel
+from btlcore_sim import Fabric, LinkModel
 from btlcore.device import Channel
 from btlcore.errors import ConfigError
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from btlcore.backends.sim import Fabric, LinkModel
+from btlcore_sim import Fabric, LinkModel
 from btlcore.device import Channel
 from simkit import frame  # type: ignore[import-not-found]
 

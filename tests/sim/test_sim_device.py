@@ -6,8 +6,8 @@ import pytest
 import scapy.all as scapy_all
 
 from btlcore import registry, wire
-from btlcore.backends.sim import Fabric, LinkModel, default_fabric, layers
-from btlcore.backends.sim import plugin as sim_plugin
+from btlcore_sim import Fabric, LinkModel, default_fabric, layers
+from btlcore_sim import plugin as sim_plugin
 from btlcore.device import REQUIRED_HOOKS, Channel, DeviceSpec
 from btlcore.errors import ConfigError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from btlcore import wire
-from btlcore.backends.sim import Fabric, LinkModel
+from btlcore_sim import Fabric, LinkModel
 from btlcore.device import Channel
 from simkit import Pair, frame, paced, seq_of, tiny  # type: ignore[import-not-found]
 

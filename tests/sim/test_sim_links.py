@@ -12,7 +12,7 @@ import statistics
 import pytest
 
 from btlcore import wire
-from btlcore.backends.sim import Fabric, LinkModel
+from btlcore_sim import Fabric, LinkModel
 from btlcore.device import Channel
 from btlcore.errors import ConfigError
 from simkit import Pair, frame, paced, seq_of, tiny  # type: ignore[import-not-found]

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from btlcore import wire
-from btlcore.backends.sim import Fabric, LinkModel
+from btlcore_sim import Fabric, LinkModel
 from btlcore.device import Channel
 from simkit import Pair, frame  # type: ignore[import-not-found]
 
 scapy_all = pytest.importorskip("scapy.all")
-layers = pytest.importorskip("btlcore.backends.sim.layers")
+layers = pytest.importorskip("btlcore_sim.layers")
 
 
 def _scenario(path: Path, seed: int = 7) -> Fabric:

@@ -5,7 +5,7 @@ messages."""
 from __future__ import annotations
 
 import btlcore
-from btlcore.backends.sim import Fabric, LinkModel
+from btlcore_sim import Fabric, LinkModel
 
 
 def test_put_outcomes_over_a_lossy_duplicating_fabric() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from btlcore.backends.sim.selftest import frames_per_second
+from btlcore_sim.selftest import frames_per_second
 
 
 def test_frames_per_second_measures_a_lossless_run() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import btlcore
-from btlcore.backends.sim import Fabric, LinkModel
+from btlcore_sim import Fabric, LinkModel
 from btlcore.device import Channel, DeviceOps
 from btlcore.registry import open_device
 

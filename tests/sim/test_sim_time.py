@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from btlcore.backends.sim import Fabric, LinkModel
+from btlcore_sim import Fabric, LinkModel
 from btlcore.device import Channel
 from simkit import Pair, frame, seq_of  # type: ignore[import-not-found]
 

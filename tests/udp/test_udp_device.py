@@ -16,8 +16,8 @@ from btlcore.device import Capabilities, Channel, DeviceOps
 from btlcore.errors import ConfigError
 from btlcore.registry import open_device, probe
 
-from btlcore.backends.udp import _address, _mmsg, _mtu, _options
-from btlcore.backends.udp._device import UdpDevice
+from btlcore_udp import _address, _mmsg, _mtu, _options
+from btlcore_udp._device import UdpDevice
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -295,7 +295,7 @@ def test_option_error_through_registry():
 
     with pytest.raises(BackendUnavailable, match="gso"):
         open_device("udp", {"gso": "maybe"})
-    plugin = __import__("btlcore.backends.udp.plugin", fromlist=["x"])
+    plugin = __import__("btlcore_udp.plugin", fromlist=["x"])
     with pytest.raises(ConfigError, match="'mtu'"):
         plugin.btl_device_open(options={"mtu": 5})
 
@@ -759,7 +759,7 @@ def test_icmp_errors_neither_break_sends_nor_spin_wait(open_udp, host):
 
 
 def test_keep_heap(open_udp):
-    from btlcore.backends.udp import _heap
+    from btlcore_udp import _heap
 
     assert _options.parse({}, environ={}).keep_heap is True
     assert _options.parse({"keep_heap": "off"}, environ={}).keep_heap is False
@@ -818,7 +818,7 @@ def test_gso_run_retried_after_a_pending_icmp_error(open_udp):
 
 
 def test_parse_peer():
-    from btlcore.backends.udp import plugin
+    from btlcore_udp import plugin
 
     blob = plugin.parse_peer("127.0.0.1:7000")
     assert _address.decode(blob) == (socket.AF_INET, "127.0.0.1", 7000, 7001, 0)

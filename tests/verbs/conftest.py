@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from btlcore.backends.verbs import plugin
+from btlcore_verbs import plugin
 
 
 @pytest.fixture(scope="session")
@@ -23,8 +23,8 @@ def need_verbs(verbs_probe):
 @pytest.fixture
 def open_verbs(need_verbs):
     """open_verbs(**options) -> an open VerbsDevice, closed at teardown."""
-    from btlcore.backends.verbs import VerbsDevice
-    from btlcore.backends.verbs._options import parse
+    from btlcore_verbs import VerbsDevice
+    from btlcore_verbs._options import parse
 
     devices = []
 

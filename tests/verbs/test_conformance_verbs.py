@@ -1,12 +1,12 @@
-"""The backend conformance suite (btlcore.conformance) on verbs: Soft-RoCE in the VM, or any
+"""The backend conformance suite (btlcore.testing.conformance) on verbs: Soft-RoCE in the VM, or any
 RDMA port.  Skips with the probe's reason where verbs cannot run."""
 
 from __future__ import annotations
 
 import pytest
 
-from btlcore.backends.verbs import plugin
-from btlcore.conformance import BackendHarness, ConformanceTests
+from btlcore_verbs import plugin
+from btlcore.testing.conformance import BackendHarness, ConformanceTests
 
 _probe = plugin.probe({})
 pytestmark = pytest.mark.skipif(not _probe.usable, reason=f"verbs unavailable: {_probe.reason}")

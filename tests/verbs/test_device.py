@@ -213,7 +213,7 @@ def test_explicit_gid_index_and_bad_device(open_verbs):
 
 
 def test_wrong_qkey_is_dropped(open_verbs):
-    from btlcore.backends.verbs import _address
+    from btlcore_verbs import _address
 
     a, b = open_verbs(), open_verbs(qkey=0x1234)
     good = _address.decode(b.local_address())
@@ -236,7 +236,7 @@ def test_close_is_idempotent(open_verbs):
 def test_qp_error_state_is_recovered(open_verbs):
     """A receive that finds a buffer too small for it puts a UD QP in the error state; the
     device must notice, bring the QP back to RTS, and go on delivering."""
-    from btlcore.backends.verbs import _pyverbs
+    from btlcore_verbs import _pyverbs
 
     pv = _pyverbs.load()
     a, b = open_verbs(), open_verbs(recv_queue_depth=4)

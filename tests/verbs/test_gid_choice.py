@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from btlcore.backends.verbs import _device
+from btlcore_verbs import _device
 from btlcore.errors import ConfigError
 
 E = types.SimpleNamespace(IBV_GID_TYPE_ROCE_V2=2, IBV_PORT_ACTIVE=4)
@@ -80,7 +80,7 @@ def test_no_devices_reasons():
 
 
 def test_no_active_port_reason(monkeypatch):
-    from btlcore.backends.verbs._options import parse
+    from btlcore_verbs._options import parse
 
     class Port:
         state, gid_tbl_len = 1, 4

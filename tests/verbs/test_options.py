@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from btlcore.backends.verbs import _address, _options, plugin
+from btlcore_verbs import _address, _options, plugin
 from btlcore.errors import ConfigError
 
 
@@ -84,7 +84,7 @@ def test_registered_backend_probe():
 
 
 def test_selftest_says_why_when_unavailable(verbs_probe, capsys):
-    from btlcore.backends.verbs import selftest
+    from btlcore_verbs import selftest
 
     if verbs_probe.usable:
         pytest.skip("verbs is usable here: the device tests cover the selftest's paths")

@@ -1,0 +1,24 @@
+"""The ``sim`` backend: a simulated fabric of NICs in virtual time, with netem-like link
+impairments, scripted faults, pcapng capture and per-link statistics.
+
+::
+
+    from btlcore_sim import Fabric, LinkModel
+    fabric = Fabric(seed=1, default=LinkModel(delay=10e-6), pcap="run.pcapng")
+    a = fabric.open_device(name="a")          # = registry.open_device("sim", {...})
+    b = fabric.open_device(name="b")
+    fabric.set_link("a", "b", LinkModel(delay=10e-6, loss=0.01))
+
+Modules, one concept each: ``scheduler`` (virtual time), ``links`` (link models and
+impairments), ``nic`` (the device object), ``rules`` (scripted faults), ``pcap``
+(capture), ``fabric`` (putting them together), ``plugin`` (the hooks), ``layers`` (scapy
+layers; imported only on demand, scapy is slow to load), ``selftest`` (raw speed).
+"""
+
+from .fabric import Fabric, default_fabric, reset_default_fabric
+from .links import DROP_CAUSES, Link, LinkModel
+from .nic import SimNIC
+from .rules import DropRule, Partition
+
+__all__ = ["DROP_CAUSES", "DropRule", "Fabric", "Link", "LinkModel", "Partition", "SimNIC",
+           "default_fabric", "reset_default_fabric"]
