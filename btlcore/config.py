@@ -114,7 +114,8 @@ class Config:
             raise ConfigError(
                 f"parameter 'rto_min' ({self.rto_min}) must not exceed 'rto_max' ({self.rto_max})")
         if 0 < self.mtu < 128:
-            raise ConfigError(f"bad value {self.mtu!r} for parameter 'mtu' (BTL_MTU): allowed is 0 or an integer from 128 to 65507")
+            raise ConfigError(f"bad value {self.mtu!r} for parameter 'mtu' (BTL_MTU): "
+                              "allowed is 0 or an integer from 128 to 65507")
 
     # -- building from strings ----------------------------------------------------------
 

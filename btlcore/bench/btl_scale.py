@@ -104,7 +104,7 @@ def progress_cost(profile: Profile, n: int) -> list[Result]:
         for _ in range(k):
             want = got[0] + 1
             A.send(hub, peers[0], TAG, b"ping", callback=cb)
-            A.run_until([hub, others[0]], lambda: got[0] >= want, 5.0, wall=0.9 * profile.deadline)
+            A.run_until([hub, others[0]], lambda want=want: got[0] >= want, 5.0, wall=0.9 * profile.deadline)
         ex = (pc() - t0) / k
         if i >= profile.warmup:
             idle.append(statistics.median(samples))

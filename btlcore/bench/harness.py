@@ -321,7 +321,8 @@ def machine() -> dict[str, Any]:
                     break
     except OSError:
         pass
-    return {"python": platform.python_version(), "load": list(os.getloadavg()), "implementation": platform.python_implementation(),
+    return {"python": platform.python_version(), "load": list(os.getloadavg()),
+            "implementation": platform.python_implementation(),
             "platform": platform.platform(), "cpus": cpus, "cpu_model": model,
             "pinned_cores": list(core_pair()), "hostname": socket.gethostname(),
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

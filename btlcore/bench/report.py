@@ -102,8 +102,8 @@ def rows(results: Iterable[Mapping[str, Any]]) -> list[tuple[str, list[list[str]
 
 
 def text_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
-    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *body, strict=True)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
     return "\n".join([line(header), line(["-" * w for w in widths]), *(line(b) for b in body)])
 
 
@@ -139,7 +139,8 @@ def _why(res: Mapping[str, Mapping[str, Any]], *ids: str) -> str:
     return ""
 
 
-def ratio_pairs(sizes: Sequence[int] = (1472, 8972, 65000), msgs: Sequence[int] = (64, 8192)) -> list[tuple[str, str, str]]:
+def ratio_pairs(sizes: Sequence[int] = (1472, 8972, 65000),
+                msgs: Sequence[int] = (64, 8192)) -> list[tuple[str, str, str]]:
     """(btlcore id, reference id, label) pairs printed side by side."""
     pairs = []
     for s in sizes:

@@ -26,8 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from . import btl_adapter, btl_scale, btl_sim, btl_udp, ref_quic, ref_tcp, ref_udp, report
-from . import harness
+from . import btl_adapter, btl_scale, btl_sim, btl_udp, harness, ref_quic, ref_tcp, ref_udp, report
 from .harness import Result, Skip, failed, machine, skipped
 from .profiles import PROFILES, QUICK, Profile
 
@@ -103,7 +102,8 @@ def plan(p: Profile, host: str = harness.LOOPBACK_V4) -> list[Item]:
                      "simulator, lossless, fabric that never corrupts: data segments per wall-second", "1/s",
                      "higher")],
         lambda: alone("simulator", btl_sim.segment_rate, p.deadline, profile=p, integrity=True))
-    models: list[tuple[float, float | None]] = [(x, None) for x in p.loss_rates] + [(btl_sim.BURST_LOSS, btl_sim.BURST_LENGTH)]
+    models: list[tuple[float, float | None]] = [(x, None) for x in p.loss_rates]
+    models.append((btl_sim.BURST_LOSS, btl_sim.BURST_LENGTH))
     for loss, burst in models:
         key = f"burst{round(loss * 100)}" if burst else f"random{round(loss * 100)}"
         label = f"{loss:.0%} burst loss" if burst else f"{loss:.0%} random loss"
@@ -114,10 +114,12 @@ def plan(p: Profile, host: str = harness.LOOPBACK_V4) -> list[Item]:
         add("btl_sim", specs, lambda loss=loss, burst=burst: alone("simulator", btl_sim.efficiency, p.deadline,
                                                                  profile=p, loss=loss, burst=burst))
 
-    add("btl_scale", [("btl.mem_per_peer", "memory per idle peer", "B", "lower")], lambda: alone("simulator", btl_scale.memory_per_peer, p.deadline, profile=p))
+    add("btl_scale", [("btl.mem_per_peer", "memory per idle peer", "B", "lower")],
+        lambda: alone("simulator", btl_scale.memory_per_peer, p.deadline, profile=p))
     for n in p.scale_peers:
         add("btl_scale", [(f"btl.progress_idle.{n}", f"progress(0), nothing to do, {n} idle peers", "s", "lower"),
-                          (f"btl.progress_active.{n}", f"one message exchange with 1 active of {n} peers", "s", "lower")],
+                          (f"btl.progress_active.{n}", f"one message exchange with 1 active of {n} peers", "s",
+                           "lower")],
             lambda n=n: alone("simulator", btl_scale.progress_cost, p.deadline, profile=p, n=n))
     return sorted(items, key=_run_order) if p.interleave else items
 
@@ -236,7 +238,8 @@ DESCRIPTION = ("Measure btlcore side by side with raw UDP, kernel TCP and aioqui
 def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add ``btl bench``'s options to ``ap`` (for a CLI that builds its own subparser)."""
     ap.add_argument("--quick", action="store_true", help="short trials: about a minute in all")
-    ap.add_argument("--profile", choices=sorted(PROFILES), help="tiny | quick | full (default full, or quick with --quick)")
+    ap.add_argument("--profile", choices=sorted(PROFILES),
+                    help="tiny | quick | full (default full, or quick with --quick)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON instead of the table")
     ap.add_argument("--only", metavar="SECTIONS", default=None,
                     help=f"comma-separated sections or groups: {', '.join((*SECTIONS, *GROUPS))}")

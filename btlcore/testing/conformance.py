@@ -148,7 +148,7 @@ class ConformanceTests:
         to_b, to_a = _payloads(rng, 200, 0, 20000), _payloads(rng, 200, 0, 20000)
         done: list[BaseException | None] = []
         pb, pa = a.connect(b.address), b.connect(a.address)
-        for x, y in zip(to_b, to_a):
+        for x, y in zip(to_b, to_a, strict=True):
             a.send(pb, TAG, x, done.append)
             b.send(pa, TAG, y, done.append)
         harness.run([a, b], lambda: len(done) == 400 and len(sa.got) == 200 and len(sb.got) == 200)

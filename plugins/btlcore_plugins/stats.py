@@ -12,7 +12,6 @@ from typing import IO, Any
 
 from btlcore.device import hookimpl
 
-
 _STDERR: Any = object()  # "sys.stderr as it is when the transport closes"
 
 

@@ -22,7 +22,6 @@ Open it by name: ``btlcore.registry.open_device("udp", {"bind": "127.0.0.1:0"})`
 """
 
 from ._device import UdpDevice
-from ._options import ALLOWED as OPTIONS
-from ._options import UdpOptions
+from ._options import ALLOWED as OPTIONS, UdpOptions
 
 __all__ = ["OPTIONS", "UdpDevice", "UdpOptions"]

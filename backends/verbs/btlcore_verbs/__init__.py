@@ -19,10 +19,8 @@ Open it by name: ``btlcore.registry.open_device("verbs", {"device": "rxe0"})``.
   probe says precisely why.
 """
 
-from ._address import VerbsAddress
-from ._address import decode as decode_address
-from ._options import ALLOWED as OPTIONS
-from ._options import VerbsOptions
+from ._address import VerbsAddress, decode as decode_address
+from ._options import ALLOWED as OPTIONS, VerbsOptions
 
 __all__ = ["OPTIONS", "VerbsAddress", "VerbsOptions", "decode_address", "VerbsDevice"]
 

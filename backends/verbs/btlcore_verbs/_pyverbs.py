@@ -40,7 +40,7 @@ def load() -> dict[str, Any]:
             from pyverbs import libibverbs_enums as enums  # rdma-core >= 59
         except ImportError:
             from pyverbs import enums  # type: ignore[no-redef]
-        from pyverbs import device, pd, cq, qp, mr, wr, addr
+        from pyverbs import addr, cq, device, mr, pd, qp, wr
         from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
     except ImportError as exc:
         _error = import_error_reason(exc)
