@@ -213,7 +213,8 @@ def run_pair(server: Callable[..., Any], client: Callable[..., Any], *,
             left = end - time.monotonic()
             if left <= 0:
                 raise BenchError(f"{client.__name__}/{server.__name__} overran its {deadline:g} s deadline")
-            for conn in mpc.wait(list(pending), timeout=left):
+            ready = mpc.wait(list(pending), timeout=left)
+            for conn in [c for c in pending if c in ready]:
                 who = pending.pop(conn)
                 try:
                     results[who] = conn.recv()

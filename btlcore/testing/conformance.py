@@ -28,7 +28,7 @@ import pytest
 
 from ..config import Config
 from ..errors import PeerRestarted, PeerUnreachable
-from ..transport import Transport, open as open_transport, run_until
+from ..transport import Message, Transport, open as open_transport, run_until
 
 #: the tag the suite sends on
 TAG = 42
@@ -123,7 +123,7 @@ class ConformanceTests:
 
     @staticmethod
     def config(**overrides: Any) -> Config:
-        base = {"peer_timeout": 3.0, "handshake_timeout": 3.0, "flush_timeout": 10.0}
+        base: dict[str, Any] = {"peer_timeout": 3.0, "handshake_timeout": 3.0, "flush_timeout": 10.0}
         base.update(overrides)
         return Config(**base)
 
@@ -194,8 +194,14 @@ class ConformanceTests:
         peer = a.connect(b.address)
         a.send(peer, 7, b"first")
         a.send(peer, 7, b"second")
-        got = []
-        harness.run([a, b], lambda: len(got) == 2 or bool(got.extend(_drain(b))))
+        got: list[Message] = []
+
+        def both_received() -> bool:
+            if len(got) < 2:
+                got.extend(_drain(b))
+            return len(got) == 2
+
+        harness.run([a, b], both_received)
         assert [(m.tag, m.data) for m in got] == [(7, b"first"), (7, b"second")]
         assert got[0].peer.address == a.address
 
@@ -320,8 +326,8 @@ class ConformanceTests:
         assert a.closed
 
 
-def _drain(t: Transport) -> list[Any]:
-    out = []
+def _drain(t: Transport) -> list[Message]:
+    out: list[Message] = []
     while True:
         m = t.recv(timeout=0)
         if m is None:
