@@ -36,6 +36,7 @@ device sets both; absent means False):
 
 from __future__ import annotations
 
+import argparse
 import enum
 import types
 from collections.abc import Callable, Mapping, Sequence
@@ -195,6 +196,59 @@ class ToolSpec:
     @hookspec
     def btl_transport_closed(self, transport: Any, stats: Mapping[str, Any]) -> None:
         """A transport closed; ``stats`` are its final counters."""
+
+
+
+@attrs.define(slots=True, frozen=True)
+class LocalPair:
+    """Both ends of a run inside this process (``btl demo``, ``btl transfer --backend sim``),
+    as :meth:`CliSpec.btl_cli_local_pair` returns them."""
+
+    options: tuple[Mapping[str, Any], Mapping[str, Any]]
+    """The device options of each end: the command opens ``btlcore.open(backend, **options[i])``."""
+    finish: Callable[[], Mapping[str, Any]]
+    """Called once, after both ends are closed: releases what the pair holds (a capture file)
+    and returns fields added to the run's result (the simulator: ``link`` and ``fabric``)."""
+    description: str = ""
+    """The medium in words, for ``btl demo``'s first line (``"the simulator, 2% loss, ..."``)."""
+
+
+class CliSpec:
+    """Optional hooks through which a backend takes part in the ``btl`` command, so that the
+    command names no backend's knob.  Each is called once, when the command starts (never
+    per packet); a backend implements any of them, or none."""
+
+    @hookspec
+    def btl_cli_add_options(self, command: str, group: argparse._ArgumentGroup) -> None:
+        """Add this backend's options of ``btl <command>`` (``"demo"``, ``"transfer"``,
+        ``"serve"``) to ``group``, an argument group titled with the backend's name.  Every
+        backend is asked, whichever ``--backend`` is chosen, so that ``--help`` shows them all;
+        one given with another backend is an error.  Flags must not clash with the command's
+        own or another backend's."""
+
+    @hookspec(firstresult=True)
+    def btl_cli_device_options(self, command: str, args: argparse.Namespace) -> Mapping[str, Any] | None:
+        """Turn this backend's parsed options (attributes of ``args``) into device options for
+        ``btlcore.open``.  A bad value raises ``ValueError`` naming the flag."""
+
+    @hookspec(firstresult=True)
+    def btl_cli_local_pair(  # type: ignore[empty-body]
+        self, command: str, args: argparse.Namespace, options: Mapping[str, Any], seed: int
+    ) -> LocalPair:
+        """Implemented by a backend that runs both ends of ``btl transfer`` (and, for the
+        simulator, ``btl demo``) in this process, on one medium: make that medium from this
+        backend's options in ``args`` and ``seed``; ``options`` are the device options the
+        command line gave (``--option``, ``--mtu``).  A bad value raises ``ValueError``
+        naming the flag.  Without it, ``btl transfer`` sends to a ``btl serve`` (``--peer``)."""
+
+    @hookspec(firstresult=True)
+    def btl_cli_parse_address(self, text: str) -> bytes | None:
+        """``--peer`` text (``HOST:PORT`` on udp) to an address; ``ValueError`` says what is
+        wrong.  Without it the command takes the address as hex (what ``btl serve`` prints)."""
+
+    @hookspec(firstresult=True)
+    def btl_cli_format_address(self, address: bytes) -> str | None:
+        """An address in words, printed by ``btl serve`` next to its hex."""
 
 
 REQUIRED_HOOKS = (

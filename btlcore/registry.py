@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 import pluggy
 
-from .device import PROJECT, REQUIRED_HOOKS, DeviceOps, DeviceSpec, Probe, ToolSpec
+from .device import PROJECT, REQUIRED_HOOKS, CliSpec, DeviceOps, DeviceSpec, Probe, ToolSpec
 from .errors import BackendUnavailable, ConfigError
 
 BACKEND_GROUP = "btlcore.backends"
@@ -42,6 +42,16 @@ def backend_names() -> list[str]:
 
 def load_backend(name: str) -> Any:
     """Import the backend plugin registered under ``name`` and validate it against the spec."""
+    return _load_backend(name)[0]
+
+
+def backend_hooks(name: str) -> pluggy.HookRelay:
+    """Backend ``name``'s hooks called through pluggy: for the calls made once, as the ``btl``
+    command's :class:`~btlcore.device.CliSpec` hooks (an unimplemented one returns ``None``)."""
+    return _load_backend(name)[1].hook
+
+
+def _load_backend(name: str) -> tuple[Any, pluggy.PluginManager]:
     eps = _entry_points(BACKEND_GROUP)
     if name not in eps:
         raise BackendUnavailable(
@@ -53,6 +63,7 @@ def load_backend(name: str) -> Any:
         raise BackendUnavailable(f"backend {name!r} failed to load: {type(exc).__name__}: {exc}") from exc
     pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(DeviceSpec)
+    pm.add_hookspecs(CliSpec)
     pm.register(plugin, name=name)
     try:
         pm.check_pending()
@@ -61,7 +72,7 @@ def load_backend(name: str) -> Any:
     missing = [hook for hook in REQUIRED_HOOKS if not getattr(plugin, hook, None)]
     if missing:
         raise BackendUnavailable(f"backend {name!r} does not implement {', '.join(missing)}")
-    return plugin
+    return plugin, pm
 
 
 def probe(name: str, options: Mapping[str, Any] | None = None) -> BackendStatus:

@@ -16,17 +16,22 @@ Device options (``btlcore.registry.open_device("sim", options)``):
 ``recv_queue_depth``  receive-queue frames per channel (default 4096)
 ``name``              the NIC's name in stats and pcap comments (default ``sim<N>``)
 ``seed``              only used to make the default fabric
+
+The ``btl`` command's hooks (:class:`btlcore.device.CliSpec`) are at the end: the link
+options of ``btl transfer`` (``--loss``, ``--burst``, ...), ``--pcap``, and the local pair on
+which ``btl demo`` and ``btl transfer --backend sim`` run both ends in one process.
 """
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from btlcore.device import Capabilities, Channel, ChannelInfo, Probe, hookimpl
+from btlcore.device import Capabilities, Channel, ChannelInfo, LocalPair, Probe, hookimpl
 
-from .fabric import open_nic
-from .links import Link
+from .fabric import Fabric, open_nic
+from .links import Link, LinkModel
 from .nic import SimNIC
 
 _EMPTY: tuple[bytes, ...] = ()
@@ -163,3 +168,104 @@ def btl_device_fds(device: SimNIC) -> Sequence[int]:
 @hookimpl
 def btl_device_close(device: SimNIC) -> None:
     device.close()
+
+
+# ---------------------------------------------------------------------------------- the btl command
+
+CLI_COALESCE = 20e-6
+"""20 us of interrupt coalescing, as a real NIC: receivers handle frames in batches."""
+CLI_MTU = 9000
+LINK_FLAGS = ("loss", "burst", "reorder", "duplicate", "corrupt", "delay", "rate", "mtu")
+"""The flags a run's ``link`` (in ``btl transfer --json``) reports, as given."""
+DEMO_LINK: dict[str, Any] = {"loss": "0.02", "burst": None, "reorder": "0.01", "duplicate": "0.005",
+                             "corrupt": "0.002", "delay": "0.5,0.05", "rate": 1000.0, "mtu": CLI_MTU}
+DEMO_DESCRIPTION = ("the simulator, 2% loss, 1% reorder, 0.5% duplicates, 0.2% corruption, "
+                    "0.5 ms delay, 1 Gbit/s")
+
+
+@hookimpl
+def btl_cli_add_options(command: str, group: argparse._ArgumentGroup) -> None:
+    if command == "transfer":
+        group.add_argument("--loss", help="random loss probability")
+        group.add_argument("--burst", metavar="P,LEN", help="Gilbert-Elliott: long-run loss P, mean burst LEN frames")
+        group.add_argument("--reorder", help="probability a frame overtakes others")
+        group.add_argument("--duplicate", help="duplicate probability")
+        group.add_argument("--corrupt", help="bit-flip probability")
+        group.add_argument("--delay", metavar="MS[,JITTER_MS]", help="one-way delay and jitter")
+        group.add_argument("--rate", type=float, metavar="MBPS", help="link rate, Mbit/s (10 ms queue)")
+    if command in ("transfer", "demo"):
+        group.add_argument("--pcap", metavar="FILE", help="write every frame (and every drop) to FILE")
+
+
+@hookimpl
+def btl_cli_local_pair(command: str, args: argparse.Namespace, options: Mapping[str, Any],
+                       seed: int) -> LocalPair:
+    """Two NICs, ``a`` and ``b``, on a fabric of their own with the link the flags describe
+    (``btl demo``: the demo's preset)."""
+    given = DEMO_LINK if command == "demo" else {flag: getattr(args, flag, None) for flag in LINK_FLAGS}
+    pcap = getattr(args, "pcap", None)
+    fabric = Fabric(seed=seed, default=cli_link_model(given), pcap=pcap, coalesce=CLI_COALESCE)
+    mtu = given["mtu"] or CLI_MTU
+    ends = ({**options, "fabric": fabric, "mtu": mtu, "name": "a"},
+            {**options, "fabric": fabric, "mtu": mtu, "name": "b"})
+
+    def finish() -> dict[str, Any]:
+        if pcap:
+            fabric.close_pcap()
+        return {"link": {k: v for k, v in given.items() if v is not None}, "fabric": fabric.stats()}
+
+    return LocalPair(ends, finish, DEMO_DESCRIPTION if command == "demo" else "the simulator")
+
+
+def _prob(text: str, flag: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{flag}: expected a probability from 0 to 1, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{flag}: expected a probability from 0 to 1, got {text!r}")
+    return value
+
+
+def _delay(text: str) -> tuple[float, ...]:
+    """``--delay MS[,JITTER_MS]`` in seconds."""
+    try:
+        parts = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--delay: expected MS or MS,JITTER_MS, got {text!r}") from None
+    if len(parts) > 2 or any(x < 0 for x in parts):
+        raise ValueError(f"--delay: expected MS or MS,JITTER_MS (>= 0), got {text!r}")
+    return tuple(x / 1000 for x in parts)
+
+
+def cli_link_model(given: Mapping[str, Any]) -> LinkModel:
+    """The link of ``btl transfer``'s flags (as given: text, ``rate`` a float); a bad value
+    raises ``ValueError`` naming its flag."""
+    kw: dict[str, Any] = {}
+    if given.get("loss") is not None:
+        kw["loss"] = _prob(given["loss"], "--loss")
+    burst = given.get("burst")
+    if burst is not None:
+        try:
+            p_s, n_s = burst.split(",")
+            mean_len = float(n_s)
+        except ValueError:
+            raise ValueError(f"--burst: expected P,LEN (loss rate, mean burst length), got {burst!r}") from None
+        kw["burst"] = (_prob(p_s, "--burst P"), mean_len)
+    for name in ("reorder", "duplicate", "corrupt"):
+        if given.get(name) is not None:
+            kw[name] = _prob(given[name], f"--{name}")
+    if given.get("delay") is not None:
+        delay = _delay(given["delay"])
+        kw["delay"] = delay[0]
+        if len(delay) == 2:
+            kw["jitter"] = delay[1]
+    rate = given.get("rate")
+    if rate is not None:
+        if rate <= 0:
+            raise ValueError(f"--rate: expected a positive Mbit/s figure, got {rate}")
+        kw["rate_mbps"] = rate
+        kw["queue_limit"] = max(1 << 20, int(rate * 1e6 / 8 * 0.01))  # 10 ms of queue
+    if kw.get("reorder") and not kw.get("delay"):
+        kw["delay"] = 0.001  # netem's reorder needs a delay to overtake
+    return LinkModel(**kw)

@@ -7,6 +7,7 @@ through :class:`~btlcore.device.DeviceOps`).
 
 from __future__ import annotations
 
+import argparse
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -94,7 +95,7 @@ def btl_device_close(device: UdpDevice) -> None:
 def parse_peer(text: str) -> bytes:
     """``btl transfer --peer HOST:PORT``: the address of a peer whose priority socket is on
     PORT and data socket on PORT + 1 (what ``--bind HOST:PORT`` gives), or the hex blob
-    ``btl serve`` prints.  Not a hook: a convenience the CLI looks for."""
+    ``btl serve`` prints (the ``btl_cli_parse_address`` hook)."""
     text = text.strip()
     if ":" not in text or all(c in "0123456789abcdefABCDEF" for c in text):
         try:
@@ -109,3 +110,25 @@ def parse_peer(text: str) -> bytes:
     if opts.port == 0:
         raise ValueError(f"--peer needs a port, got {text!r}")
     return _address.encode(opts.family, ip, opts.port, opts.port + 1)
+
+
+# ---------------------------------------------------------------------------------- the btl command
+
+
+@hookimpl
+def btl_cli_add_options(command: str, group: argparse._ArgumentGroup) -> None:
+    if command == "transfer":
+        group.add_argument("--bind", help="local HOST:PORT (udp)")
+    elif command == "serve":
+        group.add_argument("--bind", help="local HOST:PORT (udp; default 127.0.0.1, ephemeral port)")
+
+
+@hookimpl
+def btl_cli_device_options(command: str, args: argparse.Namespace) -> dict[str, Any]:
+    bind = getattr(args, "bind", None)
+    return {"bind": bind} if bind else {}
+
+
+@hookimpl
+def btl_cli_parse_address(text: str) -> bytes:
+    return parse_peer(text)

@@ -46,12 +46,14 @@ def probe(options: Mapping[str, Any]) -> Probe:
 
 
 def describe_address(address: bytes) -> str:
-    """A verbs address in words (``btl serve`` prints it next to the hex)."""
+    """A verbs address in words (``btl serve`` prints it next to the hex; the
+    ``btl_cli_format_address`` hook)."""
     return str(_address.decode(address))
 
 
 def parse_peer(text: str) -> bytes:
-    """``btl transfer --peer``: the hex ``btl serve`` printed; ValueError says what is wrong."""
+    """``btl transfer --peer``: the hex ``btl serve`` printed; ValueError says what is wrong
+    (the ``btl_cli_parse_address`` hook)."""
     try:
         blob = bytes.fromhex(text.strip().removeprefix("hex:").replace(":", ""))
     except ValueError:
@@ -114,3 +116,16 @@ def btl_device_fds(device: VerbsDevice) -> Sequence[int]:
 @hookimpl
 def btl_device_close(device: VerbsDevice) -> None:
     device.close()
+
+
+# ---------------------------------------------------------------------------------- the btl command
+
+
+@hookimpl
+def btl_cli_parse_address(text: str) -> bytes:
+    return parse_peer(text)
+
+
+@hookimpl
+def btl_cli_format_address(address: bytes) -> str:
+    return describe_address(address)

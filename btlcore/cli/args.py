@@ -1,0 +1,75 @@
+"""Parsing shared by the ``btl`` commands: the one-line usage error, sizes, ``--set`` and
+``--option`` pairs, and the options every protocol-running command takes."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import attrs
+
+from ..config import Config
+
+
+class UsageError(Exception):
+    """A mistake on the command line: reported in one line, exit status 2."""
+
+
+def add_common(sp: argparse.ArgumentParser) -> None:
+    """``--set`` and ``--json``: taken by every command that runs the protocol."""
+    sp.add_argument("--set", action="append", metavar="NAME=VALUE",
+                    help="a protocol parameter (see 'btl params'); repeatable")
+    sp.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def parse_bytes(text: str) -> int:
+    """``4096``, ``64K``, ``1M``, ``2G``: a byte count; ``ValueError`` otherwise."""
+    text = text.strip().lower()
+    mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(text[-1:], 1)
+    if mult != 1:
+        text = text[:-1]
+    value = int(text) * mult
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+def size_range(text: str) -> tuple[int, int]:
+    """``--size N`` or ``MIN-MAX``; at least 8 bytes (each message carries an 8-byte frame)."""
+    try:
+        if "-" in text:
+            lo_s, hi_s = text.split("-", 1)
+            lo, hi = parse_bytes(lo_s), parse_bytes(hi_s)
+        else:
+            lo = hi = parse_bytes(text)
+    except ValueError:
+        raise UsageError(f"--size: expected N or MIN-MAX bytes (suffixes K, M), got {text!r}") from None
+    if lo < 8 or hi < lo:
+        raise UsageError(f"--size: expected 8 <= MIN <= MAX (a message carries an 8-byte frame), got {text!r}")
+    return lo, hi
+
+
+def name_value_pairs(items: list[str] | None, flag: str) -> list[tuple[str, str]]:
+    """Repeated ``NAME=VALUE`` arguments of ``flag``, in order."""
+    pairs = []
+    for item in items or []:
+        if "=" not in item:
+            raise UsageError(f"{flag}: expected NAME=VALUE, got {item!r}")
+        name, value = item.split("=", 1)
+        pairs.append((name.strip(), value))
+    return pairs
+
+
+def build_config(args: argparse.Namespace, **extra: Any) -> Config:
+    """The protocol parameters: defaults, ``BTL_*`` variables, then ``--set``, then ``extra``."""
+    cfg = Config.from_strings(name_value_pairs(args.set, "--set"), Config.build())
+    return attrs.evolve(cfg, **extra) if extra else cfg
+
+
+def tool_plugins(args: argparse.Namespace) -> list[Any]:
+    """Tool plugins the command line asks for (``--trace FILE``: a pcap of every datagram)."""
+    if getattr(args, "trace", None):
+        from btlcore_plugins.pcap import PcapTracer
+
+        return [PcapTracer(args.trace)]
+    return []

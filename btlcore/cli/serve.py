@@ -1,0 +1,107 @@
+"""``btl serve``: receive and verify transfers until interrupted (SIGINT, SIGTERM) or
+``--count`` messages, answering each run's FIN with a report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from ..transport import Transport
+from ..transport import open as open_transport
+from ..verify import TAG_DATA, TAG_FILE, TAG_FIN, TAG_REPORT, Verifier, decode_json, encode_json
+from . import backend_options
+from .args import add_common, build_config, tool_plugins
+
+
+def add_parser(sub: Any) -> None:
+    sp = sub.add_parser("serve", help="receive and verify transfers until interrupted or --count")
+    add_common(sp)
+    sp.add_argument("--backend", default=os.environ.get("BTL_BACKEND", "udp"))
+    sp.add_argument("--option", action="append", metavar="NAME=VALUE", help="a backend option; repeatable")
+    sp.add_argument("--count", type=int, default=0, help="stop after this many messages")
+    sp.add_argument("--out", metavar="DIR", help="write received files into DIR")
+    sp.add_argument("--trace", metavar="FILE", help="pcap of every datagram sent and received")
+    backend_options.add_groups(sp, "serve")
+    sp.set_defaults(func=run)
+
+
+class _Server:
+    """The handlers of one serving transport: data, file chunks, and each run's FIN."""
+
+    __slots__ = ("args", "t", "verifier", "out_dir", "reports", "stop")
+
+    def __init__(self, args: argparse.Namespace, t: Transport, verifier: Verifier) -> None:
+        self.args = args
+        self.t = t
+        self.verifier = verifier
+        self.out_dir = Path(args.out) if args.out else None
+        self.reports = 0
+        self.stop = False
+        t.on(TAG_DATA, self.on_data)
+        t.on(TAG_FILE, self.on_file)
+        t.on(TAG_FIN, self.on_fin)
+
+    def on_data(self, peer: Any, tag: int, data: bytes) -> None:
+        self.verifier.on_data(data)
+        if self.args.count and self.verifier.delivered >= self.args.count:
+            self.stop = True
+
+    def on_file(self, peer: Any, tag: int, data: bytes) -> None:
+        v = self.verifier
+        if v.file_out is None and self.out_dir is not None and v.file_hash is None:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            v.file_out = (self.out_dir / ".incoming").open("wb")
+        v.on_file(data)
+
+    def on_fin(self, peer: Any, tag: int, data: bytes) -> None:
+        fin = decode_json(data)
+        out = self.verifier.file_out
+        if out is not None and self.out_dir is not None:
+            out.close()
+            name = Path((fin.get("file") or {}).get("name") or "received.bin").name
+            (self.out_dir / ".incoming").replace(self.out_dir / name)
+        report = self.verifier.report(fin)
+        self.t.send(peer, TAG_REPORT, encode_json(report))
+        self.reports += 1
+        if self.args.json:
+            print(json.dumps({"event": "report", **report}), flush=True)
+        else:
+            print(f"run from {peer.address.hex()}: {report['messages_delivered']} messages, "
+                  f"{report['bytes_delivered']} bytes, verified: {'yes' if report['verified'] else 'NO'}"
+                  + "".join(f"\n  error: {e}" for e in report["errors"]), flush=True)
+
+
+def _announce(args: argparse.Namespace, t: Transport) -> None:
+    if args.json:
+        print(json.dumps({"event": "listening", "backend": args.backend, "address": t.address.hex()}), flush=True)
+        return
+    words = backend_options.format_address(args.backend, t.address)
+    print(f"btl serve: backend {args.backend}, address {t.address.hex()}" + (f" ({words})" if words else ""),
+          flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = build_config(args)
+    backend_options.check_foreign(args)
+    options = backend_options.device_options(args.backend, "serve", args)
+    t = open_transport(args.backend, config=cfg, plugins=tool_plugins(args), **options)
+    verifier = Verifier(ordered=cfg.ordered)
+    server = _Server(args, t, verifier)
+    signal.signal(signal.SIGTERM, lambda *_: setattr(server, "stop", True))
+    _announce(args, t)
+    try:
+        while not server.stop:
+            t.progress(timeout=0.05)
+    except KeyboardInterrupt:
+        pass
+    if args.count and verifier.delivered >= args.count and not server.reports:
+        report = verifier.report({"messages": args.count})
+        if not args.json:
+            print(f"{report['messages_delivered']} messages received, verified: "
+                  f"{'yes' if report['verified'] else 'NO'}")
+    t.close()
+    return 0
