@@ -5,7 +5,8 @@ and scapy dissects wire's bytes back to the same fields (as wire.decode reads th
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from btlcore import wire
 

@@ -28,7 +28,8 @@ import pytest
 
 from ..config import Config
 from ..errors import PeerRestarted, PeerUnreachable
-from ..transport import Message, Transport, open as open_transport, run_until
+from ..transport import Message, Transport, run_until
+from ..transport import open as open_transport
 
 #: the tag the suite sends on
 TAG = 42

@@ -8,7 +8,8 @@ import scapy.all as scapy_all
 from btlcore import registry, wire
 from btlcore.device import REQUIRED_HOOKS, Channel, DeviceSpec
 from btlcore.errors import ConfigError
-from btlcore_sim import Fabric, LinkModel, default_fabric, layers, plugin as sim_plugin
+from btlcore_sim import Fabric, LinkModel, default_fabric, layers
+from btlcore_sim import plugin as sim_plugin
 
 from simkit import frame, seq_of  # type: ignore[import-not-found]
 

@@ -22,6 +22,7 @@ Open it by name: ``btlcore.registry.open_device("udp", {"bind": "127.0.0.1:0"})`
 """
 
 from ._device import UdpDevice
-from ._options import ALLOWED as OPTIONS, UdpOptions
+from ._options import ALLOWED as OPTIONS
+from ._options import UdpOptions
 
 __all__ = ["OPTIONS", "UdpDevice", "UdpOptions"]

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._address import VerbsAddress, decode as decode_address
-from ._options import ALLOWED as OPTIONS, VerbsOptions
+from ._address import VerbsAddress
+from ._address import decode as decode_address
+from ._options import ALLOWED as OPTIONS
+from ._options import VerbsOptions
 
 if TYPE_CHECKING:
     from ._device import VerbsDevice
