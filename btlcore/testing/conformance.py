@@ -29,7 +29,8 @@ import pytest
 from ..config import Config
 from ..device import Capabilities, Channel
 from ..errors import PeerRestarted, PeerUnreachable
-from ..transport import Transport, open as open_transport, run_until
+from ..transport import Message, Transport, run_until
+from ..transport import open as open_transport
 
 #: the tag the suite sends on
 TAG = 42
@@ -154,7 +155,7 @@ class ConformanceTests:
 
     @staticmethod
     def config(**overrides: Any) -> Config:
-        base = {"peer_timeout": 3.0, "handshake_timeout": 3.0, "flush_timeout": 10.0}
+        base: dict[str, Any] = {"peer_timeout": 3.0, "handshake_timeout": 3.0, "flush_timeout": 10.0}
         base.update(overrides)
         return Config(**base)
 
@@ -179,7 +180,7 @@ class ConformanceTests:
         to_b, to_a = _payloads(rng, 200, 0, 20000), _payloads(rng, 200, 0, 20000)
         done: list[BaseException | None] = []
         pb, pa = a.connect(b.address), b.connect(a.address)
-        for x, y in zip(to_b, to_a):
+        for x, y in zip(to_b, to_a, strict=True):
             a.send(pb, TAG, x, done.append)
             b.send(pa, TAG, y, done.append)
         harness.run([a, b], lambda: len(done) == 400 and len(sa.got) == 200 and len(sb.got) == 200)
@@ -225,8 +226,14 @@ class ConformanceTests:
         peer = a.connect(b.address)
         a.send(peer, 7, b"first")
         a.send(peer, 7, b"second")
-        got = []
-        harness.run([a, b], lambda: len(got) == 2 or bool(got.extend(_drain(b))))
+        got: list[Message] = []
+
+        def both_received() -> bool:
+            if len(got) < 2:
+                got.extend(_drain(b))
+            return len(got) == 2
+
+        harness.run([a, b], both_received)
         assert [(m.tag, m.data) for m in got] == [(7, b"first"), (7, b"second")]
         assert got[0].peer.address == a.address
 
@@ -400,8 +407,8 @@ class ConformanceTests:
         assert a.closed
 
 
-def _drain(t: Transport) -> list[Any]:
-    out = []
+def _drain(t: Transport) -> list[Message]:
+    out: list[Message] = []
     while True:
         m = t.recv(timeout=0)
         if m is None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from btlcore import wire
-from btlcore_sim import Fabric
 from btlcore.device import Channel, DeviceOps
+from btlcore_sim import Fabric
 
 
 class Pair:

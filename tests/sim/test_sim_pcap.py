@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from btlcore import wire
-from btlcore_sim import Fabric, LinkModel
 from btlcore.device import Channel
+from btlcore_sim import Fabric, LinkModel
+
 from simkit import Pair, frame  # type: ignore[import-not-found]
 
 scapy_all = pytest.importorskip("scapy.all")

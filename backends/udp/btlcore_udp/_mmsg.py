@@ -145,7 +145,7 @@ class RecvBatch:
     def recv(self, fd: int, first: int, count: int) -> int:
         """Receive up to ``count`` datagrams into slots ``first``... without blocking.
         Returns how many; 0 when none is waiting; raises OSError on an error."""
-        n = _RECVMMSG(fd, self._ptrs[first], count, MSG_DONTWAIT, None)
+        n: int = _RECVMMSG(fd, self._ptrs[first], count, MSG_DONTWAIT, None)
         if n >= 0:
             return n
         err = ctypes.get_errno()
