@@ -13,12 +13,11 @@ import attrs
 import pytest
 
 import btlcore
+from btlcore.device import REQUIRED_HOOKS, Capabilities, DeviceOps, legacy_capabilities
+from btlcore.transport import Transport
 from btlcore_sim import Fabric
 from btlcore_sim import plugin as sim_plugin
 from btlcore_udp import plugin as udp_plugin
-from btlcore.device import REQUIRED_HOOKS, Capabilities, DeviceOps, legacy_capabilities
-from btlcore.transport import Transport
-
 
 _NEW_FIELDS = dict(gather_sends=False, sends_complete_at_once=False, wait_wakes_on_input=False,
                    reports_source=False, seed=None, instance=None)

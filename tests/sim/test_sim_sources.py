@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 import btlcore
-from btlcore_sim import Fabric, LinkModel
 from btlcore.device import Channel, DeviceOps
 from btlcore.registry import open_device
+from btlcore_sim import Fabric, LinkModel
 
 
 def _drain(fabric: Fabric, ops: DeviceOps, budget: int = 256) -> list[tuple[bytes, Any]]:
