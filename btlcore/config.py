@@ -9,7 +9,7 @@ allowed.  Times are in seconds.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -29,7 +29,7 @@ def _param(default: Any, doc: str, *, lo: float | None = None, hi: float | None 
     return attrs.field(default=default, metadata={"doc": doc, "lo": lo, "hi": hi, "choices": choices})
 
 
-def _allowed(field: attrs.Attribute) -> str:  # type: ignore[type-arg]
+def _allowed(field: attrs.Attribute[Any]) -> str:
     md = field.metadata
     if md.get("choices"):
         return "one of " + ", ".join(md["choices"])
@@ -40,7 +40,7 @@ def _allowed(field: attrs.Attribute) -> str:  # type: ignore[type-arg]
     is_int = field.type in ("int", int)
     kind = "an integer" if is_int else "a number"
     lo, hi = md.get("lo"), md.get("hi")
-    fmt = (lambda v: str(int(v))) if is_int else (lambda v: f"{v:g}")
+    fmt: Callable[[float], str] = (lambda v: str(int(v))) if is_int else (lambda v: f"{v:g}")
     if lo is not None and hi is not None:
         return f"{kind} from {fmt(lo)} to {fmt(hi)}"
     if lo is not None:
@@ -48,14 +48,14 @@ def _allowed(field: attrs.Attribute) -> str:  # type: ignore[type-arg]
     return kind
 
 
-def _fail(field: attrs.Attribute, value: Any) -> ConfigError:  # type: ignore[type-arg]
+def _fail(field: attrs.Attribute[Any], value: Any) -> ConfigError:
     return ConfigError(
         f"bad value {value!r} for parameter {field.name!r} ({ENV_PREFIX}{field.name.upper()}): "
         f"allowed is {_allowed(field)}"
     )
 
 
-def _validate(inst: Config, field: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+def _validate(inst: Config, field: attrs.Attribute[Any], value: Any) -> None:
     md = field.metadata
     if field.type in ("bool", bool):
         if not isinstance(value, bool):
@@ -121,7 +121,8 @@ class Config:
             raise ConfigError(
                 f"parameter 'rto_min' ({self.rto_min}) must not exceed 'rto_max' ({self.rto_max})")
         if 0 < self.mtu < 128:
-            raise ConfigError(f"bad value {self.mtu!r} for parameter 'mtu' (BTL_MTU): allowed is 0 or an integer from 128 to 65507")
+            raise ConfigError(f"bad value {self.mtu!r} for parameter 'mtu' (BTL_MTU): "
+                              "allowed is 0 or an integer from 128 to 65507")
 
     # -- building from strings ----------------------------------------------------------
 

@@ -23,15 +23,44 @@ The contract, in the words a backend author needs:
 * ``clock`` returns the device's ``now()`` in seconds: virtual on the simulator, monotonic
   elsewhere.  ``wait(deadline)`` blocks (or advances virtual time) until a datagram may have
   arrived or ``deadline`` passes; ``deadline=None`` means "until something happens".
+* ``poll_recv_from`` (optional) is ``poll_recv`` that also says where each datagram came
+  from: the same datagrams, and a parallel sequence of their source addresses in the
+  device's own form (hashable, ``==``-comparable, one value per channel of a peer).  A
+  backend that does not implement it gets no source checks.
 
-Two optional attributes of the backend's device object let the core skip work (the UDP
-device sets both; absent means False):
+What the device can do, it declares in :class:`Capabilities` (``btl_device_capabilities``);
+the core never probes the device object.  Every field has a default, so a backend written
+before a field existed keeps working:
 
+* ``mtu``, ``max_inline``, ``send_queue_depth``, ``recv_queue_depth``: sizes.
+* ``integrity``: delivered frames are intact (verbs' ICRC); otherwise the core adds CRC32C.
+* ``virtual_time``: ``clock`` is virtual and ``wait`` advances it (the simulator).
+* ``gather_sends``: ``post_send`` and ``post_send_many`` also take a datagram given as a
+  list of buffers, sent as one datagram; the engine then leaves bulk payloads uncopied
+  (used only together with ``post_send_many``).
+* ``sends_complete_at_once``: a send is complete when ``post_send`` returns (UDP's
+  ``sendto``), so ``poll_completions`` never has anything to reap and the core skips it.
 * ``wait_wakes_on_input``: ``wait`` returns at once when input is already there (real time,
   readiness-based), so ``progress(timeout)`` may wait before it reads instead of reading
-  sockets that are nearly always empty first.
-* ``gather_sends``: ``post_send`` and ``post_send_many`` also take a datagram given as a
-  list of buffers, sent as one datagram; the engine then leaves bulk payloads uncopied.
+  sockets that are nearly always empty first.  Ignored on a virtual-time device.
+* ``reports_source``: the backend implements ``poll_recv_from``, and the core uses it.
+* ``seed``: the device's own seed, where its randomness is reproducible (the simulator):
+  unless the user gave a seed, the core seeds its generator from it and the device's
+  address, so a run is the same every time.  None: the core draws a random seed.
+* ``instance``: on a virtual-time device, which opening of a device on its network this
+  is (counting from 0, reopens included).  A simulated node's incarnations are ordered by
+  it, so a node reopened at an old address is seen as a restart.  None: the core numbers
+  the openings of such devices itself.
+
+The reproducibility facts (``seed``, ``instance``) live in :class:`Capabilities` rather than
+in a hook of their own: like the MTU they are facts about one opened device, read once when
+a transport opens on it.
+
+Backends written before the declared capabilities told the core by attributes of their
+device object (``wait_wakes_on_input``, ``gather_sends``, ``sends_complete_at_once``,
+``seed`` or ``fabric.seed``, ``instance``).  :meth:`DeviceOps.bind` still reads those the
+declared capabilities lack, once (on the first ``capabilities()`` call), with a
+``DeprecationWarning``, and turns them into the capability values.
 """
 
 from __future__ import annotations
@@ -39,6 +68,7 @@ from __future__ import annotations
 import argparse
 import enum
 import types
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -81,6 +111,18 @@ class Capabilities:
     otherwise the core adds an end-to-end CRC32C."""
     virtual_time: bool = False
     """True if ``clock`` is virtual (the simulator): ``wait`` advances time."""
+    gather_sends: bool = False
+    """``post_send`` and ``post_send_many`` take a datagram as a list of buffers."""
+    sends_complete_at_once: bool = False
+    """Sends complete inside ``post_send``: the core never calls ``poll_completions``."""
+    wait_wakes_on_input: bool = False
+    """``wait`` returns at once when input is already there (real-time devices)."""
+    reports_source: bool = False
+    """The backend implements ``btl_device_poll_recv_from`` (each datagram's source)."""
+    seed: int | None = None
+    """The device's own reproducible seed (the simulator's), or None."""
+    instance: int | None = None
+    """Virtual-time devices: this device's opening on its network (orders a node's lives)."""
 
 
 @attrs.define(slots=True, frozen=True)
@@ -94,8 +136,8 @@ class ChannelInfo:
 
 
 class DeviceSpec:
-    """The hooks a backend implements.  All but ``btl_device_fds`` and
-    ``btl_device_post_send_many`` are required."""
+    """The hooks a backend implements.  All but ``btl_device_fds``,
+    ``btl_device_post_send_many`` and ``btl_device_poll_recv_from`` are required."""
 
     @hookspec(firstresult=True)
     def btl_backend_probe(self, options: Mapping[str, Any]) -> Probe:  # type: ignore[empty-body]
@@ -107,13 +149,14 @@ class DeviceSpec:
 
         Unknown or invalid options raise ``btlcore.ConfigError`` naming the option and the
         allowed values.  ``options`` holds ``"seed"`` (an int) when the user gave one; a
-        backend whose randomness must be reproducible (the simulator) exposes it as the
-        device's ``seed`` (or its ``fabric.seed``) attribute, and the core seeds its own
-        generator from it."""
+        backend whose randomness must be reproducible (the simulator) declares its seed as
+        :attr:`Capabilities.seed`, and the core seeds its own generator from it."""
 
     @hookspec(firstresult=True)
     def btl_device_capabilities(self, device: Any) -> Capabilities:  # type: ignore[empty-body]
-        """Report MTU, inline size, queue depths, integrity and clock kind."""
+        """Report what the device can do: sizes, integrity, clock kind, the optional
+        behaviours the core may rely on, and its reproducibility facts (see the module
+        docstring for every field)."""
 
     @hookspec(firstresult=True)
     def btl_device_create_channel(  # type: ignore[empty-body]
@@ -140,6 +183,17 @@ class DeviceSpec:
     @hookspec(firstresult=True)
     def btl_device_poll_recv(self, device: Any, budget: int) -> Sequence[Any]:  # type: ignore[empty-body]
         """Return up to ``budget`` received datagrams (bytes-like), priority channel first."""
+
+    @hookspec(firstresult=True)
+    def btl_device_poll_recv_from(  # type: ignore[empty-body]
+        self, device: Any, budget: int
+    ) -> tuple[Sequence[Any], Sequence[Any]]:
+        """Optional: ``poll_recv`` with sources.  Return ``(datagrams, sources)``: the
+        datagrams as ``poll_recv`` returns them, and a parallel sequence of the address each
+        came from, in the device's own form: hashable, ``==``-comparable, the same value for
+        every datagram sent from one channel of a peer and a different one per channel (UDP:
+        the sending socket's ``(host, port)``).  A device implementing it declares
+        ``Capabilities.reports_source``; the core then calls it instead of ``poll_recv``."""
 
     @hookspec(firstresult=True)
     def btl_device_poll_completions(self, device: Any) -> int:  # type: ignore[empty-body]
@@ -267,12 +321,46 @@ REQUIRED_HOOKS = (
 )
 
 
+#: device-object attributes that told the core what a device can do before
+#: :class:`Capabilities` declared it (read once by :meth:`DeviceOps.bind`, with a warning)
+LEGACY_FLAGS = ("wait_wakes_on_input", "gather_sends", "sends_complete_at_once")
+
+
+def legacy_capabilities(backend: str, device: Any, declared: Capabilities) -> dict[str, Any]:
+    """The capability values a backend written before the declared capabilities gave as
+    attributes of its device object, where ``declared`` lacks them: ``{field: value}``,
+    with one ``DeprecationWarning`` naming them.  Empty for a backend that declares
+    everything it has."""
+    found: dict[str, Any] = {}
+    for name in LEGACY_FLAGS:  # (truth values, as the transport read them)
+        if getattr(device, name, False) and not getattr(declared, name):
+            found[name] = True
+    if declared.seed is None:
+        seed = getattr(device, "seed", None)
+        if seed is None:
+            seed = getattr(getattr(device, "fabric", None), "seed", None)
+        if seed is not None:
+            found["seed"] = seed
+    if declared.instance is None and declared.virtual_time:
+        instance = getattr(device, "instance", None)
+        if instance is not None:
+            found["instance"] = instance
+    if found:
+        warnings.warn(
+            f"backend {backend!r} tells btlcore what its device can do through device "
+            f"attributes ({', '.join(sorted(found))}); declare them in the Capabilities its "
+            "btl_device_capabilities returns instead (device attributes are read for one more "
+            "release)", DeprecationWarning, stacklevel=2)
+    return found
+
+
 @attrs.define(slots=True)
 class DeviceOps:
     """A device with its backend's hook implementations bound to it, for direct calls.
 
     ``ops.post_send(channel, dest, data)`` is ``backend.btl_device_post_send(device, ...)``
-    without pluggy in between."""
+    without pluggy in between.  ``capabilities()`` returns what the backend declares, with
+    the legacy device attributes (read once, on its first call) folded in."""
 
     backend: str
     device: Any
@@ -288,6 +376,8 @@ class DeviceOps:
     wait: Callable[[float | None], None]
     fds: Callable[[], Sequence[int]]
     close: Callable[[], None]
+    poll_recv_from: Callable[[int], tuple[Sequence[Any], Sequence[Any]]] | None = None
+    """Last, with a default: a ``DeviceOps`` built by hand as before still builds."""
 
     @classmethod
     def bind(cls, backend: str, plugin: Any, device: Any) -> DeviceOps:
@@ -304,14 +394,30 @@ class DeviceOps:
                 return lambda *a, _f=fn: _f(device, *a)
             return types.MethodType(fn, device)
 
+        poll_recv_from = optional("btl_device_poll_recv_from")
+        declared = bound("btl_device_capabilities")
+        legacy: list[dict[str, Any]] = []  # read once, on the first call
+
+        def capabilities() -> Capabilities:
+            caps: Capabilities = declared()
+            if not legacy:
+                legacy.append(legacy_capabilities(backend, device, caps))
+            if legacy[0]:
+                caps = attrs.evolve(caps, **legacy[0])
+            if caps.reports_source and poll_recv_from is None:
+                raise TypeError(f"backend {backend!r} declares reports_source but does not "
+                                "implement btl_device_poll_recv_from")
+            return caps
+
         return cls(
             backend=backend,
             device=device,
-            capabilities=bound("btl_device_capabilities"),
+            capabilities=capabilities,
             create_channel=bound("btl_device_create_channel"),
             post_send=bound("btl_device_post_send"),
             post_send_many=optional("btl_device_post_send_many"),
             poll_recv=bound("btl_device_poll_recv"),
+            poll_recv_from=poll_recv_from,
             poll_completions=bound("btl_device_poll_completions"),
             local_address=bound("btl_device_local_address"),
             resolve=bound("btl_device_resolve"),

@@ -33,13 +33,13 @@ import attrs
 
 from .config import Config
 from .device import Channel, DeviceOps
+from .errors import ConfigError, TransportClosed
 from .protocol.engine import Engine
 from .protocol.events import Event, MessageReceived, PeerFailed, PutLanded, PutRefused, SendCompleted
 from .protocol.events import PeerRestarted as PeerRestartedEvent
-from .errors import ConfigError, TransportClosed
 from .protocol.peers import Callback, Peer
-from .registry import open_device, tool_plugin_manager
 from .protocol.stats import stats_json, stats_line
+from .registry import open_device, tool_plugin_manager
 
 Handler = Callable[[Peer, int, bytes], Any]
 
@@ -95,17 +95,15 @@ class Transport:
         prio_info = device.create_channel(Channel.PRIORITY, min(prio_want, data_info.mtu))
         use_crc = self.config.crc == "on" or (self.config.crc == "auto" and not caps.integrity)
         self.address: bytes = bytes(device.local_address())
-        if seed is None:  # a device may carry a seed of its own (the simulator's fabric)
-            seed = getattr(device.device, "seed", None)
-            if seed is None:
-                seed = getattr(getattr(device.device, "fabric", None), "seed", None)
+        if seed is None:  # a device may declare a seed of its own (the simulator)
+            seed = caps.seed
             if seed is not None:  # virtual-time devices: reproducible, distinct per node
                 seed = int.from_bytes(hashlib.sha256(repr((seed, self.address)).encode()).digest()[:8], "big")
         self.seed = seed if seed is not None else int.from_bytes(os.urandom(8), "big")
         rng = random.Random(self.seed)
         if caps.virtual_time:
             # a simulated node's lives are ordered by its NIC's opening on the fabric
-            instance = getattr(device.device, "instance", None)
+            instance = caps.instance
             if instance is None:  # a virtual-time device that does not number its openings
                 global _virtual_lives
                 _virtual_lives += 1
@@ -117,7 +115,7 @@ class Transport:
             self.config, address=self.address, resolve=device.resolve,
             data_mtu=data_info.mtu, priority_mtu=prio_info.mtu, crc=use_crc,
             rng=rng, now=self.now(), incarnation=incarnation)
-        if device.post_send_many is not None and getattr(device.device, "gather_sends", False):
+        if device.post_send_many is not None and caps.gather_sends:
             # the device sends a datagram given as [header, payload]: bulk payloads stay
             # views of the user's message (no copy); _flush_sends joins them for anyone who
             # must see one buffer (send filters, frame hooks, the backlog)
@@ -125,15 +123,16 @@ class Transport:
         self._post = device.post_send
         self._many = device.post_send_many  # None once something must see datagrams one by one
         self._poll = device.poll_recv
+        # a device that reports each datagram's source is read through poll_recv_from
+        self._poll_from = device.poll_recv_from if caps.reports_source else None
         self._recv_budget = self.config.recv_budget
         self._stats_interval = self.config.stats_interval
         # a device whose sends complete inside post_send (UDP's sendto) has nothing to reap:
         # no call per pass
-        self._poll_completions = (None if getattr(device.device, "sends_complete_at_once", False)
-                                  else device.poll_completions)
+        self._poll_completions = None if caps.sends_complete_at_once else device.poll_completions
         # a device whose wait() returns at once when input is already there (real-time,
         # readiness-based, as epoll) lets progress(timeout) wait before it reads
-        self._wait_first = not caps.virtual_time and bool(getattr(device.device, "wait_wakes_on_input", False))
+        self._wait_first = not caps.virtual_time and caps.wait_wakes_on_input
         self._backlog: deque[tuple[int, Any, Any]] = deque()
         self._handlers: dict[int, Handler] = {}
         self._inbox: deque[Message] = deque()
@@ -287,19 +286,7 @@ class Transport:
         if now is None:
             now = self.now()
         if receive:
-            if self._poll_completions is not None:
-                self._poll_completions()
-            datagrams = self._poll(self._recv_budget)
-            if datagrams:
-                receive_datagram = engine.receive_datagram
-                if self._frame_received is not None:
-                    for d in datagrams:
-                        self._frame_received(transport=self, data=bytes(d))
-                        receive_datagram(d, None, now)
-                elif len(datagrams) > 1:
-                    engine.receive_datagrams(datagrams, now)  # in-order runs inline: one call
-                else:
-                    receive_datagram(datagrams[0], None, now)  # (a batch of one costs its set-up)
+            self._receive(now)
         if timer is None:
             timer = engine.next_deadline()
         if timer is not None and timer <= now:
@@ -318,6 +305,26 @@ class Transport:
                 raise
         self._flush_sends(now)
         return n
+
+    def _receive(self, now: float) -> None:
+        """Reap send completions, then take received datagrams (and, where the device
+        reports them, their sources) into the engine."""
+        if self._poll_completions is not None:
+            self._poll_completions()
+        sources: Sequence[Any] | None = None
+        if self._poll_from is not None:
+            datagrams, sources = self._poll_from(self._recv_budget)
+        else:
+            datagrams = self._poll(self._recv_budget)
+        if not datagrams:
+            return
+        engine = self.engine
+        if self._frame_received is not None:
+            for i, d in enumerate(datagrams):
+                self._frame_received(transport=self, data=bytes(d))
+                engine.receive_datagram(d, None if sources is None else sources[i], now)
+        else:
+            engine.receive_datagrams(datagrams, now, sources)  # the one receive path, one call
 
     def _flush_sends(self, now: float) -> None:
         post = self._post
@@ -361,26 +368,27 @@ class Transport:
         handlers = self._handlers
         for i, ev in enumerate(events):
             try:
-                kind = type(ev)
-                if kind is MessageReceived:
+                if type(ev) is MessageReceived:
+                    # (data: a bytearray when reassembled from chunks; the public types say
+                    # bytes, as they did, so that handlers typed so still check)
                     peer, tag, data = ev
                     handler = handlers.get(tag)
                     if handler is not None:
-                        handler(peer, tag, data)
+                        handler(peer, tag, data)  # type: ignore[arg-type]
                     else:
-                        self._inbox.append(Message(peer, tag, data))
-                elif kind is SendCompleted:
+                        self._inbox.append(Message(peer, tag, data))  # type: ignore[arg-type]
+                elif type(ev) is SendCompleted:
                     ev.callback(ev.error)
-                elif kind is PutLanded:
+                elif type(ev) is PutLanded:
                     if self._put_handler is not None:
                         self._put_handler(*ev)
-                elif kind is PutRefused:
+                elif type(ev) is PutRefused:
                     if self._put_error_handler is not None:
                         self._put_error_handler(*ev)
-                elif kind is PeerFailed:
+                elif type(ev) is PeerFailed:
                     if self._peer_handler is not None:
                         self._peer_handler("failed", ev.peer, ev.error)
-                elif kind is PeerRestartedEvent:
+                elif type(ev) is PeerRestartedEvent:
                     if self._peer_handler is not None:
                         self._peer_handler("restarted", ev.peer, None)
             except BaseException:

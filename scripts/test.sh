@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The test command (README; .ci/run runs exactly this): set up, install the optional
-# system tools some tests use (as root, where missing), run the test suite, then the verbs
-# backend's tests inside a qemu VM on Soft-RoCE (skipped, with the reason, where qemu
-# cannot run).  Exit 5 from pytest (nothing collected) counts as a failure.
+# system tools some tests use (as root, where missing), lint (ruff) and type-check (mypy
+# --strict; both configured in pyproject.toml), run the test suite, then the verbs backend's
+# tests inside a qemu VM on Soft-RoCE (skipped, with the reason, where qemu cannot run).
+# A lint or type error fails the script; the tests still run, so one run shows everything.
+# Exit 5 from pytest (nothing collected) counts as a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
@@ -22,8 +24,15 @@ if [ ${#want[@]} -gt 0 ]; then
     fi
 fi
 
+lint=0
+echo "== lint: ruff check . =="
+.venv/bin/ruff check . || { echo "ruff check FAILED"; lint=1; }
+echo "== types: mypy (strict: btlcore, backends, plugins) =="
+.venv/bin/mypy || { echo "mypy FAILED"; lint=1; }
+
 .venv/bin/python -m pytest -q -p no:cacheprovider -m "not verbs_vm" "$@"
 status=$?
+[ $lint -eq 0 ] || status=1
 
 if [ $# -eq 0 ] && [ -x scripts/vm/run-verbs-tests.sh ]; then
     echo "== verbs backend on Soft-RoCE (rdma_rxe) in a qemu VM =="

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from btlcore import Config, Transport
-from btlcore_sim import Fabric, LinkModel
 from btlcore.testing.conformance import BackendHarness, ConformanceTests
+from btlcore_sim import Fabric, LinkModel
 
 
 class SimHarness(BackendHarness):

@@ -5,8 +5,8 @@ tests/udp/."""
 from __future__ import annotations
 
 from btlcore import Config, Transport
-from btlcore_udp import _address
 from btlcore.testing.conformance import BackendHarness, ConformanceTests
+from btlcore_udp import _address
 
 
 class UdpHarness(BackendHarness):

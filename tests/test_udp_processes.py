@@ -91,7 +91,7 @@ def test_killed_peer_is_reported_dead_and_sends_fail(port: int) -> None:
             btlcore.run_until([t], lambda: echoes == [b"ping"], timeout=10)
             remote.kill()
             failures: list[BaseException | None] = []
-            for i in range(30):
+            for _ in range(30):
                 t.send(peer, 1, bytes(20000), failures.append)
             start = time.monotonic()
             btlcore.run_until([t], lambda: len(failures) == 30, timeout=10)

@@ -105,7 +105,8 @@ def connect(t: Any, addr: bytes) -> Any:
     return t.connect(addr)
 
 
-def send(t: Any, peer: Any, tag: int, data: Any, callback: Callable[[BaseException | None], None] | None = None) -> None:
+def send(t: Any, peer: Any, tag: int, data: Any,
+         callback: Callable[[BaseException | None], None] | None = None) -> None:
     t.send(peer, tag, data, callback=callback)
 
 

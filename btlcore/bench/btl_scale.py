@@ -19,6 +19,7 @@ import gc
 import statistics
 import time
 import tracemalloc
+from collections.abc import Callable
 from typing import Any
 
 from . import btl_adapter as A
@@ -27,6 +28,11 @@ from .profiles import Profile
 
 SECTION = "btl_scale"
 TAG = 1
+
+
+def _reached(got: list[int], want: int) -> Callable[[], bool]:
+    """Has the counter ``got[0]`` reached ``want``? (bound now, not when the loop moves on)"""
+    return lambda: got[0] >= want
 
 
 def _mesh(n: int) -> tuple[Any, Any, list[Any]]:
@@ -104,7 +110,7 @@ def progress_cost(profile: Profile, n: int) -> list[Result]:
         for _ in range(k):
             want = got[0] + 1
             A.send(hub, peers[0], TAG, b"ping", callback=cb)
-            A.run_until([hub, others[0]], lambda: got[0] >= want, 5.0, wall=0.9 * profile.deadline)
+            A.run_until([hub, others[0]], _reached(got, want), 5.0, wall=0.9 * profile.deadline)
         ex = (pc() - t0) / k
         if i >= profile.warmup:
             idle.append(statistics.median(samples))

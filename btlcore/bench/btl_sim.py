@@ -151,7 +151,7 @@ def efficiency(profile: Profile, loss: float, burst: float | None = None) -> lis
         ideal_time = r["bytes"] / link_bps / (1.0 - loss) + 2 * DELAY
         ideal_rtts = ideal_time / (2 * DELAY)
         ideal_frac = r["bytes"] / link_bps / ideal_time
-    common = {"loss": loss, "burst": burst, "bytes": profile.loss_bytes, "link_mbps": LINK_MBPS,
+    common: dict[str, Any] = {"loss": loss, "burst": burst, "bytes": profile.loss_bytes, "link_mbps": LINK_MBPS,
               "delay": DELAY, "lost_estimated": estimated}
     sec = SECTION
     return [

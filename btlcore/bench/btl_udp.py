@@ -19,6 +19,7 @@ the receiver never has to poll the control pipe on its hot path.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from . import btl_adapter as A
@@ -101,7 +102,8 @@ def bulk_sender(ctl: Any, mtu: int, seconds: float, max_messages: int, trials: i
             A.progress(t, 0.001)
             if time.monotonic() > end:
                 raise BenchError("the btlcore receiver did not answer a stats request")
-        return ctl.recv()
+        reply: tuple[int, dict[str, float], float] = ctl.recv()  # what bulk_receiver sends back
+        return reply
 
     goodput: list[float] = []
     tx_per_seg: list[float] = []
@@ -152,6 +154,11 @@ def bulk_sender(ctl: Any, mtu: int, seconds: float, max_messages: int, trials: i
             "send_cpu": send_cpu, "recv_cpu": recv_cpu}
 
 
+def _upper_median(xs: Sequence[float]) -> float:
+    """The middle sample (the upper one of an even count): always a value that was measured."""
+    return sorted(xs)[len(xs) // 2]
+
+
 def bulk(profile: Profile, mtu: int, host: str = LOOPBACK_V4) -> Result:
     A.require("UDP backend")
     limit = profile.deadline * 0.8
@@ -160,12 +167,11 @@ def bulk(profile: Profile, mtu: int, host: str = LOOPBACK_V4) -> Result:
                                "max_messages": profile.btl_bulk_max_messages, "trials": profile.trials,
                                "warmup": profile.warmup, "limit": limit, "host": host},
                     deadline=profile.deadline)
-    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
     return measured(f"btl.udp_bulk.{mtu}", SECTION, f"btlcore UDP bulk, 1 MiB messages, {mtu} B datagrams",
                     "B/s", r["goodput"], datagram=mtu, depth=DEPTH,
-                    tx_per_segment=med(r["tx_per_seg"]), acks_per_segment=med(r["acks_per_seg"]),
-                    resends=r["resends"], send_cpu_per_datagram=med(r["send_cpu"]),
-                    recv_cpu_per_datagram=med(r["recv_cpu"]))
+                    tx_per_segment=_upper_median(r["tx_per_seg"]), acks_per_segment=_upper_median(r["acks_per_seg"]),
+                    resends=r["resends"], send_cpu_per_datagram=_upper_median(r["send_cpu"]),
+                    recv_cpu_per_datagram=_upper_median(r["recv_cpu"]))
 
 
 def echo_server(ctl: Any, busy: bool, limit: float, host: str = LOOPBACK_V4) -> int:

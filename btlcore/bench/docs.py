@@ -89,8 +89,9 @@ def markdown(rep: Mapping[str, Any]) -> str:
         "by up to 30% between sessions: compare only figures from the same run.",
         "",
         f"*Profile `{meta.get('profile', '?')}`, {meta.get('trials', '?')} trials after "
-        f"{meta.get('warmup', '?')} warm-up, measured {meta.get('time', '?')} on {meta.get('cpu_model') or 'unknown CPU'} "
-        f"({len(meta.get('cpus', []))} CPUs), Python {meta.get('python', '?')}, aioquic {meta.get('aioquic') or 'not installed'}; "
+        f"{meta.get('warmup', '?')} warm-up, measured {meta.get('time', '?')} "
+        f"on {meta.get('cpu_model') or 'unknown CPU'} ({len(meta.get('cpus', []))} CPUs), "
+        f"Python {meta.get('python', '?')}, aioquic {meta.get('aioquic') or 'not installed'}; "
         f"the two ends pinned to cores {meta.get('pinned_cores', '?')}; the run took {meta.get('elapsed', 0):.0f} s.*",
         "",
         "Each figure is the median of its trials; the spread is min … max and the inter-quartile range.",

@@ -213,7 +213,8 @@ def run_pair(server: Callable[..., Any], client: Callable[..., Any], *,
             left = end - time.monotonic()
             if left <= 0:
                 raise BenchError(f"{client.__name__}/{server.__name__} overran its {deadline:g} s deadline")
-            for conn in mpc.wait(list(pending), timeout=left):
+            ready = mpc.wait(list(pending), timeout=left)
+            for conn in [c for c in pending if c in ready]:
                 who = pending.pop(conn)
                 try:
                     results[who] = conn.recv()
@@ -321,7 +322,8 @@ def machine() -> dict[str, Any]:
                     break
     except OSError:
         pass
-    return {"python": platform.python_version(), "load": list(os.getloadavg()), "implementation": platform.python_implementation(),
+    return {"python": platform.python_version(), "load": list(os.getloadavg()),
+            "implementation": platform.python_implementation(),
             "platform": platform.platform(), "cpus": cpus, "cpu_model": model,
             "pinned_cores": list(core_pair()), "hostname": socket.gethostname(),
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

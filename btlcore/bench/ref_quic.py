@@ -71,7 +71,7 @@ def self_signed() -> tuple[Any, Any]:
 def quic_server(ctl: Any, mode: str, datagram: int, host: str = LOOPBACK_V4) -> None:
     import asyncio
 
-    from aioquic.asyncio import serve
+    from aioquic.asyncio.server import serve
     from aioquic.quic.configuration import QuicConfiguration
 
     cfg = QuicConfiguration(is_client=False, alpn_protocols=ALPN, max_datagram_size=datagram)
@@ -103,7 +103,9 @@ def quic_server(ctl: Any, mode: str, datagram: int, host: str = LOOPBACK_V4) -> 
     asyncio.set_event_loop(loop)
     server = loop.run_until_complete(
         serve(loopback(host), 0, configuration=cfg, stream_handler=on_stream))
-    ctl.send(server._transport.get_extra_info("sockname")[1])
+    transport = server._transport  # set once serve() has bound the socket; no public accessor
+    assert transport is not None
+    ctl.send(transport.get_extra_info("sockname")[1])
     loop.add_reader(ctl.fileno(), loop.stop)  # any message (or EOF) from the client stops us
     loop.run_forever()
     server.close()
@@ -114,7 +116,7 @@ def quic_client(ctl: Any, mode: str, datagram: int, nbytes: int, iters: int, tri
     import asyncio
     import ssl
 
-    from aioquic.asyncio import connect
+    from aioquic.asyncio.client import connect
     from aioquic.quic.configuration import QuicConfiguration
 
     port = wait_msg(ctl)
@@ -175,6 +177,7 @@ def _run(profile: Profile, mode: str, datagram: int, nbytes: int, host: str) -> 
     why = available()
     if why:
         raise Skip(why)
+    r: dict[str, Any]  # quic_client's return value
     _, r = run_pair(quic_server, quic_client, server_kw={"mode": mode, "datagram": datagram, "host": host},
                     client_kw={"mode": mode, "datagram": datagram, "nbytes": nbytes,
                                "iters": profile.quic_echo_iters, "trials": profile.trials,

@@ -102,15 +102,17 @@ def rows(results: Iterable[Mapping[str, Any]]) -> list[tuple[str, list[list[str]
 
 
 def text_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
-    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *body, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
     return "\n".join([line(header), line(["-" * w for w in widths]), *(line(b) for b in body)])
 
 
 def md_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
-    esc = lambda c: str(c).replace("|", "\\|")  # noqa: E731
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(esc(c) for c in b) + " |" for b in body]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in b) + " |" for b in body]
     return "\n".join(lines)
 
 
@@ -124,7 +126,8 @@ def _median(res: Mapping[str, Mapping[str, Any]], rid: str) -> float | None:
     r = res.get(rid)
     if not r or r.get("skipped") or r.get("error") or not r.get("stats"):
         return None
-    return r["stats"]["median"]
+    median: float = r["stats"]["median"]  # a report read back from JSON: the value is a number
+    return median
 
 
 def _why(res: Mapping[str, Mapping[str, Any]], *ids: str) -> str:
@@ -133,13 +136,14 @@ def _why(res: Mapping[str, Mapping[str, Any]], *ids: str) -> str:
         if r is None:
             return f"{rid} not measured in this run"
         if r.get("skipped"):
-            return r["skipped"]
+            return str(r["skipped"])
         if r.get("error"):
             return f"{rid} failed"
     return ""
 
 
-def ratio_pairs(sizes: Sequence[int] = (1472, 8972, 65000), msgs: Sequence[int] = (64, 8192)) -> list[tuple[str, str, str]]:
+def ratio_pairs(sizes: Sequence[int] = (1472, 8972, 65000),
+                msgs: Sequence[int] = (64, 8192)) -> list[tuple[str, str, str]]:
     """(btlcore id, reference id, label) pairs printed side by side."""
     pairs = []
     for s in sizes:
@@ -196,8 +200,8 @@ def _ratio_target(res: Mapping[str, Mapping[str, Any]], name: str, goal: str, b:
 def targets(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     res = _by_id(results)
     out: list[dict[str, Any]] = []
-    bulk = {rid: _median(res, rid) for rid in res if rid.startswith("btl.udp_bulk.")}
-    best_id = max((k for k, v in bulk.items() if v is not None), key=lambda k: bulk[k], default="btl.udp_bulk.65000")
+    bulk = {rid: v for rid in res if rid.startswith("btl.udp_bulk.") and (v := _median(res, rid)) is not None}
+    best_id = max(bulk, key=bulk.__getitem__, default="btl.udp_bulk.65000")
     out.append(_ratio_target(res, "UDP bulk goodput vs kernel TCP stream", ">= 1.0x (best datagram size)",
                              best_id, "ref.tcp_stream", lambda v: v >= 1.0,
                              ceiling="ref.udp_blast." + best_id.rsplit(".", 1)[1]))

@@ -24,10 +24,10 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO
+from functools import partial
+from typing import Any, Literal, TextIO
 
-from . import btl_adapter, btl_scale, btl_sim, btl_udp, ref_quic, ref_tcp, ref_udp, report
-from . import harness
+from . import btl_adapter, btl_scale, btl_sim, btl_udp, harness, ref_quic, ref_tcp, ref_udp, report
 from .harness import Result, Skip, failed, machine, skipped
 from .profiles import PROFILES, QUICK, Profile
 
@@ -67,35 +67,38 @@ def plan(p: Profile, host: str = harness.LOOPBACK_V4) -> list[Item]:
     address the process pairs use (127.0.0.1 or ::1)."""
     harness.loopback(host)
     items: list[Item] = []
-    add = lambda sec, specs, fn: items.append(Item(sec, specs, fn))  # noqa: E731
+
+    def add(section: str, specs: list[tuple[str, str, str, str]], fn: Callable[[], Result | list[Result]]) -> None:
+        items.append(Item(section, specs, fn))
+
     modes = ((False, "blocking"), (True, "busy"))
 
     for s in p.datagram_sizes:
         add("raw_udp", [(f"ref.udp_blast.{s}", f"raw UDP blast, {s} B datagrams", "B/s", "higher")],
-            lambda s=s: ref_udp.blast(p, s, host))
+            partial(ref_udp.blast, p, s, host))
     for m in p.message_sizes:
         for busy, mode in modes:
             add("raw_udp", [(f"ref.udp_rtt.{m}.{mode}", f"UDP ping-pong {m} B, {mode}", "s", "lower")],
-                lambda m=m, busy=busy: ref_udp.pingpong(p, m, busy, host))
+                partial(ref_udp.pingpong, p, m, busy, host))
 
     add("tcp", [("ref.tcp_stream", "kernel TCP stream, 1 MiB sends", "B/s", "higher")], lambda: ref_tcp.stream(p, host))
     for m in p.message_sizes:
         for busy, mode in modes:
             add("tcp", [(f"ref.tcp_rtt.{m}.{mode}", f"TCP_NODELAY ping-pong {m} B, {mode}", "s", "lower")],
-                lambda m=m, busy=busy: ref_tcp.pingpong(p, m, busy, host))
+                partial(ref_tcp.pingpong, p, m, busy, host))
 
     for s in (1472, 8972):
         add("quic", [(f"ref.quic_bulk.{s}", f"aioquic one-stream bulk, {s} B datagrams", "B/s", "higher")],
-            lambda s=s: ref_quic.bulk(p, s, host))
+            partial(ref_quic.bulk, p, s, host))
     add("quic", [("ref.quic_echo.64", "aioquic 64 B echo", "s", "lower")], lambda: ref_quic.echo(p, host))
 
     for s in p.datagram_sizes:
         add("btl_udp", [(f"btl.udp_bulk.{s}", f"btlcore UDP bulk, 1 MiB messages, {s} B datagrams", "B/s", "higher")],
-            lambda s=s: btl_udp.bulk(p, s, host))
+            partial(btl_udp.bulk, p, s, host))
     for m in p.message_sizes:
         for busy, mode in modes:
             add("btl_udp", [(f"btl.udp_rtt.{m}.{mode}", f"btlcore UDP round trip {m} B, {mode}", "s", "lower")],
-                lambda m=m, busy=busy: btl_udp.rtt(p, m, busy, host))
+                partial(btl_udp.rtt, p, m, busy, host))
 
     add("btl_sim", [("btl.sim_rate", "simulator, lossless: data segments per wall-second", "1/s", "higher")],
         lambda: alone("simulator", btl_sim.segment_rate, p.deadline, profile=p))
@@ -103,7 +106,8 @@ def plan(p: Profile, host: str = harness.LOOPBACK_V4) -> list[Item]:
                      "simulator, lossless, fabric that never corrupts: data segments per wall-second", "1/s",
                      "higher")],
         lambda: alone("simulator", btl_sim.segment_rate, p.deadline, profile=p, integrity=True))
-    models: list[tuple[float, float | None]] = [(x, None) for x in p.loss_rates] + [(btl_sim.BURST_LOSS, btl_sim.BURST_LENGTH)]
+    models: list[tuple[float, float | None]] = [(x, None) for x in p.loss_rates]
+    models.append((btl_sim.BURST_LOSS, btl_sim.BURST_LENGTH))
     for loss, burst in models:
         key = f"burst{round(loss * 100)}" if burst else f"random{round(loss * 100)}"
         label = f"{loss:.0%} burst loss" if burst else f"{loss:.0%} random loss"
@@ -111,14 +115,16 @@ def plan(p: Profile, host: str = harness.LOOPBACK_V4) -> list[Item]:
                  (f"btl.loss.{key}.acks_per_seg", f"{label}: standalone ACKs per data segment", "x", "lower"),
                  (f"btl.loss.{key}.goodput_frac", f"{label}: goodput / link rate", "x", "higher"),
                  (f"btl.loss.{key}.rtts", f"{label}: completion time in RTTs", "x", "lower")]
-        add("btl_sim", specs, lambda loss=loss, burst=burst: alone("simulator", btl_sim.efficiency, p.deadline,
-                                                                 profile=p, loss=loss, burst=burst))
+        add("btl_sim", specs, partial(alone, "simulator", btl_sim.efficiency, p.deadline,
+                                      profile=p, loss=loss, burst=burst))
 
-    add("btl_scale", [("btl.mem_per_peer", "memory per idle peer", "B", "lower")], lambda: alone("simulator", btl_scale.memory_per_peer, p.deadline, profile=p))
+    add("btl_scale", [("btl.mem_per_peer", "memory per idle peer", "B", "lower")],
+        lambda: alone("simulator", btl_scale.memory_per_peer, p.deadline, profile=p))
     for n in p.scale_peers:
         add("btl_scale", [(f"btl.progress_idle.{n}", f"progress(0), nothing to do, {n} idle peers", "s", "lower"),
-                          (f"btl.progress_active.{n}", f"one message exchange with 1 active of {n} peers", "s", "lower")],
-            lambda n=n: alone("simulator", btl_scale.progress_cost, p.deadline, profile=p, n=n))
+                          (f"btl.progress_active.{n}", f"one message exchange with 1 active of {n} peers", "s",
+                           "lower")],
+            partial(alone, "simulator", btl_scale.progress_cost, p.deadline, profile=p, n=n))
     return sorted(items, key=_run_order) if p.interleave else items
 
 
@@ -157,7 +163,8 @@ def select_sections(sections: Iterable[str] | str | None) -> tuple[str, ...]:
 
 
 def run(quick: bool = True, json: bool = False, sections: Iterable[str] | str | None = None, *,
-        profile: Profile | str | None = None, out: TextIO | None | str = "stdout", log: TextIO | None | str = "stderr",
+        profile: Profile | str | None = None, out: TextIO | None | Literal["stdout"] = "stdout",
+        log: TextIO | None | Literal["stderr"] = "stderr",
         docs: str | None = None, trials: int | None = None, host: str = harness.LOOPBACK_V4,
         cprofile: str | None = None) -> dict[str, Any]:
     """Run the benchmarks and return the report; print the table (or JSON if ``json``) to ``out``.
@@ -169,10 +176,9 @@ def run(quick: bool = True, json: bool = False, sections: Iterable[str] | str | 
     line per figure as it is measured; None silences either.  ``cprofile``: a directory where
     each btlcore side writes its cProfile stats (``<figure id>.<side>.prof`` and a ``.txt``
     of the top functions by own time)."""
-    if out == "stdout":
-        out = sys.stdout
-    if log == "stderr":
-        log = sys.stderr
+    # the streams as they are now (a test may have replaced them since this module loaded)
+    out = sys.stdout if out == "stdout" else out
+    log = sys.stderr if log == "stderr" else log
     if isinstance(profile, str):
         profile = PROFILES[profile]
     p = profile or (QUICK if quick else PROFILES["full"])
@@ -236,7 +242,8 @@ DESCRIPTION = ("Measure btlcore side by side with raw UDP, kernel TCP and aioqui
 def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add ``btl bench``'s options to ``ap`` (for a CLI that builds its own subparser)."""
     ap.add_argument("--quick", action="store_true", help="short trials: about a minute in all")
-    ap.add_argument("--profile", choices=sorted(PROFILES), help="tiny | quick | full (default full, or quick with --quick)")
+    ap.add_argument("--profile", choices=sorted(PROFILES),
+                    help="tiny | quick | full (default full, or quick with --quick)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON instead of the table")
     ap.add_argument("--only", metavar="SECTIONS", default=None,
                     help=f"comma-separated sections or groups: {', '.join((*SECTIONS, *GROUPS))}")

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import MessageTooLarge, PeerUnreachable, TransportClosed
 from .events import Event, legacy
-from .peers import Callback, OutMessage, Peer, PeerEvent, PeerState
+from .peers import Callback, Frame, OutMessage, Peer, PeerEvent, PeerState
 from .receive import Receiver
 from .stats import aggregate
 from .wire import (
@@ -175,7 +175,7 @@ class Engine(Receiver):
         self.receive_datagrams((data,), now, None if source is None else (source,))  # the one receive path
 
     def datagrams_to_send(self, now: float, budget: int = 1 << 30,
-                          resends: bool = True) -> list[tuple[int, Any, bytes | bytearray]]:
+                          resends: bool = True) -> list[tuple[int, Any, Frame]]:
         """Up to ``budget`` datagrams to post now, as ``(channel, dest, datagram)``.
 
         The engine counts them as sent, and never changes a datagram it handed out (a
@@ -183,7 +183,7 @@ class Engine(Receiver):
         driver calling it several times in one progress pass asks for ``resends`` only the
         first time, so that ``max_resends_per_pass`` holds per pass."""
         self._now = now
-        out: list[tuple[int, Any, bytes | bytearray]] = []
+        out: list[tuple[int, Any, Frame]] = []
         cfg = self.config
         if self._resending and resends:
             self._resend_pass(out, now, min(budget, cfg.max_resends_per_pass))

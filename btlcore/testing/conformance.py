@@ -27,8 +27,10 @@ import attrs
 import pytest
 
 from ..config import Config
+from ..device import Capabilities, Channel
 from ..errors import PeerRestarted, PeerUnreachable
-from ..transport import Transport, open as open_transport, run_until
+from ..transport import Message, Transport, run_until
+from ..transport import open as open_transport
 
 #: the tag the suite sends on
 TAG = 42
@@ -103,6 +105,36 @@ def _send_and_check(harness: BackendHarness, a: Transport, b: Transport, msgs: l
     return sink
 
 
+def _raw_exchange(receiver: Transport, sends: dict[bytes, tuple[Transport, Channel, Any]],
+                  poll: Callable[[int], tuple[Any, Any]], timeout: float = 10.0) -> dict[bytes, Any]:
+    """Post each raw datagram of ``sends`` (payload -> (sender, channel, data as posted))
+    straight through the senders' devices to ``receiver``'s device, again each round until it
+    is seen (the device may lose it), and poll ``receiver``'s device directly; return each
+    payload's value from ``poll``'s second sequence (None per datagram where there is none).
+    No transport progresses meanwhile, so the engines never see these datagrams."""
+    seen: dict[bytes, Any] = {}
+    now = receiver.now
+    deadline = now() + timeout
+    dests = {id(t): t.device.resolve(receiver.address) for t, _c, _d in sends.values()}
+    while len(seen) < len(sends):
+        if now() >= deadline:
+            missing = sorted(set(sends) - set(seen))
+            raise AssertionError(f"raw datagrams never arrived within {timeout:g} s: {missing[:5]}")
+        for payload, (t, channel, data) in sends.items():
+            if payload not in seen:
+                t.device.post_send(channel, dests[id(t)], data)
+        for _ in range(20):
+            datagrams, extra = poll(256)
+            for i, d in enumerate(datagrams):
+                raw = bytes(d)
+                if raw in sends:  # anything else: corrupted on the way, or not ours
+                    seen.setdefault(raw, None if extra is None else extra[i])
+            if len(seen) == len(sends):
+                break
+            receiver.device.wait(min(deadline, now() + 0.005))
+    return seen
+
+
 def _drop_filter(rate: float, seed: int) -> Callable[[int, bytes], bool]:
     rng = random.Random(seed)
     return lambda channel, data: rng.random() >= rate
@@ -123,7 +155,7 @@ class ConformanceTests:
 
     @staticmethod
     def config(**overrides: Any) -> Config:
-        base = {"peer_timeout": 3.0, "handshake_timeout": 3.0, "flush_timeout": 10.0}
+        base: dict[str, Any] = {"peer_timeout": 3.0, "handshake_timeout": 3.0, "flush_timeout": 10.0}
         base.update(overrides)
         return Config(**base)
 
@@ -148,7 +180,7 @@ class ConformanceTests:
         to_b, to_a = _payloads(rng, 200, 0, 20000), _payloads(rng, 200, 0, 20000)
         done: list[BaseException | None] = []
         pb, pa = a.connect(b.address), b.connect(a.address)
-        for x, y in zip(to_b, to_a):
+        for x, y in zip(to_b, to_a, strict=True):
             a.send(pb, TAG, x, done.append)
             b.send(pa, TAG, y, done.append)
         harness.run([a, b], lambda: len(done) == 400 and len(sa.got) == 200 and len(sb.got) == 200)
@@ -194,8 +226,14 @@ class ConformanceTests:
         peer = a.connect(b.address)
         a.send(peer, 7, b"first")
         a.send(peer, 7, b"second")
-        got = []
-        harness.run([a, b], lambda: len(got) == 2 or bool(got.extend(_drain(b))))
+        got: list[Message] = []
+
+        def both_received() -> bool:
+            if len(got) < 2:
+                got.extend(_drain(b))
+            return len(got) == 2
+
+        harness.run([a, b], both_received)
         assert [(m.tag, m.data) for m in got] == [(7, b"first"), (7, b"second")]
         assert got[0].peer.address == a.address
 
@@ -272,6 +310,55 @@ class ConformanceTests:
         harness.run([a, b2], lambda: fresh == [None] and sink2.got == [b"after"])
         assert not any(m.startswith(b"stale") for m in sink2.got)
 
+    # -- declared capabilities, sources ----------------------------------------------------
+
+    def test_capabilities_are_declared(self, harness: BackendHarness) -> None:
+        a, b = harness.open(self.config()), harness.open(self.config())
+        caps = a.capabilities
+        assert isinstance(caps, Capabilities)
+        for flag in ("integrity", "virtual_time", "gather_sends", "sends_complete_at_once",
+                     "wait_wakes_on_input", "reports_source"):
+            assert type(getattr(caps, flag)) is bool, f"Capabilities.{flag} is not a bool"
+        assert caps.seed is None or type(caps.seed) is int, \
+            f"Capabilities.seed must be None or an int, not {caps.seed!r}"
+        assert caps.instance is None or (type(caps.instance) is int and caps.instance >= 0), \
+            f"Capabilities.instance must be None or an int >= 0, not {caps.instance!r}"
+        assert caps.mtu >= 256 and caps.send_queue_depth >= 1 and caps.recv_queue_depth >= 1
+        if caps.reports_source:
+            assert a.device.poll_recv_from is not None
+        if caps.sends_complete_at_once:
+            assert a.device.poll_completions() == 0
+        if caps.gather_sends:  # a datagram given as a list of buffers arrives as one
+            header, body = b"conformance-gather:", random.Random(12).randbytes(200)
+            got = _raw_exchange(b, {header + body: (a, Channel.PRIORITY, [header, body])},
+                                lambda n: (b.device.poll_recv(n), None))
+            assert list(got) == [header + body]
+
+    def test_sources_consistent_per_channel(self, harness: BackendHarness) -> None:
+        a, b, c = (harness.open(self.config()) for _ in range(3))
+        if not c.capabilities.reports_source:
+            pytest.skip(f"{harness.backend} does not report sources (no poll_recv_from)")
+        poll_from = c.device.poll_recv_from
+        assert poll_from is not None
+        sends: dict[bytes, tuple[Transport, Channel, Any]] = {}
+        for name, t in ((b"a", a), (b"b", b)):
+            for channel in Channel:
+                for i in range(4):
+                    payload = b"conformance-source %s %d %d" % (name, channel, i)
+                    sends[payload] = (t, channel, payload)
+        got = _raw_exchange(c, sends, poll_from)
+        by_group: dict[bytes, set[Any]] = {}
+        for payload, source in got.items():
+            hash(source)
+            by_group.setdefault(payload.rsplit(b" ", 1)[0], set()).add(source)
+        for group, sources in by_group.items():
+            assert len(sources) == 1, f"datagrams from one channel of one peer ({group!r}) " \
+                                      f"came with different sources: {sources}"
+        distinct = [next(iter(v)) for v in by_group.values()]
+        assert len(distinct) == 4 and all(x != y for i, x in enumerate(distinct)
+                                          for y in distinct[i + 1:]), \
+            f"each channel of each peer needs a source of its own: {by_group}"
+
     # -- put, close ----------------------------------------------------------------------
 
     def test_put_lands_in_exposed_buffer(self, harness: BackendHarness) -> None:
@@ -320,8 +407,8 @@ class ConformanceTests:
         assert a.closed
 
 
-def _drain(t: Transport) -> list[Any]:
-    out = []
+def _drain(t: Transport) -> list[Message]:
+    out: list[Message] = []
     while True:
         m = t.recv(timeout=0)
         if m is None:

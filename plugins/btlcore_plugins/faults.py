@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from btlcore.device import hookimpl
+from btlcore.device import Channel, hookimpl
 from btlcore.errors import ConfigError
 from btlcore.protocol.wire import TYPE_NAMES
 
@@ -55,7 +55,7 @@ class FaultScript:
             f"'drop type {'|'.join(_TYPES)} [K]'")
 
     @hookimpl
-    def btl_frame_filter(self, transport: Any, channel: Any, data: bytes) -> bool:
+    def btl_frame_filter(self, transport: Any, channel: Channel, data: bytes) -> bool:
         self.sent += 1
         drop = self.sent in self._nth or (self._rate and self._rng.random() < self._rate)
         if len(data) > 1 and data[1] in self._types:

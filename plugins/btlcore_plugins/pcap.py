@@ -15,9 +15,10 @@ from __future__ import annotations
 import os
 import struct
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from btlcore.device import hookimpl
+from btlcore.device import Channel, hookimpl
 from btlcore.protocol.wire import PCAP_UDP_PORT
 
 _GLOBAL = struct.Struct("<IHHiIII")
@@ -32,7 +33,7 @@ SNAPLEN = 262144
 
 
 def _ip_checksum(header: bytes) -> int:
-    total = sum(struct.unpack("!10H", header))
+    total: int = sum(struct.unpack("!10H", header))
     while total >> 16:
         total = (total & 0xFFFF) + (total >> 16)
     return ~total & 0xFFFF
@@ -41,7 +42,7 @@ def _ip_checksum(header: bytes) -> int:
 class PcapTracer:
     """A tool plugin writing a classic pcap (microsecond timestamps)."""
 
-    def __init__(self, path: str | None = None, clock: Any = time.time) -> None:
+    def __init__(self, path: str | None = None, clock: Callable[[], float] = time.time) -> None:
         # BTL_PLUGINS=pcap: the file is $BTL_PCAP, or btlcore-<pid>.pcap
         path = path or os.environ.get("BTL_PCAP") or f"btlcore-{os.getpid()}.pcap"
         self.path = path
@@ -65,7 +66,7 @@ class PcapTracer:
         self.frames += 1
 
     @hookimpl
-    def btl_frame_sent(self, transport: Any, channel: Any, data: bytes) -> None:
+    def btl_frame_sent(self, transport: Any, channel: Channel, data: bytes) -> None:
         self._write(data, _LOCAL, _REMOTE, _MAC_LOCAL, _MAC_REMOTE)
 
     @hookimpl
@@ -73,7 +74,7 @@ class PcapTracer:
         self._write(data, _REMOTE, _LOCAL, _MAC_REMOTE, _MAC_LOCAL)
 
     @hookimpl
-    def btl_transport_closed(self, transport: Any, stats: Any) -> None:
+    def btl_transport_closed(self, transport: Any, stats: Mapping[str, Any]) -> None:
         self.close()
 
     def close(self) -> None:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from typing import IO, Any
 
 from btlcore.device import hookimpl
-
 
 _STDERR: Any = object()  # "sys.stderr as it is when the transport closes"
 
@@ -23,7 +23,7 @@ class StatsReporter:
         self.reports: list[dict[str, Any]] = []
 
     @hookimpl
-    def btl_transport_closed(self, transport: Any, stats: Any) -> None:
+    def btl_transport_closed(self, transport: Any, stats: Mapping[str, Any]) -> None:
         record = {"backend": transport.backend, "address": transport.address.hex(), **stats}
         self.reports.append(record)
         if self.stream is not None:

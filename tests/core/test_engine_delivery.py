@@ -8,7 +8,15 @@ from btlcore import Config
 from btlcore.protocol.events import MessageReceived
 from btlcore.protocol.state import DATA, PRIORITY
 from btlcore.protocol.wire import (
-    AF_DUPLICATE, CHUNK_LEN, F_ACK, F_CHUNK, HEADER_LEN, T_ACK, T_DATA, decode, parse_ack_payload,
+    AF_DUPLICATE,
+    CHUNK_LEN,
+    F_ACK,
+    F_CHUNK,
+    HEADER_LEN,
+    T_ACK,
+    T_DATA,
+    decode,
+    parse_ack_payload,
 )
 from btlcore.testing.enginepair import EnginePair, safe_decode
 

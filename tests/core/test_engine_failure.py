@@ -7,8 +7,9 @@ from collections import Counter
 import pytest
 
 from btlcore import Config
-from btlcore.protocol.events import PeerFailed, PeerRestarted as PeerRestartedEvent
 from btlcore.errors import PeerRestarted, PeerUnreachable, TransportClosed
+from btlcore.protocol.events import PeerFailed
+from btlcore.protocol.events import PeerRestarted as PeerRestartedEvent
 from btlcore.protocol.peers import PeerState
 from btlcore.protocol.wire import T_ACK, T_DATA, T_HELLO
 from btlcore.testing.enginepair import EnginePair, safe_decode

@@ -7,9 +7,9 @@ from __future__ import annotations
 import random
 
 import pytest
-from btlcore.testing.enginepair import EngineNet
 
 from btlcore.protocol.wire import F_CHUNK, decode
+from btlcore.testing.enginepair import EngineNet
 
 
 def _run(gather: bool, drops: list[int]) -> tuple[list[bytes], list[bool], bytes]:

@@ -7,9 +7,9 @@ import random
 import pytest
 
 from btlcore import Config
-from btlcore.protocol.events import PeerFailed
-from btlcore.protocol.engine import Engine
 from btlcore.errors import PeerUnreachable
+from btlcore.protocol.engine import Engine
+from btlcore.protocol.events import PeerFailed
 from btlcore.protocol.peers import PeerState
 from btlcore.protocol.wire import F_ACK, T_ACK, T_DATA, T_HELLO, T_HELLO_ACK, Hello
 from btlcore.testing.enginepair import EnginePair
@@ -201,8 +201,9 @@ def test_hello_carries_ack_delay_and_rto_uses_the_peers() -> None:
 
 def test_peer_that_never_answered_can_connect_later() -> None:
     """a gave up on b's handshake (b was down); b comes up and connects: accepted."""
+    from btlcore import Config as _Config
+    from btlcore import PeerState as _State
     from btlcore.testing.enginepair import EnginePair as _Pair
-    from btlcore import Config as _Config, PeerState as _State
     p = _Pair(_Config(handshake_timeout=0.05))
     p.add_hook(lambda s, d, raw, k: "drop" if s == 0 else None)  # b hears nothing of a
     p.send(0, 1, 1, b"nobody", key="early")

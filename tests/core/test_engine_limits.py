@@ -7,8 +7,8 @@ import random
 import pytest
 
 from btlcore import Config
-from btlcore.protocol.engine import Engine
 from btlcore.errors import MessageTooLarge
+from btlcore.protocol.engine import Engine
 from btlcore.protocol.wire import T_DATA
 from btlcore.testing.enginepair import EngineNet, EnginePair, safe_decode
 

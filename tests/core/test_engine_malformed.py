@@ -11,8 +11,18 @@ from hypothesis import strategies as st
 
 from btlcore import Config
 from btlcore.protocol.wire import (
-    ACK_BODY, F_ACK, F_STATUS, HEADER_LEN, T_ACK, T_DATA, T_HELLO, Datagram,
-    Hello, ack_payload, put_status_payload, seal,
+    ACK_BODY,
+    F_ACK,
+    F_STATUS,
+    HEADER_LEN,
+    T_ACK,
+    T_DATA,
+    T_HELLO,
+    Datagram,
+    Hello,
+    ack_payload,
+    put_status_payload,
+    seal,
 )
 from btlcore.testing.enginepair import EnginePair
 
@@ -196,7 +206,8 @@ def test_bad_chunk_fields_counted_as_badfrag() -> None:
 def test_chunk_with_conflicting_msg_len_is_badfrag() -> None:
     p = fresh_pair()
     seq = p.pb.window.cum + 1
-    p.b.receive_datagram(template(p, seq=seq + 1, msg_id=5, msg_len=20, offset=10, payload=b"x" * 10).encode(), None, p.now)
+    first = template(p, seq=seq + 1, msg_id=5, msg_len=20, offset=10, payload=b"x" * 10)
+    p.b.receive_datagram(first.encode(), None, p.now)
     p.b.receive_datagram(template(p, seq=seq, msg_id=5, msg_len=30, offset=0, payload=b"y" * 10).encode(), None, p.now)
     assert p.pb.counters.num_badfrag_recvs == 1
     assert all(d != b"y" * 10 for _a, _t, d in p.delivered[1])

@@ -9,8 +9,16 @@ import pytest
 from btlcore import Config, PeerRestarted, PeerUnreachable, PutError, TransportClosed
 from btlcore.protocol.events import PutLanded, PutRefused
 from btlcore.protocol.wire import (
-    F_ACK, F_PUT, F_STATUS, PS_LANDED, PS_OUT_OF_BOUNDS, PS_UNKNOWN_KEY, T_DATA,
-    Datagram, parse_put_status, put_status_payload,
+    F_ACK,
+    F_PUT,
+    F_STATUS,
+    PS_LANDED,
+    PS_OUT_OF_BOUNDS,
+    PS_UNKNOWN_KEY,
+    T_DATA,
+    Datagram,
+    parse_put_status,
+    put_status_payload,
 )
 from btlcore.testing.enginepair import EnginePair, safe_decode
 

@@ -123,7 +123,6 @@ def test_standalone_ack_completes_and_samples() -> None:
 # Engine.receive_datagrams: the same as receive_datagram on each datagram, byte for byte
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
-
 from test_properties import body, configs, fates, sends  # noqa: E402
 
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 import random
 
 import pytest
-from btlcore.testing.enginepair import DROP, EngineNet
 
 import btlcore.protocol.packetizer as packetizer_mod
 from btlcore.protocol.engine import Engine
 from btlcore.protocol.peers import Peer, Segment
 from btlcore.protocol.wire import CRC_OFFSET, HEAD_PREFIX, T_DATA, WIRE_VERSION, crc32c, decode
+from btlcore.testing.enginepair import DROP, EngineNet
 
 
 def _reference_timer(eng: Engine) -> float | None:

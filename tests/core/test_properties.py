@@ -281,10 +281,9 @@ def test_soak_seeded(seed: int) -> None:
 # ---------------------------------------------------------------------------------------
 # A peer restarts mid-conversation (a new Engine at the same address)
 
+from btlcore.errors import PeerRestarted  # noqa: E402
 from btlcore.protocol.events import MessageReceived  # noqa: E402
 from btlcore.protocol.events import PeerRestarted as PeerRestartedEvent  # noqa: E402
-from btlcore.errors import PeerRestarted  # noqa: E402
-
 
 restart_plan = st.tuples(
     configs, fates, fates, st.lists(st.tuples(st.integers(0, 1), st.integers(0, 3 * MTU)), max_size=8),

@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 
 from btlcore import Config
-from btlcore.protocol.stats import MODULE_COUNTERS, PEER_COUNTERS, ModuleCounters, PeerCounters, aggregate, stats_json, stats_line
+from btlcore.protocol.stats import (
+    MODULE_COUNTERS,
+    PEER_COUNTERS,
+    ModuleCounters,
+    PeerCounters,
+    aggregate,
+    stats_json,
+    stats_line,
+)
 from btlcore.protocol.wire import T_ACK, T_DATA, T_HELLO, T_HELLO_ACK
 from btlcore.testing.enginepair import EngineNet, EnginePair, safe_decode
 

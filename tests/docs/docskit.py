@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from btlcore.protocol import wire
 from btlcore.config import Config
+from btlcore.protocol import wire
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

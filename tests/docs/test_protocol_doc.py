@@ -15,8 +15,8 @@ import pytest
 from docskit import cells, read, row  # type: ignore[import-not-found]
 
 import btlcore
-from btlcore.protocol import wire
 from btlcore.config import Config
+from btlcore.protocol import wire
 
 # ------------------------------------------------------------------------------ parameters
 

@@ -10,8 +10,8 @@ import pytest
 from docskit import RawSender, read  # type: ignore[import-not-found]
 
 import btlcore
-from btlcore.protocol import wire
 from btlcore.config import Config
+from btlcore.protocol import wire
 
 
 def _hello(r: RawSender, inc: int, conn: int, isn: int, *, dst: int = 0, echo: int = 0,

@@ -93,14 +93,14 @@ def read_frames(raw: bytes) -> list[Frame]:
 def _first_difference(label: str, old: list[Frame], new: list[Frame], unit: str = "frame"
                       ) -> str | None:
     """Where the sequences ``old`` (stored) and ``new`` (this run) first part, in words."""
-    for i, (o, n) in enumerate(zip(old, new)):
+    for i, (o, n) in enumerate(zip(old, new, strict=False)):
         if o.block == n.block:
             continue
         fields = [name for name in ("iface", "ts_ns", "src", "dst", "comment", "data")
                   if getattr(o, name) != getattr(n, name)]
         at = ""
         if "data" in fields:
-            byte = next((k for k, (x, y) in enumerate(zip(o.data, n.data)) if x != y),
+            byte = next((k for k, (x, y) in enumerate(zip(o.data, n.data, strict=False)) if x != y),
                         min(len(o.data), len(n.data)))
             at = f"; first differing datagram byte: {byte}"
         return (f"{label}: {unit} {i} differs ({', '.join(fields) or 'block bytes'}{at}):\n"

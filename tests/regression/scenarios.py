@@ -21,7 +21,6 @@ import attrs
 
 import btlcore
 from btlcore import Config, Peer, Transport
-
 from btlcore_sim import Fabric, LinkModel
 
 # the one place the codec is imported: its import name is moving

@@ -45,7 +45,7 @@ def _app_differences(scenario: str, stored: dict[str, Any], now: dict[str, Any])
                 a, b = logs_old.get(kind, []), logs_new.get(kind, [])
                 if a == b:
                     continue
-                i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                i = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
                 problems.append(
                     f"{scenario}: {node} <-> {peer} {kind}[{i}]: stored "
                     f"{a[i] if i < len(a) else '(none)'}, now {b[i] if i < len(b) else '(none)'} "

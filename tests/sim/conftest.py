@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from btlcore_sim import Fabric, LinkModel, reset_default_fabric
+
 from simkit import Pair  # type: ignore[import-not-found]
 
 

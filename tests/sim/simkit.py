@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from btlcore.device import Channel, DeviceOps
 from btlcore.protocol import wire
 from btlcore_sim import Fabric
-from btlcore.device import Channel, DeviceOps
 
 
 class Pair:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 import btlcore
-from btlcore.protocol import wire
-from btlcore_sim import Fabric, LinkModel
 from btlcore.device import Channel
 from btlcore.errors import ConfigError
+from btlcore.protocol import wire
+from btlcore_sim import Fabric, LinkModel
 
 
 def _frames(n: int) -> list[bytes]:
@@ -26,7 +26,7 @@ def test_frames_within_the_window_land_together(coalesce: float, batches: int) -
     link = a.resolve(b.local_address())
     fab.set_link("a", "b", LinkModel(delay=100e-6))
     sent_at = [0.0, 10e-6, 20e-6, 50e-6, 70e-6]
-    for t, frame in zip(sent_at, _frames(5)):
+    for t, frame in zip(sent_at, _frames(5), strict=True):
         fab.advance(t)
         assert a.post_send(Channel.DATA, link, frame)
     seen: list[tuple[float, int]] = []  # (clock, frames) per wake-up

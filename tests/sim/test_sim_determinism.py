@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from btlcore_sim import Fabric, LinkModel
 from btlcore.device import Channel
+from btlcore_sim import Fabric, LinkModel
+
 from simkit import frame  # type: ignore[import-not-found]
 
 IMPAIRED = LinkModel(loss=0.05, burst=(0.05, 3), delay=1e-4, jitter=3e-5, jitter_dist="pareto",

@@ -6,11 +6,11 @@ import pytest
 import scapy.all as scapy_all
 
 from btlcore import registry
+from btlcore.device import REQUIRED_HOOKS, Channel, DeviceSpec
+from btlcore.errors import ConfigError
 from btlcore.protocol import wire
 from btlcore_sim import Fabric, LinkModel, default_fabric, layers
 from btlcore_sim import plugin as sim_plugin
-from btlcore.device import REQUIRED_HOOKS, Channel, DeviceSpec
-from btlcore.errors import ConfigError
 
 from simkit import frame, seq_of  # type: ignore[import-not-found]
 
@@ -283,7 +283,8 @@ def test_crc_on_at_one_end_and_not_the_other_still_talk(opener: str, tmp_path) -
     other = btlcore.open("sim", fabric=fabric, name="other")
     got: dict[int, list[bytes]] = {id(t): [] for t in (strict, lax, other)}
     for t in (strict, lax, other):
-        t.on(1, lambda peer, tag, data, _k=id(t): got[_k].append(bytes(data)))
+        inbox = got[id(t)]
+        t.on(1, lambda peer, tag, data, inbox=inbox: inbox.append(bytes(data)))
     big = bytes(range(256)) * 100
     first, second = (strict, lax) if opener == "on" else (lax, strict)
     first.send(first.connect(second.address), 1, big)

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from btlcore.device import Channel
 from btlcore.protocol import wire
 from btlcore_sim import Fabric, LinkModel
-from btlcore.device import Channel
+
 from simkit import Pair, frame  # type: ignore[import-not-found]
 
 scapy_all = pytest.importorskip("scapy.all")

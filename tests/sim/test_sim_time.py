@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from btlcore_sim import Fabric, LinkModel
 from btlcore.device import Channel
+from btlcore_sim import Fabric, LinkModel
+
 from simkit import Pair, frame, seq_of  # type: ignore[import-not-found]
 
 

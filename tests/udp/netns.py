@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import itertools
 import os
 import shutil
 import subprocess
@@ -174,7 +175,7 @@ class NetnsPair:
         """Packets the loss rule dropped so far."""
         out = _run("ip", "netns", "exec", self.ns[side], "nft", "list", "table", "inet", "btlloss",
                    check=False).stdout
-        for word, nxt in zip(out.split(), out.split()[1:]):
+        for word, nxt in itertools.pairwise(out.split()):
             if word == "packets":
                 return int(nxt)
         return 0

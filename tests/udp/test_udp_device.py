@@ -15,7 +15,6 @@ import pytest
 from btlcore.device import Capabilities, Channel, DeviceOps
 from btlcore.errors import ConfigError
 from btlcore.registry import open_device, probe
-
 from btlcore_udp import _address, _mmsg, _mtu, _options
 from btlcore_udp._device import UdpDevice
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from btlcore_verbs import plugin
 from btlcore.testing.conformance import BackendHarness, ConformanceTests
+from btlcore_verbs import plugin
 
 _probe = plugin.probe({})
 pytestmark = pytest.mark.skipif(not _probe.usable, reason=f"verbs unavailable: {_probe.reason}")

@@ -6,8 +6,8 @@ import types
 
 import pytest
 
-from btlcore_verbs import _device
 from btlcore.errors import ConfigError
+from btlcore_verbs import _device
 
 E = types.SimpleNamespace(IBV_GID_TYPE_ROCE_V2=2, IBV_PORT_ACTIVE=4)
 

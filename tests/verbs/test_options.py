@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from btlcore_verbs import _address, _options, plugin
 from btlcore.errors import ConfigError
+from btlcore_verbs import _address, _options, plugin
 
 
 def test_defaults():

@@ -55,7 +55,7 @@ def test_many_messages_through_a_tiny_send_queue(transports):
     pa = a.connect(b.address)
     msgs = [os.urandom(100 + 37 * i) for i in range(200)]
     acked = []
-    for i, m in enumerate(msgs):
+    for m in msgs:
         a.send(pa, 5, m, callback=acked.append)
     got = []
     b.on(5, lambda peer, tag, data: got.append(bytes(data)))

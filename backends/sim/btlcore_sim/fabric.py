@@ -139,6 +139,7 @@ class Fabric(Scheduler):
             if dst == node_id:
                 link.dst = nic
                 link.dst_rx = nic.rx
+                link.dst_rx_from = nic.rx_from
                 link.dst_mtus = nic.mtus
                 link.dst_depth = nic.rq_depth
             if node_id in (src, dst):
@@ -196,6 +197,8 @@ class Fabric(Scheduler):
         rng = random.Random(f"btlcore.sim/{self.seed}/{src.node_id}->{dst.node_id}")
         link = Link(self, src, dst, rng, name=f"{src.name}->{dst.name}")
         link.dst_rx = dst.rx
+        link.dst_rx_from = dst.rx_from
+        link.sources = tuple((src.address, channel) for channel in (0, 1))
         link.dst_mtus = dst.mtus
         link.dst_depth = dst.rq_depth
         self._links[key] = link

@@ -36,10 +36,10 @@ from scapy.fields import (
     FlagsField,
     IntField,
     LongField,
-    XByteField,
     PacketListField,
     ShortField,
     StrLenField,
+    XByteField,
     XIntField,
     XShortField,
 )

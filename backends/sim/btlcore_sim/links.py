@@ -188,6 +188,10 @@ class Link:
     """Plain-path frames in flight behind ``head``, in arrival order: they join the heap
     one at a time, or land straight from here when nothing in the heap comes first."""
     dst_rx: list[list[bytes]] = attrs.Factory(list)
+    dst_rx_from: list[list[Any]] = attrs.Factory(list)
+    """``dst.rx_from``: where a frame landing in ``dst_rx`` records its source."""
+    sources: tuple[Any, ...] = ()
+    """Per channel: the source a frame sent on it carries, ``(src address, channel)``."""
     dst_mtus: list[int] = attrs.Factory(list)
     dst_depth: list[int] = attrs.Factory(list)
     mtu: int = NO_LIMIT

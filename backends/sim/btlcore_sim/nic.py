@@ -119,6 +119,8 @@ class SimNIC:
     rq_depth: list[int] = attrs.Factory(list)
     rx: list[list[bytes]] = attrs.Factory(list)
     """Per channel: frames landed and not yet polled."""
+    rx_from: list[list[Any]] = attrs.Factory(list)
+    """Per channel, parallel to ``rx``: each frame's source (its link's ``sources``)."""
     inflight: list[list[float]] = attrs.Factory(list)
     """Per channel: the times at which taken send-queue slots free, sorted (a link's frames
     leave in order, so a new one nearly always goes at the end; reaping cuts a prefix)."""
@@ -135,6 +137,7 @@ class SimNIC:
         self.sq_depth = [self.send_queue_depth] * 2
         self.rq_depth = [self.recv_queue_depth] * 2
         self.rx = [[], []]
+        self.rx_from = [[], []]
         self.inflight = [[], []]
 
     instance: int = 0
@@ -142,7 +145,7 @@ class SimNIC:
 
     @property
     def seed(self) -> int:
-        """The core seeds its own generator from this (see DeviceSpec): the fabric's seed
+        """Declared as ``Capabilities.seed``, from which the core seeds its own generator: the fabric's seed
         and this NIC's opening, so that a NIC reopened at an old address (a restarted
         process) draws a new incarnation, yet every run with the same seed is the same."""
         return self.fabric.seed * 1_000_003 + self.instance
@@ -157,6 +160,9 @@ class SimNIC:
             recv_queue_depth=self.recv_queue_depth,
             integrity=self.fabric.integrity,  # only a fabric that can never corrupt says so
             virtual_time=True,
+            reports_source=True,
+            seed=self.seed,
+            instance=self.instance,
         )
 
     def create_channel(self, channel: Channel, mtu: int) -> ChannelInfo:
@@ -206,7 +212,7 @@ class SimNIC:
             return
         self.closed = True
         self.mtus[:] = [-1, -1]  # in place: links landing frames here now drop them
-        for queue in self.rx:
+        for queue in (*self.rx, *self.rx_from):
             queue.clear()
         for infl in self.inflight:
             infl.clear()

@@ -2,7 +2,8 @@
 
 ``btlcore.device.DeviceOps.bind`` binds these functions to a :class:`SimNIC`, so
 ``ops.post_send(channel, dest, data)`` calls :func:`btl_device_post_send` directly.  The
-per-frame hooks (``post_send_many``, which ``post_send`` wraps, ``poll_recv``, ``wait``)
+per-frame hooks (``post_send_many``, which ``post_send`` wraps, ``poll_recv_from``, which
+``poll_recv`` wraps, ``wait``)
 are the implementation, not wrappers: on a perfect link a post lands the frame in the
 peer's receive queue in a handful of slot reads, with no event, closure or object made.
 Everything else delegates to the NIC or the fabric.
@@ -34,7 +35,7 @@ from .fabric import Fabric, open_nic
 from .links import Link, LinkModel
 from .nic import SimNIC
 
-_EMPTY: tuple[bytes, ...] = ()
+_EMPTY: tuple[Any, ...] = ()
 
 
 @hookimpl
@@ -91,6 +92,7 @@ def btl_device_post_send_many(device: SimNIC, items: Sequence[tuple[Channel, Lin
             queue = dest.dst_rx[channel]
             if len(queue) < dest.dst_depth[channel]:
                 queue.append(bytes(data))
+                dest.dst_rx_from[channel].append(dest.sources[channel])
                 dest.fast_frames += 1
                 dest.fast_bytes += n
                 device.completed += 1
@@ -104,35 +106,53 @@ def btl_device_post_send_many(device: SimNIC, items: Sequence[tuple[Channel, Lin
 
 @hookimpl
 def btl_device_poll_recv(device: SimNIC, budget: int) -> Sequence[bytes]:
+    return btl_device_poll_recv_from(device, budget)[0]
+
+
+@hookimpl
+def btl_device_poll_recv_from(device: SimNIC, budget: int) -> tuple[Sequence[bytes], Sequence[Any]]:
+    """Up to ``budget`` frames, priority channel first, and their sources: the sending NIC's
+    address and channel, ``(address, channel)``.  The receive queues and their parallel
+    source queues are cut alike, handing over whole lists where the budget allows."""
     rx = device.rx
+    rx_from = device.rx_from
     prio = rx[0]
     data = rx[1]
     if not prio:
         if not data:
-            return _EMPTY
+            return _EMPTY, _EMPTY
+        data_from = rx_from[1]
         if len(data) <= budget:
             rx[1] = []
-            return data
-        out = data[:budget]
-        del data[:budget]
-        return out
+            rx_from[1] = []
+            return data, data_from
+        out, out_from = data[:budget], data_from[:budget]
+        del data[:budget], data_from[:budget]
+        return out, out_from
+    prio_from = rx_from[0]
     total = len(prio) + len(data)
     if total <= budget:
         rx[0] = []
+        rx_from[0] = []
         if data:
             prio.extend(data)
+            prio_from.extend(rx_from[1])
             data.clear()
-        return prio
+            rx_from[1].clear()
+        return prio, prio_from
     if len(prio) >= budget:
-        out = prio[:budget]
-        del prio[:budget]
-        return out
-    out = prio
+        out, out_from = prio[:budget], prio_from[:budget]
+        del prio[:budget], prio_from[:budget]
+        return out, out_from
+    out, out_from = prio, prio_from
     rx[0] = []
+    rx_from[0] = []
     rest = budget - len(out)
+    data_from = rx_from[1]
     out.extend(data[:rest])
-    del data[:rest]
-    return out
+    out_from.extend(data_from[:rest])
+    del data[:rest], data_from[:rest]
+    return out, out_from
 
 
 @hookimpl

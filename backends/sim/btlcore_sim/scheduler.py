@@ -86,6 +86,7 @@ class Scheduler:
             link.drop("rx_queue", frame, self.now)
             return
         queue.append(frame)
+        link.dst_rx_from[channel].append(link.sources[channel])
         link.delivered += 1
         link.bytes_delivered += n
         self.landed = True
@@ -132,6 +133,7 @@ class Scheduler:
                     self.land(link, channel, frame, note)
                 else:
                     queue.append(frame)
+                    link.dst_rx_from[channel].append(link.sources[channel])
                     link.delivered += 1
                     link.bytes_delivered += n
                     if pcap is not None:

@@ -28,9 +28,11 @@ _HEAD = struct.Struct("!BBBBHH")
 _SCOPE = struct.Struct("!I")
 _LEN = {4: _HEAD.size + 4, 6: _HEAD.size + 16 + _SCOPE.size}
 _FAMILY = {4: socket.AF_INET, 6: socket.AF_INET6}
-_TAG = {socket.AF_INET: 4, socket.AF_INET6: 6}
+_TAG: dict[int, int] = {socket.AF_INET: 4, socket.AF_INET6: 6}
 
-Handle = tuple[tuple, tuple]  # (priority sockaddr, data sockaddr)
+#: what ``sendto`` takes: (ip, port) for IPv4, (ip, port, flowinfo, scope_id) for IPv6
+SockAddr = tuple[str, int] | tuple[str, int, int, int]
+Handle = tuple[SockAddr, SockAddr]  # (priority sockaddr, data sockaddr)
 
 
 def encode(family: int, ip: str, priority_port: int, data_port: int, scope_id: int = 0) -> bytes:

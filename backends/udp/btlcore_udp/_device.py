@@ -247,20 +247,23 @@ def post_send_many(device: UdpDevice, items: Sequence[tuple[Any, Any, Any]]) -> 
     return total
 
 
-def _drain(device: UdpDevice, sock: socket.socket, out: list[Any], budget: int, off: int) -> int:
-    """``recv_into`` datagrams back to back into the arena from ``off``; return the new
-    offset.  Stops when the socket is empty, ``out`` holds ``budget``, or the arena is full."""
+def _drain(device: UdpDevice, sock: socket.socket, out: list[Any], srcs: list[Any], budget: int,
+           off: int) -> int:
+    """``recvfrom_into`` datagrams back to back into the arena from ``off``, their senders
+    into ``srcs``; return the new offset.  Stops when the socket is empty, ``out`` holds
+    ``budget``, or the arena is full."""
     arena = device._arena
     limit = device._arena_limit
     size = device._recv_size
     mtu = device._recv_mtu
-    recv_into = sock.recv_into
+    recvfrom_into = sock.recvfrom_into
     append = out.append
+    append_src = srcs.append
     errors = 0
     start = off
     while len(out) < budget and off <= limit:
         try:
-            n = recv_into(arena[off:], size)
+            n, src = recvfrom_into(arena[off:], size)
         except BlockingIOError:
             break
         except OSError:  # an ICMP error reported by this call (IP_RECVERR)
@@ -274,15 +277,18 @@ def _drain(device: UdpDevice, sock: socket.socket, out: list[Any], budget: int, 
             device.rx_oversize += 1
             continue
         append(arena[off:off + n])
+        append_src(src)
         off += n
     device.rx_bytes += off - start
     return off
 
 
-def _drain_mmsg(device: UdpDevice, sock: socket.socket, out: list[Any], budget: int, slot: int) -> int:
+def _drain_mmsg(device: UdpDevice, sock: socket.socket, out: list[Any], srcs: list[Any],
+                budget: int, slot: int) -> int:
     """Like :func:`_drain` with ``recvmmsg``: many datagrams per system call, each in its own
-    slot of ``device._batch`` from ``slot`` on; return the next free slot."""
-    recv, view, lens, stride, at, size, slots = device._mmsg_parts
+    slot of ``device._batch`` from ``slot`` on; return the next free slot.  The senders are
+    read per call, in bulk (``RecvBatch.sources``)."""
+    recv, view, lens, stride, at, size, slots, sources = device._mmsg_parts
     fd = sock.fileno()
     mtu = device._recv_mtu
     append = out.append
@@ -299,6 +305,7 @@ def _drain_mmsg(device: UdpDevice, sock: socket.socket, out: list[Any], budget: 
             if errors >= MAX_ERRORS_PER_POLL:
                 break
             continue
+        had = len(out)
         for i in range(slot, slot + k):
             n = lens[i * stride + at]
             if n > mtu:
@@ -307,6 +314,11 @@ def _drain_mmsg(device: UdpDevice, sock: socket.socket, out: list[Any], budget: 
             begin = i * size
             append(view[begin:begin + n])
             nbytes += n
+        if len(out) - had == k:
+            srcs += sources(slot, k)
+        else:  # oversize datagrams were dropped: their senders go too
+            srcs += [src for i, src in enumerate(sources(slot, k), slot)
+                     if lens[i * stride + at] <= mtu]
         slot += k
         if k < want:  # the socket ran dry: spare the call that would say so
             break
@@ -314,20 +326,23 @@ def _drain_mmsg(device: UdpDevice, sock: socket.socket, out: list[Any], budget: 
     return slot
 
 
-def _drain_gro(device: UdpDevice, sock: socket.socket, out: list[Any], budget: int, off: int) -> int:
+def _drain_gro(device: UdpDevice, sock: socket.socket, out: list[Any], srcs: list[Any], budget: int,
+               off: int) -> int:
     """Like :func:`_drain`, for a socket with UDP_GRO on: one ``recvmsg_into`` may return many
     datagrams glued together, with their size in a control message.  Those beyond the budget
-    are copied to ``device._pending`` and delivered first by the next ``poll_recv``."""
+    are copied to ``device._pending`` (their sender to ``device._pending_from``) and
+    delivered first by the next poll."""
     arena = device._arena
     limit = device._arena_gro_limit
     mtu = device._recv_mtu
     recvmsg_into = sock.recvmsg_into
     append = out.append
+    append_src = srcs.append
     errors = 0
     start = off
     while len(out) < budget and off <= limit:
         try:
-            n, anc, flags, _ = recvmsg_into([arena[off:off + GRO_BUFFER]], GRO_CMSG_SPACE)
+            n, anc, flags, src = recvmsg_into([arena[off:off + GRO_BUFFER]], GRO_CMSG_SPACE)
         except BlockingIOError:
             break
         except OSError:
@@ -346,6 +361,7 @@ def _drain_gro(device: UdpDevice, sock: socket.socket, out: list[Any], budget: i
             continue
         if seg == n:
             append(arena[off:off + n])
+            append_src(src)
             off += n
             continue
         device.rx_gro_reads += 1
@@ -355,8 +371,10 @@ def _drain_gro(device: UdpDevice, sock: socket.socket, out: list[Any], budget: i
             q = p + seg if p + seg < end else end
             if len(out) < budget:
                 append(arena[p:q])
+                append_src(src)
             else:
                 device._pending.append(bytes(arena[p:q]))
+                device._pending_from.append(src)
                 device.rx_bytes -= q - p  # counted when delivered
             p = q
         off = end
@@ -366,9 +384,16 @@ def _drain_gro(device: UdpDevice, sock: socket.socket, out: list[Any], budget: i
 
 def poll_recv(device: UdpDevice, budget: int) -> list[Any]:
     """Up to ``budget`` datagrams, the priority socket drained first."""
+    return poll_recv_from(device, budget)[0]
+
+
+def poll_recv_from(device: UdpDevice, budget: int) -> tuple[list[Any], list[Any]]:
+    """Up to ``budget`` datagrams, the priority socket drained first, and the address of the
+    socket each came from (``(host, port)``: a peer's priority and data sockets differ)."""
     out: list[Any] = []
+    srcs: list[Any] = []
     if budget <= 0 or device.closed:
-        return out
+        return out, srcs
     batched = device._batch is not None
     # Read only the sockets epoll reports readable: a read of an empty socket costs a system
     # call (1.2 us through recvmmsg), twice per pass.  Right after a wait we know already;
@@ -381,27 +406,29 @@ def poll_recv(device: UdpDevice, budget: int) -> list[Any]:
     slot = off = 0
     if ready[0]:
         if batched:
-            slot = _drain_mmsg(device, device._prio_sock, out, budget, 0)
+            slot = _drain_mmsg(device, device._prio_sock, out, srcs, budget, 0)
         else:
-            off = _drain(device, device._prio_sock, out, budget, 0)
+            off = _drain(device, device._prio_sock, out, srcs, budget, 0)
     device.rx_priority += len(out)
     if not ready[1] and not device._pending:
         device.rx_datagrams += len(out)
-        return out
+        return out, srcs
     if device._pending:  # left over from a GRO read: they come before newer data
         pending = device._pending
         take = pending[:budget - len(out)]
         del pending[:len(take)]
         out.extend(take)
+        srcs.extend(device._pending_from[:len(take)])
+        del device._pending_from[:len(take)]
         device.rx_bytes += sum(map(len, take))
     if device._gro:
-        _drain_gro(device, device._data_sock, out, budget, 0 if batched else off)
+        _drain_gro(device, device._data_sock, out, srcs, budget, 0 if batched else off)
     elif batched:
-        _drain_mmsg(device, device._data_sock, out, budget, slot)
+        _drain_mmsg(device, device._data_sock, out, srcs, budget, slot)
     else:
-        _drain(device, device._data_sock, out, budget, off)
+        _drain(device, device._data_sock, out, srcs, budget, off)
     device.rx_datagrams += len(out)
-    return out
+    return out, srcs
 
 
 def wait(device: UdpDevice, deadline: float | None) -> None:
@@ -446,16 +473,8 @@ class UdpDevice:
     post_send_batch = post_send_batch
     post_send_many = post_send_many
     poll_recv = poll_recv
+    poll_recv_from = poll_recv_from
     wait = wait
-    #: wait() returns at once when a socket is readable, so the transport may wait before
-    #: it reads (a read of an empty socket is a wasted system call)
-    wait_wakes_on_input = True
-    #: post_send and post_send_many take a datagram as a list of buffers (sendmsg gathers
-    #: them), so the engine need not copy a bulk payload into its segment
-    gather_sends = True
-    #: poll_completions has nothing to report (sendto completes synchronously), so the
-    #: transport need not call it every pass
-    sends_complete_at_once = True
 
     def __init__(self, opts: UdpOptions) -> None:
         if opts.recvmmsg == "on" and not _mmsg.available():
@@ -509,6 +528,7 @@ class UdpDevice:
         self._data_sock = socks[1]
         self._gro = opts.gro
         self._pending: list[bytes] = []
+        self._pending_from: list[Any] = []
         self._gso = has_gso and opts.gso != "off"
         self._gso_mode = opts.gso
         self._gso_failures = 0
@@ -526,10 +546,11 @@ class UdpDevice:
         self._arena_limit = arena_len - self._recv_size
         self._arena_gro_limit = arena_len - GRO_BUFFER
         use_mmsg = opts.recvmmsg == "on" or (opts.recvmmsg == "auto" and _mmsg.available())
-        self._batch = _mmsg.RecvBatch(self._recv_size) if use_mmsg else None
+        self._batch = _mmsg.RecvBatch(self._recv_size, family=family) if use_mmsg else None
         if self._batch is not None:  # unpacked in one go per read (fewer lookups per datagram)
             b = self._batch
-            self._mmsg_parts = (b.recv, b.view, b._lens, b._stride, b._len_at, b.slot_size, b.slots)
+            self._mmsg_parts = (b.recv, b.view, b._lens, b._stride, b._len_at, b.slot_size, b.slots,
+                                b.sources)
         scope = self.local_sockaddrs[0][3] if family == socket.AF_INET6 else 0
         self._address = _address.encode(family, opts.advertise, self.local_sockaddrs[0][1],
                                          self.local_sockaddrs[1][1], scope)
@@ -633,6 +654,15 @@ class UdpDevice:
             recv_queue_depth=max(1, self.rcvbuf_granted[1] // self.mtu),
             integrity=False,
             virtual_time=False,
+            reports_source=True,
+            # post_send and post_send_many take a datagram as a list of buffers (sendmsg
+            # gathers them), so the engine need not copy a bulk payload into its segment
+            gather_sends=True,
+            # sendto completes synchronously: poll_completions has nothing to report
+            sends_complete_at_once=True,
+            # wait() returns at once when a socket is readable, so the transport may wait
+            # before it reads (a read of an empty socket is a wasted system call)
+            wait_wakes_on_input=True,
         )
 
     def create_channel(self, channel: Channel, mtu: int) -> ChannelInfo:

@@ -18,7 +18,7 @@ from ._options import MAX_PAYLOAD
 
 SIOCGIFADDR = 0x8915
 SIOCGIFMTU = 0x8921
-HEADERS = {socket.AF_INET: 20 + 8, socket.AF_INET6: 40 + 8}
+HEADERS: dict[int, int] = {socket.AF_INET: 20 + 8, socket.AF_INET6: 40 + 8}
 FALLBACK_MTU = 1500
 
 

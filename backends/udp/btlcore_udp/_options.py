@@ -23,7 +23,7 @@ from btlcore.errors import ConfigError
 ENV_PREFIX = "BTL_UDP_"
 DEFAULT_HOST = "127.0.0.1"
 MIN_MTU = 128  # the same floor as btlcore.Config.mtu: a header plus a useful payload
-MAX_PAYLOAD = {socket.AF_INET: 65507, socket.AF_INET6: 65527}  # 65535 - IP (v4 only) - UDP
+MAX_PAYLOAD: dict[int, int] = {socket.AF_INET: 65507, socket.AF_INET6: 65527}  # 65535 - IP (v4 only) - UDP
 MIN_BUF = 4096
 MAX_BUF = 1 << 30
 DEFAULT_RCVBUF = 32 << 20
@@ -157,7 +157,7 @@ def _resolve_host(name: str, host: Any) -> tuple[int, str]:
         raise ConfigError(f"udp option {name!r}: cannot resolve host {host!r} ({exc}); "
                           f"allowed is {ALLOWED[name]}") from None
     fam, _, _, _, sockaddr = next(i for i in infos if i[0] in (socket.AF_INET, socket.AF_INET6))
-    return fam, sockaddr[0]
+    return fam, str(sockaddr[0])  # an AF_INET/AF_INET6 sockaddr: (ip, port, ...)
 
 
 def env_options(environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -21,6 +21,7 @@ from ._device import UdpDevice
 btl_device_post_send = hookimpl(_device.post_send)
 btl_device_post_send_many = hookimpl(_device.post_send_many)
 btl_device_poll_recv = hookimpl(_device.poll_recv)
+btl_device_poll_recv_from = hookimpl(_device.poll_recv_from)
 btl_device_wait = hookimpl(_device.wait)
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import socket
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from btlcore.device import Channel
@@ -35,6 +36,32 @@ def _drain_raw(sock: socket.socket, buf: bytearray) -> int:
         except BlockingIOError:
             return n
         n += 1
+
+
+def _drain_poll(poll: Callable[[int], Sequence[Any]]) -> int:
+    """Datagrams a device's bound ``poll_recv`` hands over until it has none left."""
+    n = 0
+    while True:
+        got = poll(256)
+        if not got:
+            return n
+        n += len(got)
+
+
+def _send_each(send: Callable[[bytes, Any], Any], payload: bytes, dest: Any, count: int) -> list[Any]:
+    """``count`` calls of a raw ``sendto``."""
+    return [send(payload, dest) for _ in range(count)]
+
+
+def _post_each(post: Callable[[Channel, Any, Any], bool], dest: Any, payload: bytes, count: int) -> list[bool]:
+    """``count`` calls of the device's bound ``post_send``, as the core makes them."""
+    return [post(Channel.DATA, dest, payload) for _ in range(count)]
+
+
+def _sendmsg_runs(sock: socket.socket, runs: list[list[bytes]], cmsg: list[tuple[int, int, bytes]],
+                  dest: Any) -> list[int]:
+    """One GSO ``sendmsg`` per run of segments."""
+    return [sock.sendmsg(r, cmsg, 0, dest) for r in runs]
 
 
 def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -83,8 +110,7 @@ def measure(sizes: tuple[int, ...] = (1472, 8972), count: int = 2000, trials: in
             batch = [payload] * count
             for _ in range(trials):
                 # raw sendto / recv_into
-                sendto = raw_tx.sendto
-                secs, _ = _timed(lambda: [sendto(payload, raw_dest) for _ in range(count)])
+                secs, _ = _timed(partial(_send_each, raw_tx.sendto, payload, raw_dest, count))
                 record(f"send.raw.{size}", secs, count)
                 secs, got = _timed(lambda: _drain_raw(raw_rx, buf))
                 record(f"recv.raw.{size}", secs, max(got, 1))
@@ -93,65 +119,37 @@ def measure(sizes: tuple[int, ...] = (1472, 8972), count: int = 2000, trials: in
                     per = min(64, 65507 // size)
                     cmsg = [(socket.IPPROTO_UDP, UDP_SEGMENT, size.to_bytes(2, "little"))]
                     runs = [batch[i:i + per] for i in range(0, count, per)]
-                    secs, _ = _timed(lambda: [raw_tx.sendmsg(r, cmsg, 0, raw_dest) for r in runs])
+                    secs, _ = _timed(partial(_sendmsg_runs, raw_tx, runs, cmsg, raw_dest))
                     record(f"send.raw_gso.{size}", secs, count)
                     secs, got = _timed(lambda: _drain_raw(raw_rx, buf))
                     record(f"recv.raw_after_gso.{size}", secs, max(got, 1))
                 # the device, through the bound hook functions the core calls
                 post = tx.post_send
-                secs, _ = _timed(lambda: [post(Channel.DATA, dest, payload) for _ in range(count)])
+                secs, _ = _timed(partial(_post_each, post, dest, payload, count))
                 record(f"send.device.{size}", secs, count)
-                poll = rx.poll_recv
-
-                def drain_device() -> int:
-                    n = 0
-                    while True:
-                        got = poll(256)
-                        if not got:
-                            return n
-                        n += len(got)
-
+                drain_device = partial(_drain_poll, rx.poll_recv)
                 secs, got = _timed(drain_device)
                 record(f"recv.device.{size}", secs, max(got, 1))
                 plain_dest = tx.resolve(rx_plain.local_address())
                 for _ in range(count):
                     post(Channel.DATA, plain_dest, payload)
-                poll_plain = rx_plain.poll_recv
-
-                def drain_plain() -> int:
-                    n = 0
-                    while True:
-                        got = poll_plain(256)
-                        if not got:
-                            return n
-                        n += len(got)
-
-                secs, got = _timed(drain_plain)
+                secs, got = _timed(partial(_drain_poll, rx_plain.poll_recv))
                 record(f"recv.device_recv_into.{size}", secs, max(got, 1))
                 # the device's batch send, GSO off then on
                 tx.device._gso = False
-                secs, _ = _timed(lambda: tx.device.post_send_batch(Channel.DATA, dest, batch))
+                secs, _ = _timed(partial(tx.device.post_send_batch, Channel.DATA, dest, batch))
                 record(f"send.batch_nogso.{size}", secs, count)
                 drain_device()
                 if have_gso:
                     tx.device._gso = True
-                    secs, _ = _timed(lambda: tx.device.post_send_batch(Channel.DATA, dest, batch))
+                    secs, _ = _timed(partial(tx.device.post_send_batch, Channel.DATA, dest, batch))
                     record(f"send.batch_gso.{size}", secs, count)
                     secs, got = _timed(drain_device)
                     record(f"recv.device_after_gso.{size}", secs, max(got, 1))
                 if have_gso and rx_gro is not None:
                     gro_dest = tx.resolve(rx_gro.local_address())
                     tx.device.post_send_batch(Channel.DATA, gro_dest, batch)
-                    poll_gro = rx_gro.poll_recv
-
-                    def drain_gro() -> int:
-                        n = 0
-                        while True:
-                            got = poll_gro(256)
-                            if not got:
-                                return n
-                            n += len(got)
-
+                    drain_gro = partial(_drain_poll, rx_gro.poll_recv)
                     secs, got = _timed(drain_gro)
                     record(f"recv.device_gro_after_gso.{size}", secs, max(got, 1))
                     for _ in range(count):

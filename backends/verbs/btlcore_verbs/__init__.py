@@ -19,15 +19,22 @@ Open it by name: ``btlcore.registry.open_device("verbs", {"device": "rxe0"})``.
   probe says precisely why.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from ._address import VerbsAddress
 from ._address import decode as decode_address
 from ._options import ALLOWED as OPTIONS
 from ._options import VerbsOptions
 
+if TYPE_CHECKING:
+    from ._device import VerbsDevice
+
 __all__ = ["OPTIONS", "VerbsAddress", "VerbsOptions", "decode_address", "VerbsDevice"]
 
 
-def __getattr__(name: str):  # VerbsDevice imports nothing of pyverbs until a device opens
+def __getattr__(name: str) -> type[VerbsDevice]:  # VerbsDevice imports nothing of pyverbs until a device opens
     if name == "VerbsDevice":
         from ._device import VerbsDevice
 

@@ -625,10 +625,15 @@ class VerbsDevice:
     # -- the rest of the Device interface ------------------------------------------------
 
     def capabilities(self) -> Capabilities:
+        # sends complete when their completion is reaped (poll_completions), and wait()
+        # polls the CQs (no completion-channel fd to block on); sources are not reported
+        # yet: a receive completion has src_qp, and the GRH the sender's GID, to offer
         return Capabilities(mtu=self.active_mtu, max_inline=self.max_inline,
                             send_queue_depth=self.send_queue_depth,
                             recv_queue_depth=self.recv_queue_depth, integrity=True,
-                            virtual_time=False)
+                            virtual_time=False, gather_sends=False,
+                            sends_complete_at_once=False, wait_wakes_on_input=False,
+                            reports_source=False)
 
     def create_channel(self, channel: Channel, mtu: int) -> ChannelInfo:
         ch = self._chans[Channel(channel)]

@@ -39,8 +39,8 @@ def load() -> dict[str, Any]:
         try:
             from pyverbs import libibverbs_enums as enums  # rdma-core >= 59
         except ImportError:
-            from pyverbs import enums  # type: ignore[no-redef]
-        from pyverbs import device, pd, cq, qp, mr, wr, addr
+            from pyverbs import enums
+        from pyverbs import addr, cq, device, mr, pd, qp, wr
         from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
     except ImportError as exc:
         _error = import_error_reason(exc)

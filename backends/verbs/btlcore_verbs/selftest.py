@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from btlcore.device import Channel
 
 from . import plugin
 from ._options import parse
 
+if TYPE_CHECKING:
+    from ._device import VerbsDevice
 
-def stream(a, b, channel: Channel, size: int, count: int, timeout: float = 60.0) -> tuple[float, int]:
+
+def stream(a: VerbsDevice, b: VerbsDevice, channel: Channel, size: int, count: int,
+           timeout: float = 60.0) -> tuple[float, int]:
     dest = a.resolve(b.local_address())
     payload = bytes(size)
     sent = got = 0
