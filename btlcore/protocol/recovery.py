@@ -168,7 +168,8 @@ class Recovery(Packetizer):
             if min_rtt is not None and self._now - seg.sent_at < min_rtt * 0.5 and peer.reo_mult < 16:
                 peer.reo_mult += 1
                 peer.reo_persist = REO_PERSIST
-        self._cc_on_ack(peer)  # (the congestion controller's on_ack, bound once)
+        if peer.cwnd < self._cwnd_max:  # (the congestion controller's on_ack, bound once)
+            self._cc_on_ack(peer)
         msg = seg.msg
         msg.outstanding -= 1
         if msg.cut_all and msg.outstanding == 0 and not msg.done:

@@ -72,6 +72,7 @@ class EngineState:
         # congestion control, by name (resolved once); its per-ACK call bound once
         self._cc: CongestionControl = congestion.load(config.cc)(config)
         self._cc_on_ack = self._cc.on_ack
+        self._cwnd_max: float = self._cc.cwnd_max
         self._single_cap = self.data_mtu - HEADER_LEN  # payload of an unchunked message
         self._chunk_cap = self.data_mtu - HEADER_LEN - CHUNK_LEN
         self._gather_min: int | None = None  # chunk size from which payloads stay uncopied

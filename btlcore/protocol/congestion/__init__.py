@@ -6,8 +6,9 @@ serves every peer of that engine and keeps its per-peer state on the
 ``ssthresh``).  The engine calls it at four moments:
 
 * :meth:`CongestionControl.on_new_peer`: a connection starts (or starts again after a reset);
-* :meth:`CongestionControl.on_ack`: one segment was acknowledged (cumulatively or by SACK) --
-  this runs per segment, so the engine binds it once and it should stay a few lines;
+* :meth:`CongestionControl.on_ack`: one segment was acknowledged (cumulatively or by SACK) while
+  the window is below ``cwnd_max`` -- this runs per segment, so the engine binds it once and it
+  should stay a few lines;
 * :meth:`CongestionControl.on_loss_episode`: a loss episode began (fast retransmit, or a
   timeout's probes were found lost); once per episode;
 * :meth:`CongestionControl.on_persistent_congestion`: several retransmit timeouts in a row.
@@ -35,6 +36,10 @@ GROUP = "btlcore.congestion"
 
 class CongestionControl(Protocol):
     """What the engine needs of a congestion control algorithm (see the module docstring)."""
+
+    #: the largest window it ever sets (``inf``: none); the engine skips :meth:`on_ack`
+    #: while a peer's window is there, so that a full window costs no call per ACK
+    cwnd_max: float
 
     def on_new_peer(self, peer: Peer) -> None:
         """Set the window of a connection that starts."""
