@@ -28,6 +28,7 @@ from .receive import Receiver
 from .stats import aggregate
 from .wire import (
     PUT_LEN,
+    T_DATA,
     U32_MASK,
 )
 
@@ -172,7 +173,16 @@ class Engine(Receiver):
             warnings.warn("Engine.receive_datagram(data, now) is deprecated: pass "
                           "receive_datagram(data, source, now)", DeprecationWarning, stacklevel=2)
             source, now = None, source
-        self.receive_datagrams((data,), now, None if source is None else (source,))  # the one receive path
+        try:
+            data_type = data[1]
+        except IndexError:
+            data_type = -1
+        if data_type == T_DATA:  # the one receive path for data
+            self.receive_datagrams((data,), now, None if source is None else (source,))
+        else:  # (anything else: checked and handed on by type, without the data path's set-up)
+            self._now = now
+            if not self.closed:
+                self._dispatch(data, source, now)
 
     def datagrams_to_send(self, now: float, budget: int = 1 << 30,
                           resends: bool = True) -> list[tuple[int, Any, Frame]]:

@@ -57,18 +57,18 @@ class Receiver(Handshake):
 
     def receive_datagrams(self, batch: Iterable[Any], now: float,
                           sources: Sequence[Any] | None = None) -> None:
-        """The receive path: a device poll's worth of datagrams, arrived by ``now`` (``sources``: where each
-        came from, as the device reports it, or None).  Its first branch is the common case, written once:
-        the next data segment in order of a confirmed peer, intact, a whole message or a chunk in the middle
-        of one (what it needs looked up once per batch).  Else :meth:`_dispatch` or :meth:`_on_segment`."""
+        """The receive path: a poll's datagrams, arrived by ``now`` (``sources``: where each came from, or None).
+        Its first branch is the common case, written once: the next data segment in order of a confirmed peer,
+        intact, whole or a middle chunk (state read once per batch).  Else :meth:`_dispatch`, :meth:`_on_segment`."""
         self._now = now
         if self.closed:
             return  # nobody will read them: neither deliver nor acknowledge
         head_chunk, check, peers, events = HEADER_CHUNK.unpack_from, crc32c, self.peers_by_conn, self.events
         acking, timed, freq = self._acking, self._timed, self._ack_frequency
-        last_dst = last_inc = -1  # whose peer passed the checks (only _dispatch changes that)
+        last_dst = last_inc = k = -1  # whose peer passed the checks (only _dispatch changes that)
         peer: Any
-        for k, data in enumerate(batch):
+        for data in batch:
+            k += 1
             n = len(data)
             typ = -1
             if n >= _CHUNKED:  # the chunk extension too, in the same unpack
@@ -76,17 +76,17 @@ class Receiver(Handshake):
                     = head_chunk(data)
             elif n >= HEADER_LEN:
                 version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = HEADER.unpack_from(data)
-            view = memoryview(data)
-            # the fast path's conditions, read before believing anything (else _dispatch checks, counts)
+            # the fast path's conditions, before believing anything (else _dispatch); each `:=` only notes a value
             if typ != T_DATA or version != WIRE_VERSION or flags & _NOT_FAST or (
                     (dst != last_dst or inc != last_inc)
                     and ((peer := peers.get(dst)) is None or inc != peer.remote_inc or not peer.confirmed
-                         or not peer.remote_known or peer.state is _FAILED)) or (
-                    check(view[CRC_OFFSET + 4:], check(view[:CRC_OFFSET])) != crc if flags & F_CRC else self.crc):
+                         or not peer.remote_known or peer.state is _FAILED
+                         or (last_dst := dst) < 0 or (last_inc := inc) < 0)) or (
+                    check((view := memoryview(data))[CRC_OFFSET + 4:], check(view[:CRC_OFFSET])) != crc
+                    if flags & F_CRC else self.crc or (view := memoryview(data)) is None):
                 last_dst = -1
                 self._dispatch(data, None if sources is None else sources[k], now)
                 continue
-            last_dst, last_inc = dst, inc
             if n != (_CHUNKED if flags & F_CHUNK else HEADER_LEN) + plen:
                 self.counters.num_malformed_recvs += 1  # drop before anything in it is believed
                 continue

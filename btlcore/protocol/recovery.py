@@ -34,6 +34,8 @@ from .wire import (
 )
 
 _ESTABLISHED = PeerState.ESTABLISHED
+_ACK_BODY_LEN = ACK_BODY.size
+_SACK_RANGE_LEN = SACK_RANGE.size
 _CONNECTING = PeerState.CONNECTING
 _timed_order = attrgetter("timed_order")
 
@@ -221,17 +223,17 @@ class Recovery(Packetizer):
 
     def _on_ack(self, peer: Peer, data: memoryview, n: int, ack_w: int, plen: int, now: float) -> None:
         c = peer.counters
-        if n != HEADER_LEN + plen or plen < ACK_BODY.size:
+        if n != HEADER_LEN + plen or plen < _ACK_BODY_LEN:
             self.counters.num_malformed_recvs += 1
             return
         window, nranges, ack_flags, ack_delay = ACK_BODY.unpack_from(data, HEADER_LEN)
-        if nranges > MAX_SACK_RANGES or plen != ACK_BODY.size + nranges * SACK_RANGE.size:
+        if nranges > MAX_SACK_RANGES or plen != _ACK_BODY_LEN + nranges * _SACK_RANGE_LEN:
             self.counters.num_malformed_recvs += 1
             return
         c.num_ack_recvs += 1
         if not peer.confirmed:
             self._confirm(peer, now)
-        peer.remote_window = max(8, window)
+        peer.remote_window = window if window > 8 else 8
         if ack_flags & AF_DUPLICATE:
             peer.probe_dup = True  # (only read while a timeout's probes are out)
             if peer.reo_mult < 16 and peer.counters.num_resends:
