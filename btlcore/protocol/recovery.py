@@ -472,7 +472,8 @@ class Recovery(Packetizer):
                 if t is None and forget_idle:
                     peer.timed = False
                 deadlines.set(peer, t)
-                actions.set(peer, act)
+                # (only the rare peer that handle_timer acts on before its deadline)
+                actions.set(peer, act if act is not None and (t is None or act < t) else None)
         touched.clear()
 
     def next_deadline(self, pending_work: bool = True) -> float | None:
@@ -490,12 +491,14 @@ class Recovery(Packetizer):
         only, in the order they became timed."""
         self._now = now
         self._refresh_timers(False)
-        due = self._actions.pop_due(now)
+        due = self._deadlines.pop_due(now)
+        early = self._actions.pop_due(now) if self._actions else None
+        if early:
+            due = list(dict.fromkeys(due + early))
         if len(due) > 1:
             due.sort(key=_timed_order)
         touched = self._touched
         for peer in due:
-            self._deadlines.discard(peer)
             touched[peer] = None  # (recomputed at the next look)
             self._peer_timer(peer, now)
 
