@@ -33,6 +33,7 @@ ICMP errors it also reports (a peer's closed port) are read and counted, never r
 from __future__ import annotations
 
 import errno
+import os
 import select
 import socket
 import struct
@@ -460,6 +461,8 @@ def wait(device: UdpDevice, deadline: float | None) -> None:
             # read that gets it drains the error queue (no second call to ask epoll)
             ready, _, _ = select.select(device._select_fds, (), (), timeout)
             device._ready = (device._prio_fd in ready, device._data_fd in ready)
+            if ready and device._wake_r in ready:  # woken by another thread (wake())
+                device._drain_wake()
             return
         else:
             events = poll(timeout * device._poll_scale)
@@ -555,17 +558,24 @@ class UdpDevice:
         self._address = _address.encode(family, opts.advertise, self.local_sockaddrs[0][1],
                                          self.local_sockaddrs[1][1], scope)
         self._busy_poll = opts.busy_poll
-        fds = [sock.fileno() for sock in socks]
+        # wake(): another thread makes a blocked wait return (an eventfd, or a pipe)
+        if hasattr(os, "eventfd"):
+            self._wake_r = self._wake_w = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        else:  # pragma: no cover - non-Linux
+            self._wake_r, self._wake_w = os.pipe()
+            os.set_blocking(self._wake_r, False)
+            os.set_blocking(self._wake_w, False)
+        fds = [sock.fileno() for sock in socks] + [self._wake_r]
         self._select_fds = fds if max(fds) < SELECT_FD_LIMIT else None
         if hasattr(select, "epoll"):
             self._poller: Any = select.epoll()
-            for s in socks:
-                self._poller.register(s.fileno(), select.EPOLLIN)
+            for fd in fds:
+                self._poller.register(fd, select.EPOLLIN)
             self._poll_scale = 1.0  # epoll takes seconds
         else:  # pragma: no cover - non-Linux
             self._poller = select.poll()
-            for s in socks:
-                self._poller.register(s.fileno(), select.POLLIN)
+            for fd in fds:
+                self._poller.register(fd, select.POLLIN)
             self._poll_scale = 1000.0  # poll takes milliseconds
         self.tx_datagrams = self.tx_bytes = self.tx_pushbacks = self.tx_errors = 0
         self.tx_gso_sends = self.gso_fallbacks = 0
@@ -698,11 +708,32 @@ class UdpDevice:
         for fd, mask in events:
             if fd == prio_fd:
                 prio = True
+            elif fd == self._wake_r:
+                self._drain_wake()
+                continue
             else:
                 data = True
             if mask & POLL_ERR:
                 self._drain_errqueue(self._socks[0] if fd == prio_fd else self._socks[1])
         return prio, data
+
+    def wake(self) -> None:
+        """Make a wait blocked in another thread return now (thread-safe: one write to the
+        wake descriptor; a full pipe or a closed device is ignored)."""
+        if self.closed:
+            return
+        try:
+            os.write(self._wake_w, b"\x01\0\0\0\0\0\0\0")
+        except (BlockingIOError, OSError):
+            pass
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                if self._wake_r == self._wake_w:  # an eventfd: one read resets it
+                    return
+        except (BlockingIOError, OSError):
+            pass
 
     def fds(self) -> list[int]:
         return [] if self.closed else [s.fileno() for s in self._socks]
@@ -714,6 +745,8 @@ class UdpDevice:
         self._poller.close()
         for s in self._socks:
             s.close()
+        for fd in {self._wake_r, self._wake_w}:
+            os.close(fd)
 
     def stats(self) -> dict[str, Any]:
         """Counters since open, and what the kernel granted."""

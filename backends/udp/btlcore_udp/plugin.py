@@ -89,6 +89,11 @@ def btl_device_fds(device: UdpDevice) -> Sequence[int]:
 
 
 @hookimpl
+def btl_device_wake(device: UdpDevice) -> None:
+    device.wake()
+
+
+@hookimpl
 def btl_device_close(device: UdpDevice) -> None:
     device.close()
 
