@@ -39,6 +39,16 @@ def integer(value: Any, name: str, hi: int, what: str) -> int:
     return value
 
 
+def _view(value: Any, name: str, allowed: str) -> memoryview:
+    try:
+        view = memoryview(value)
+    except TypeError:
+        raise TypeError(f"{name} must be {allowed}, not {_kind(value)}") from None
+    if not view.c_contiguous:
+        raise ValueError(f"{name} must be one contiguous buffer, not a strided {_kind(value)}")
+    return view
+
+
 def data(value: Any, name: str = "data") -> None:
     """A bytes-like object that one flat byte view can be taken of."""
     if type(value) is bytes:
@@ -46,24 +56,12 @@ def data(value: Any, name: str = "data") -> None:
     if isinstance(value, str):
         raise TypeError(f"{name} must be bytes-like (bytes, bytearray, memoryview, array...), "
                         f"not str: encode it first")
-    try:
-        memoryview(value).cast("B")
-    except TypeError:
-        raise TypeError(f"{name} must be bytes-like (bytes, bytearray, memoryview, array...), "
-                        f"not {_kind(value)}") from None
-    except ValueError as exc:
-        raise ValueError(f"{name} must be one contiguous buffer: {exc}") from None
+    _view(value, name, "bytes-like (bytes, bytearray, memoryview, array...)")
 
 
 def writable(value: Any, name: str = "buffer") -> None:
     """A writable, contiguous bytes-like object (a put target)."""
-    try:
-        view = memoryview(value).cast("B")
-    except TypeError:
-        raise TypeError(f"{name} must be a writable bytes-like object (bytearray, memoryview "
-                        f"of one, array...), not {_kind(value)}") from None
-    except ValueError as exc:
-        raise ValueError(f"{name} must be one contiguous buffer: {exc}") from None
+    view = _view(value, name, "a writable bytes-like object (bytearray, memoryview of one, array...)")
     if view.readonly:
         raise ValueError(f"{name} must be writable (bytearray, memoryview of one, ...), "
                          f"not a read-only {_kind(value)}")

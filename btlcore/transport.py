@@ -208,10 +208,10 @@ class Transport:
             self._owner = self._owner_thread = None  # (the owner had ended: still unclaimed)
 
     def wake(self) -> None:
-        """Return a ``progress(timeout)`` (or ``recv``, ``flush``, ``run_until`` wait) now
-        blocked in the owner thread.  The one call that is safe from any thread; a wake with
-        nobody waiting makes the next wait return at once.  On virtual time it does nothing
-        (waits there take no wall time)."""
+        """End the wait of a ``progress(timeout)`` now blocked in the owner thread (``recv``,
+        ``flush`` and ``run_until`` check their condition and wait on).  The one call that is
+        safe from any thread; a wake with nobody waiting makes the next wait return at once.
+        On virtual time it does nothing (waits there take no wall time)."""
         wake = self._wake_device
         if wake is not None and not self._closed:
             wake()
