@@ -168,6 +168,7 @@ class Transport:
         self._owner: int | None = None  # get_ident() of the owning thread (None: not yet driven)
         self._owner_thread: threading.Thread | None = None
         self._wake_device = getattr(device, "wake", None)
+        self._peers = self.engine.peers_by_addr  # (the engine keeps this one dict)
         self._closed = False
         self._last_stats = self.now()
         self._pm = tool_plugin_manager(list(plugins))
@@ -231,22 +232,29 @@ class Transport:
         raise ValueError(f"peer {peer.address.hex()} is not a peer of this transport "
                          f"({self.address.hex()}): use the Peer its connect() returned")
 
+    def _check_send(self, tag: Any, data: Any, callback: Any) -> None:
+        if get_ident() != self._owner:
+            self._claim()
+        checks.tag(tag)
+        checks.data(data)
+        checks.function(callback, "callback")
+
     def send(self, peer: Peer, tag: int, data: Any, callback: Callback | None = None) -> None:
         """Send ``data`` (any bytes-like; do not modify it until the callback) with ``tag``.
 
         ``callback(None)`` fires once the peer acknowledged every byte; ``callback(exc)``
         if the peer died or restarted first, or the transport closed.  Bad arguments raise
         ``TypeError``/``ValueError`` here, and nothing is queued."""
-        if get_ident() != self._owner:
-            self._claim()
-        # cheap checks first (this is the ping-pong path); the wordy ones in btlcore.checks
-        if type(tag) is not int or not 0 <= tag <= 0xFFFF:
-            checks.tag(tag)
-        if type(data) is not bytes:
-            checks.data(data)
-        if callback is not None and not callable(callback):
-            checks.function(callback, "callback")
-        if type(peer) is not Peer or self.engine.peers_by_addr.get(peer.address) is not peer:
+        # the ping-pong path: one chain of cheap tests (the engine checks the tag's range),
+        # and the thread check and the wordy errors only when one of them fails
+        if (get_ident() != self._owner or type(tag) is not int or type(data) is not bytes
+                or (callback is not None and not callable(callback))):
+            self._check_send(tag, data, callback)
+        try:
+            mine = self._peers.get(peer.address) is peer
+        except (AttributeError, TypeError):  # not a Peer at all
+            mine = False
+        if not mine:
             self._check_peer(peer)
         self.engine.send(peer, tag, data, callback, self.now())
 
@@ -364,12 +372,18 @@ class Transport:
         do when the pass found nothing."""
         if get_ident() != self._owner:
             self._claim()
-        if timeout or type(timeout) is not float:  # (the default, 0.0, needs no check)
+        try:  # the default (0.0) costs the one comparison it always did
+            wait = timeout > 0
+        except TypeError:  # not a number
+            wait = checks.seconds(timeout) > 0  # type: ignore[operator]  # (raises)
+        if wait:  # about to block anyway: the full check (bool, inf)
             timeout = checks.seconds(timeout)  # type: ignore[assignment]
-        if timeout > 0 and self._wait_first:
-            return self._progress_wait(timeout)
+            if self._wait_first:
+                return self._progress_wait(timeout)
+        elif timeout:  # negative, NaN
+            checks.seconds(timeout)
         n = self._pass()
-        if n == 0 and timeout > 0:
+        if n == 0 and wait:
             deadline = self.next_deadline()
             self.device.wait(min(self.now() + timeout, _INF if deadline is None else deadline))
             n = self._pass()
