@@ -57,6 +57,9 @@ Handler = Callable[[Peer, int, bytes], Any]
 PeerHandler = Callable[[str, Peer, BaseException | None], Any]
 
 log = logging.getLogger("btlcore.transport")
+# a library's loggers print nothing until the application configures logging (no "last
+# resort" lines on stderr); the one handler for every btlcore.* logger
+logging.getLogger("btlcore").addHandler(logging.NullHandler())
 
 #: how soon to post again after the device refused a datagram (its send queue was full)
 BACKLOG_RETRY = 50e-6

@@ -200,7 +200,8 @@ def run_remote(args: argparse.Namespace, options: dict[str, Any], cfg: Config, s
     reports: list[dict[str, Any]] = []
     t.on(TAG_REPORT, lambda p, tag, d: reports.append(decode_json(d)))
     failed: list[str] = []
-    t.on_peer(lambda event, p, exc: failed.append(f"server {p.address.hex()} {event}: {exc}"))
+    t.on_peer(lambda event, p, exc: failed.append(f"server {event}: {exc}" if exc else
+                                                  f"server {p.address.hex()} {event}"))
     done: list[BaseException | None] = []
     fin: dict[str, Any] = {"ordered": cfg.ordered, "messages": 0, "file": None}
     t0 = time.perf_counter()
@@ -239,12 +240,16 @@ def run_remote(args: argparse.Namespace, options: dict[str, Any], cfg: Config, s
                     return True
             return False
 
-        if not failed:
-            run_until([t], reported, timeout=max(1.0, deadline - time.monotonic()))
+        # progress in short waits, not one long run_until: an idle transport has no timer,
+        # and the report's deadline must be checked even when nothing arrives
+        while not failed and not reported():
+            if time.monotonic() > deadline:
+                raise TimeoutError
+            t.progress(timeout=0.1)
     except TimeoutError:
         timed_out = True
     except PeerError as exc:  # a send after the server failed
-        failed.append(f"server {peer.address.hex()} failed: {exc}")
+        failed.append(f"server failed: {exc}")
     progress.close()
     wall = time.perf_counter() - t0
     stats, line = t.stats(), t.stats_line()
