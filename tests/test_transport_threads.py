@@ -106,8 +106,9 @@ def test_wake_from_another_thread_on_sim_is_harmless() -> None:
     a.wake()  # after close: nothing to wake, no error
 
 
-def test_wake_returns_a_blocked_progress_on_udp() -> None:
-    t = btlcore.open("udp", bind="127.0.0.1:0")
+@pytest.mark.parametrize("busy_poll", [False, True])
+def test_wake_returns_a_blocked_progress_on_udp(busy_poll: bool) -> None:
+    t = btlcore.open("udp", bind="127.0.0.1:0", busy_poll=busy_poll)
     try:
         t.progress()  # this thread owns it
         woke = threading.Event()
