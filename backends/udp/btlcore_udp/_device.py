@@ -45,6 +45,7 @@ from btlcore.device import Capabilities, Channel, ChannelInfo
 from btlcore.errors import ConfigError
 
 from . import _address, _heap, _mmsg, _mtu
+from ._lazy import lazy_buffer
 from ._options import MAX_PAYLOAD, UdpOptions
 
 UDP_SEGMENT = getattr(socket, "UDP_SEGMENT", 103)  # Python 3.11 has no name for it
@@ -542,7 +543,7 @@ class UdpDevice:
         self._recv_mtu = self.mtu
         self._recv_size = self.mtu + 1  # one byte more, to see (and drop) oversize datagrams
         arena_len = max(ARENA_BYTES, 8 * max(self._recv_size, GRO_BUFFER))
-        self._arena = memoryview(bytearray(arena_len))
+        self._arena = memoryview(lazy_buffer(arena_len))  # pages only where datagrams land
         self._arena_limit = arena_len - self._recv_size
         self._arena_gro_limit = arena_len - GRO_BUFFER
         use_mmsg = opts.recvmmsg == "on" or (opts.recvmmsg == "auto" and _mmsg.available())
