@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import ipaddress
 import socket
 import subprocess
 import sys
@@ -269,7 +270,7 @@ def test_address_of_other_family_refused(open_udp):
     ({"bind": "127.0.0.1"}, ["'bind'"]),
     ({"bind": "127.0.0.1:x"}, ["'bind'"]),
     ({"bind": "127.0.0.1:0", "host": "::1"}, ["'bind' and 'host'/'port' conflict"]),
-    ({"host": "0.0.0.0"}, ["wildcard", "'advertise'"]),
+    ({"port": 65535}, ["'port'", "port + 1"]),
     ({"host": "127.0.0.1", "advertise": "::1"}, ["'advertise'", "family"]),
     ({"port": 7000, "data_port": 7000}, ["both 7000"]),
 ])
@@ -308,6 +309,19 @@ def test_option_values_as_strings():
     assert (o.port, o.data_port, o.mtu) == (7000, 7001, 0)
     o = _options.parse({"host": "0.0.0.0", "advertise": "127.0.0.1"}, environ={})
     assert o.advertise == "127.0.0.1"
+
+
+def test_wildcard_advertises_an_address_of_this_host():
+    # a wildcard is no address to send to: without 'advertise' the device advertises one of
+    # its own (the default route's source, else an interface's, else loopback)
+    from btlcore_udp import _route
+
+    for bind, family in (("0.0.0.0:0", socket.AF_INET), ("[::]:0", socket.AF_INET6)):
+        o = _options.parse({"bind": bind}, environ={})
+        assert not ipaddress.ip_address(o.advertise).is_unspecified
+        mapped = ipaddress.ip_address(o.advertise)
+        plain = mapped.ipv4_mapped if isinstance(mapped, ipaddress.IPv6Address) and mapped.ipv4_mapped else mapped
+        assert plain.is_loopback or _route.is_local(socket.AF_INET if plain.version == 4 else family, str(plain))
 
 
 def test_options_from_environment():
