@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gc
 import os
+import resource
 import statistics
 import time
 import tracemalloc
@@ -96,24 +97,39 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _fd_room(want: int) -> int:
+    """Raise the soft descriptor limit toward ``want`` (up to the hard one); return what fits."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < want:
+        target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    return soft
+
+
 def udp_transport_cost(profile: Profile, host: str = "127.0.0.1") -> list[Result]:
     """Resident memory and open time per udp transport, ``profile.udp_transports`` of them
-    open at once in this process."""
+    opened per trial in this process.  Every trial's transports stay open until the end, so
+    each trial's memory is new memory, not the freed heap of the one before."""
     A.require("UDP backend")
-    n = profile.udp_transports
+    trials = max(1, min(profile.trials, 3))
+    fds = _fd_room(3 * profile.udp_transports * trials + 256)  # two sockets and an epoll each
+    n = max(1, min(profile.udp_transports, (fds - 256) // (3 * trials)))
     mem: list[float] = []
     open_s: list[float] = []
     A.close(A.open_udp(host))  # imports, the backend's entry point, the heap settings
-    for _ in range(max(1, min(profile.trials, 3))):
-        gc.collect()
-        before = _rss()
-        t0 = time.perf_counter()
-        opened = [A.open_udp(host) for _ in range(n)]
-        open_s.append((time.perf_counter() - t0) / n)
-        mem.append((_rss() - before) / n)
+    opened: list[Any] = []
+    try:
+        for _ in range(trials):
+            gc.collect()
+            before = _rss()
+            t0 = time.perf_counter()
+            opened += [A.open_udp(host) for _ in range(n)]
+            open_s.append((time.perf_counter() - t0) / n)
+            mem.append((_rss() - before) / n)
+    finally:
         for t in opened:
             A.close(t)
-        del opened
     return [
         measured("btl.udp_transport_mem", SECTION, f"resident memory per udp transport ({n} open)", "B", mem,
                  better="lower", transports=n, method="RSS growth / transports"),
