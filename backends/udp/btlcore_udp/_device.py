@@ -760,7 +760,9 @@ class UdpDevice:
         if reason is False:
             if len(self._reach) >= REACH_CACHE:
                 self._reach.clear()
-            reason = self._reach[(ip, scope)] = _route.unreachable(family, self.options.host, ip, scope)
+            with _route.namespace_of(self._prio_sock) as inside:
+                reason = _route.unreachable(family, self.options.host, ip, scope) if inside else None
+            self._reach[(ip, scope)] = reason
         if reason is not None:
             raise AddressUnreachable(f"udp: cannot reach {_address.describe(address)} from "
                                      f"{self._bound_text()} ({reason}); bind a wildcard "

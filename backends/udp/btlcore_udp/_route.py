@@ -16,13 +16,24 @@ the route would use (``getsockname``).  That is all three questions:
   question than the kernel answers at ``connect()``: it routes ``::1`` toward other hosts and
   drops the packets later, so a loopback-bound device may reach only loopback and this
   host's own addresses (an address is ours if a socket can be bound to it).
+
+The probes must ask the device's network namespace, which may not be the calling thread's (a
+socket keeps the namespace it was made in: the two-host tests open devices in two namespaces
+from one thread).  :func:`namespace_of` enters the socket's namespace for the probe
+(``SIOCGSKNS``, then ``setns``: root only, and only needed when they differ); where it cannot,
+the check is skipped and the kernel's send errors say it later.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import errno
+import fcntl
 import ipaddress
+import os
 import socket
+from collections.abc import Iterator
 
 from . import _mtu
 
@@ -32,6 +43,46 @@ UNREACHABLE = (errno.EINVAL, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EADDRN
 _ELSEWHERE: dict[int, str] = {socket.AF_INET: "192.0.2.1", socket.AF_INET6: "2001:db8::1"}
 _LOOPBACK: dict[int, str] = {socket.AF_INET: "127.0.0.1", socket.AF_INET6: "::1"}
 _PORT = 9  # discard: any port will do, connect() sends nothing
+SIOCGSKNS = 0x894C  # a socket's network namespace, as a new descriptor (Linux >= 4.9)
+CLONE_NEWNET = 0x40000000
+_THREAD_NS = "/proc/thread-self/ns/net"
+
+
+def _setns(fd: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+@contextlib.contextmanager
+def namespace_of(sock: socket.socket) -> Iterator[bool]:
+    """Run the block in ``sock``'s network namespace; yields False (and stays where it is)
+    when that cannot be done, so the caller skips what it would have asked."""
+    try:
+        ns = fcntl.ioctl(sock.fileno(), SIOCGSKNS)
+    except OSError:  # an old kernel, or no namespaces: there is only one
+        yield True
+        return
+    try:
+        if os.fstat(ns).st_ino == os.stat(_THREAD_NS).st_ino:
+            yield True
+            return
+        own = os.open(_THREAD_NS, os.O_RDONLY)
+        try:
+            try:
+                _setns(ns)
+            except OSError:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                _setns(own)
+        finally:
+            os.close(own)
+    finally:
+        os.close(ns)
 
 
 def _sockaddr(family: int, ip: str, port: int, scope: int = 0) -> tuple[str, int] | tuple[str, int, int, int]:
