@@ -910,3 +910,34 @@ def test_short_waits_are_not_rounded_up_to_a_millisecond(open_udp):
         took.append(time.monotonic() - start)
     assert min(took) >= 0.00019
     assert statistics.median(took) < 0.0009, f"median {statistics.median(took) * 1e6:.0f} us"
+
+
+def test_send_unreachable_from_bound_address_is_said_once(caplog):
+    # a route lost after connect(): sendto from 127.0.0.1 toward another host fails with
+    # EINVAL in the kernel (nothing leaves the machine); lost as on a wire, counted, logged once
+    import logging
+
+    a = open_device("udp", {"bind": "127.0.0.1:0"})
+    try:
+        dest = (("192.0.2.1", 9), ("192.0.2.1", 10))  # a handle, past resolve's check
+        with caplog.at_level(logging.WARNING, logger="btlcore.udp"):
+            assert a.post_send(Channel.DATA, dest, b"x") is True
+            assert a.post_send(Channel.DATA, dest, b"y") is True
+        stats = a.device.stats()
+        assert stats["tx_unreachable"] == 2
+        warned = [r.getMessage() for r in caplog.records if r.name == "btlcore.udp"]
+        assert len(warned) == 1 and "127.0.0.1" in warned[0] and "192.0.2.1" in warned[0]
+    finally:
+        a.close()
+
+
+def test_connect_refuses_an_address_the_bound_one_cannot_reach():
+    from btlcore import Transport
+    from btlcore.errors import AddressUnreachable
+
+    t = Transport(open_device("udp", {"bind": "127.0.0.1:0"}))
+    try:
+        with pytest.raises(AddressUnreachable, match=r"192\.0\.2\.1.*127\.0\.0\.1"):
+            t.connect(_address.encode(socket.AF_INET, "192.0.2.1", 7000, 7001))
+    finally:
+        t.close(flush=False)
