@@ -136,7 +136,7 @@ class ChannelInfo:
 
 
 class DeviceSpec:
-    """The hooks a backend implements.  All but ``btl_device_fds``,
+    """The hooks a backend implements.  All but ``btl_device_fds``, ``btl_device_wake``,
     ``btl_device_post_send_many`` and ``btl_device_poll_recv_from`` are required."""
 
     @hookspec(firstresult=True)
@@ -220,6 +220,12 @@ class DeviceSpec:
     def btl_device_fds(self, device: Any) -> Sequence[int]:  # type: ignore[empty-body]
         """File descriptors that become readable when input arrives (for event loops and
         multi-device waits).  Optional: a device without any returns ``[]``."""
+
+    @hookspec(firstresult=True)
+    def btl_device_wake(self, device: Any) -> None:
+        """Make a ``btl_device_wait`` blocked in another thread return now (or the next one,
+        if none is blocked).  The one hook called from any thread.  Optional: a device
+        whose waits take no wall time (virtual time) has nothing to interrupt."""
 
     @hookspec(firstresult=True)
     def btl_device_close(self, device: Any) -> None:
@@ -378,6 +384,8 @@ class DeviceOps:
     close: Callable[[], None]
     poll_recv_from: Callable[[int], tuple[Sequence[Any], Sequence[Any]]] | None = None
     """Last, with a default: a ``DeviceOps`` built by hand as before still builds."""
+    wake: Callable[[], None] | None = None
+    """``btl_device_wake`` if the backend has it (from any thread)."""
 
     @classmethod
     def bind(cls, backend: str, plugin: Any, device: Any) -> DeviceOps:
@@ -425,4 +433,5 @@ class DeviceOps:
             wait=bound("btl_device_wait"),
             fds=bound("btl_device_fds", lambda _device: []),
             close=bound("btl_device_close"),
+            wake=optional("btl_device_wake"),
         )

@@ -54,3 +54,9 @@ class PutError(BtlError):
         self.offset = offset
         self.length = length
         self.reason = reason
+
+
+class AddressUnreachable(PeerUnreachable, ValueError):
+    """The peer's address cannot be reached from where this transport's device is bound (a
+    loopback-bound device toward another host, no route): raised by ``connect()`` at once,
+    naming both addresses, instead of a handshake that times out in silence."""

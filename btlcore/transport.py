@@ -15,22 +15,34 @@ riding on them, standalone ACKs, handshakes; anything the device pushes back wai
 backlog, never lost).  Callbacks run from ``progress``, never from inside the engine, so
 they may call ``send`` freely.  On a device whose wait reports input readiness (UDP),
 ``progress(timeout)`` sends first, waits, then reads only what the wait said is there.
+
+Threads: a transport belongs to one thread, the first that drives it (any call below but
+:meth:`Transport.wake`); a call from another thread raises ``RuntimeError`` naming both
+threads, before touching any state.  :meth:`Transport.wake` is the one call any thread may
+make: it returns a ``progress(timeout)`` blocked in the owner thread.
+
+Logging: connection events go to the ``btlcore.transport`` logger (nothing per packet above
+DEBUG); see docs/api.md.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import random
 import selectors
 import sys
+import threading
 import time
+from _thread import get_ident
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
 
+from . import checks
 from .config import Config
 from .device import Channel, DeviceOps
 from .errors import ConfigError, TransportClosed
@@ -42,6 +54,12 @@ from .protocol.stats import stats_json, stats_line
 from .registry import open_device, tool_plugin_manager
 
 Handler = Callable[[Peer, int, bytes], Any]
+PeerHandler = Callable[[str, Peer, BaseException | None], Any]
+
+log = logging.getLogger("btlcore.transport")
+# a library's loggers print nothing until the application configures logging (no "last
+# resort" lines on stderr); the one handler for every btlcore.* logger
+logging.getLogger("btlcore").addHandler(logging.NullHandler())
 
 #: how soon to post again after the device refused a datagram (its send queue was full)
 BACKLOG_RETRY = 50e-6
@@ -79,10 +97,19 @@ def _flat(buf: Any) -> bytes:
 
 
 class Transport:
-    """A reliable transport on one device.  Create it with :func:`btlcore.open`."""
+    """A reliable transport on one device.  Create it with :func:`btlcore.open`.
+
+    One thread owns it: the first that drives it (``connect``, ``send``, ``put``,
+    ``progress``, ``recv``, ``flush``, ``close``, :func:`run_until`); when that thread has
+    ended, the next caller takes it over.  Any other thread gets ``RuntimeError`` naming
+    both threads, before any state is touched (``on``, ``expose`` and the other
+    registrations are checked the same way once there is an owner, but do not claim it).
+    :meth:`wake` is the one call any thread may make."""
 
     def __init__(self, device: DeviceOps, config: Config | None = None, *, seed: int | None = None,
                  plugins: Sequence[Any] = ()) -> None:
+        if config is not None and not isinstance(config, Config):
+            raise TypeError(f"config must be a btlcore.Config or None, not {type(config).__name__}")
         self.config = config or Config.build()
         self.device = device
         self.backend = device.backend
@@ -138,7 +165,13 @@ class Transport:
         self._inbox: deque[Message] = deque()
         self._put_handler: Callable[[Peer, int, int, int], Any] | None = None
         self._put_error_handler: Callable[[Peer, int, int, int], Any] | None = None
-        self._peer_handler: Callable[[str, Peer, BaseException | None], Any] | None = None
+        # the engine's peer events go through _peer_event (it logs them) to the user's handler
+        self._peer_handler: PeerHandler | None = self._peer_event
+        self._user_peer_handler: PeerHandler | None = None
+        self._owner: int | None = None  # get_ident() of the owning thread (None: not yet driven)
+        self._owner_thread: threading.Thread | None = None
+        self._wake_device = getattr(device, "wake", None)
+        self._peers = self.engine.peers_by_addr  # (the engine keeps this one dict)
         self._closed = False
         self._last_stats = self.now()
         self._pm = tool_plugin_manager(list(plugins))
@@ -152,23 +185,88 @@ class Transport:
             self.add_send_filter(lambda channel, data: False not in frame_filter(
                 transport=self, channel=Channel(channel), data=bytes(data)))
         hook.btl_transport_opened(transport=self)
+        log.debug("transport opened: backend %s, address %s", self.backend, self.address.hex())
+
+    # ------------------------------------------------------------------ threads
+
+    def _claim(self) -> None:
+        """The slow path of the thread check: take an unowned transport (or one whose
+        owner thread has ended), or refuse a call from a thread that is not the owner."""
+        me = threading.current_thread()
+        owner = self._owner_thread
+        if self._owner is None or owner is None or not owner.is_alive():
+            self._owner, self._owner_thread = get_ident(), me
+            return
+        if self._owner == get_ident():  # pragma: no cover - the caller compared already
+            return
+        raise RuntimeError(
+            f"btlcore transport {self.address.hex()} belongs to thread {owner.name!r} "
+            f"(ident {self._owner}); thread {me.name!r} (ident {get_ident()}) may not use it: "
+            "drive a transport from one thread, and use Transport.wake() from others")
+
+    def _check_thread(self) -> None:
+        """For the calls that register things: refused from a foreign thread once there is an
+        owner, but they do not claim the transport (set it up here, drive it there)."""
+        if self._owner is not None and get_ident() != self._owner:
+            self._claim()
+            self._owner = self._owner_thread = None  # (the owner had ended: still unclaimed)
+
+    def wake(self) -> None:
+        """End the wait of a ``progress(timeout)`` now blocked in the owner thread (``recv``,
+        ``flush`` and ``run_until`` check their condition and wait on).  The one call that is
+        safe from any thread; a wake with nobody waiting makes the next wait return at once.
+        On virtual time it does nothing (waits there take no wall time)."""
+        wake = self._wake_device
+        if wake is not None and not self._closed:
+            wake()
 
     # ------------------------------------------------------------------ API
 
     def connect(self, address: bytes) -> Peer:
         """The peer at ``address`` (bytes from the other side's ``transport.address``)."""
-        return self.engine.connect(bytes(address), self.now())
+        if get_ident() != self._owner:
+            self._claim()
+        return self.engine.connect(checks.address(address), self.now())
+
+    def _check_peer(self, peer: Any) -> None:
+        if type(peer) is not Peer:
+            raise TypeError(f"peer must be a btlcore.Peer (from connect() or a handler), "
+                            f"not {type(peer).__name__} {peer!r}")
+        raise ValueError(f"peer {peer.address.hex()} is not a peer of this transport "
+                         f"({self.address.hex()}): use the Peer its connect() returned")
+
+    def _check_send(self, tag: Any, data: Any, callback: Any) -> None:
+        if get_ident() != self._owner:
+            self._claim()
+        checks.tag(tag)
+        checks.data(data)
+        checks.function(callback, "callback")
 
     def send(self, peer: Peer, tag: int, data: Any, callback: Callback | None = None) -> None:
         """Send ``data`` (any bytes-like; do not modify it until the callback) with ``tag``.
 
         ``callback(None)`` fires once the peer acknowledged every byte; ``callback(exc)``
-        if the peer died or restarted first, or the transport closed."""
+        if the peer died or restarted first, or the transport closed.  Bad arguments raise
+        ``TypeError``/``ValueError`` here, and nothing is queued."""
+        # the ping-pong path: one chain of cheap tests (the engine checks the tag's range),
+        # and the thread check and the wordy errors only when one of them fails
+        if (get_ident() != self._owner or type(tag) is not int or type(data) is not bytes
+                or (callback is not None and not callable(callback))):
+            self._check_send(tag, data, callback)
+        try:
+            mine = self._peers.get(peer.address) is peer
+        except (AttributeError, TypeError):  # not a Peer at all
+            mine = False
+        if not mine:
+            self._check_peer(peer)
         self.engine.send(peer, tag, data, callback, self.now())
 
     def on(self, tag: int, handler: Handler | None) -> None:
         """Register ``handler(peer, tag, data)`` for messages with ``tag`` (active-message
         style); ``None`` unregisters, and messages of that tag go to :meth:`recv` again."""
+        self._check_thread()
+        checks.tag(tag)
+        checks.function(handler, "handler")
         if handler is None:
             self._handlers.pop(tag, None)
         else:
@@ -179,16 +277,34 @@ class Transport:
         """``handler(peer, key, offset, length)`` after a put into an exposed region landed;
         ``on_error`` for a put that named an unknown key or did not fit (its sender's callback
         gets a :class:`PutError`)."""
+        self._check_thread()
+        checks.function(handler, "handler")
+        checks.function(on_error, "on_error")
         self._put_handler = handler
         self._put_error_handler = on_error
 
-    def on_peer(self, handler: Callable[[str, Peer, BaseException | None], Any] | None) -> None:
+    def on_peer(self, handler: PeerHandler | None) -> None:
         """``handler(event, peer, exc)`` with event ``"failed"`` or ``"restarted"``."""
-        self._peer_handler = handler
+        self._check_thread()
+        checks.function(handler, "handler")
+        self._user_peer_handler = handler
+
+    def _peer_event(self, event: str, peer: Peer, exc: BaseException | None) -> None:
+        """Every peer event passes here: logged, then given to the user's handler."""
+        if event == "failed":
+            log.warning("peer %s failed: %s", peer.address.hex(), exc)
+        else:
+            log.info("peer %s %s", peer.address.hex(), event)
+        handler = self._user_peer_handler
+        if handler is not None:
+            handler(event, peer, exc)
 
     def recv(self, timeout: float | None = None) -> Message | None:
         """The next message of a tag without handler, progressing until one arrives or
         ``timeout`` passes (``None``: wait for ever).  Returns None on timeout."""
+        if get_ident() != self._owner:
+            self._claim()
+        timeout = checks.seconds(timeout, "timeout", optional=True)
         if self._inbox:
             return self._inbox.popleft()
         deadline = None if timeout is None else self.now() + timeout
@@ -204,9 +320,14 @@ class Transport:
 
     def expose(self, buffer: Any) -> int:
         """Expose a writable buffer for puts; send the returned key to the peers."""
+        self._check_thread()
+        checks.writable(buffer, "buffer")
         return self.engine.expose(buffer)
 
     def unexpose(self, key: int) -> None:
+        """Stop accepting puts into region ``key`` (an unknown key is ignored)."""
+        self._check_thread()
+        checks.integer(key, "key", checks.KEY_MAX, "keys (from expose())")
         self.engine.unexpose(key)
 
     def put(self, peer: Peer, key: int, offset: int, data: Any, callback: Callback | None = None) -> None:
@@ -215,10 +336,14 @@ class Transport:
         is back: with None if the put landed, a :class:`PutError` if the peer refused it
         (unknown key, out of bounds, region unexposed while it arrived), or the error that
         failed the peer (as for :meth:`send`)."""
-        if not 0 <= offset < 1 << 64:
-            raise ValueError(f"put offset {offset} is out of range: 0 to 2**64-1")
-        if not 0 <= key < 1 << 32:
-            raise ValueError(f"put key {key} is out of range: keys are 0 to 2**32-1 (from expose())")
+        if get_ident() != self._owner:
+            self._claim()
+        checks.integer(key, "key", checks.KEY_MAX, "keys (from expose())")
+        checks.integer(offset, "offset", checks.OFFSET_MAX, "put offsets")
+        checks.data(data)
+        checks.function(callback, "callback")
+        if type(peer) is not Peer or self.engine.peers_by_addr.get(peer.address) is not peer:
+            self._check_peer(peer)
         self.engine.send(peer, 0, data, callback, self.now(), put_key=key, put_offset=offset)
 
     def add_send_filter(self, keep: Callable[[int, bytes], bool]) -> None:
@@ -226,6 +351,8 @@ class Transport:
         the datagram as if the network had lost it (it still counts as sent).  Used by the
         conformance suite's loss tests and by fault-script plugins; costs nothing when no
         filter is installed."""
+        self._check_thread()
+        checks.function(keep, "keep", optional=False)
         post = self._post
 
         def filtered(channel: int, dest: Any, data: Any, _post=post, _keep=keep) -> bool:
@@ -246,10 +373,20 @@ class Transport:
         """One pass of protocol work; returns the number of events dispatched.  With a
         ``timeout``, waits (in the OS, or in virtual time) up to that long for something to
         do when the pass found nothing."""
-        if timeout > 0 and self._wait_first:
-            return self._progress_wait(timeout)
+        if get_ident() != self._owner:
+            self._claim()
+        try:  # the default (0.0) costs the one comparison it always did
+            wait = timeout > 0
+        except TypeError:  # not a number
+            wait = checks.seconds(timeout) > 0  # type: ignore[operator]  # (raises)
+        if wait:  # about to block anyway: the full check (bool, inf)
+            timeout = checks.seconds(timeout)  # type: ignore[assignment]
+            if self._wait_first:
+                return self._progress_wait(timeout)
+        elif timeout:  # negative, NaN
+            checks.seconds(timeout)
         n = self._pass()
-        if n == 0 and timeout > 0:
+        if n == 0 and wait:
             deadline = self.next_deadline()
             self.device.wait(min(self.now() + timeout, _INF if deadline is None else deadline))
             n = self._pass()
@@ -427,6 +564,8 @@ class Transport:
         return self.engine.stats()
 
     def peer_stats(self, peer: Peer) -> dict[str, int]:
+        if type(peer) is not Peer or self.engine.peers_by_addr.get(peer.address) is not peer:
+            self._check_peer(peer)
         return peer.counters.as_dict()
 
     def stats_line(self) -> str:
@@ -438,6 +577,9 @@ class Transport:
     def flush(self, timeout: float | None = None) -> bool:
         """Progress until every message is acknowledged (or its peer failed); True if all
         were, False if ``timeout`` (default ``flush_timeout``) passed first."""
+        if get_ident() != self._owner:
+            self._claim()
+        timeout = checks.seconds(timeout, "timeout", optional=True)
         timeout = self.config.flush_timeout if timeout is None else timeout
         deadline = self.now() + timeout
         while True:
@@ -454,8 +596,11 @@ class Transport:
 
     def close(self, flush: bool = True) -> None:
         """Flush (up to ``flush_timeout``), fail what is left, release the device."""
+        checks.flag(flush, "flush")
         if self._closed:
             return
+        if get_ident() != self._owner:
+            self._claim()
         if flush:
             self.flush()
         self._closed = True
@@ -465,6 +610,7 @@ class Transport:
             self._pm.hook.btl_transport_closed(transport=self, stats=self.stats())
         finally:
             self.device.close()
+            log.debug("transport closed: backend %s, address %s", self.backend, self.address.hex())
 
     @property
     def closed(self) -> bool:
@@ -482,6 +628,7 @@ def open(backend: str | None = None, *, config: Config | None = None, seed: int 
     """Open a transport on ``backend`` (``"sim"``, ``"udp"``, ``"verbs"`` or a third
     party's; default ``$BTL_BACKEND`` or ``"sim"``).  ``options`` go to the backend;
     ``config`` defaults to :meth:`Config.build` (defaults plus ``BTL_*`` variables)."""
+    checks.open_arguments(backend, config, seed, plugins)
     name = backend or os.environ.get("BTL_BACKEND", "sim")
     if seed is None and os.environ.get("BTL_SEED"):
         try:
@@ -502,9 +649,20 @@ def run_until(transports: Iterable[Transport], predicate: Callable[[], bool],
               timeout: float = 10.0) -> bool:
     """Progress ``transports`` (one thread) until ``predicate()`` is true.  ``timeout`` is
     in the transports' clock: virtual seconds on the simulator.  Raises TimeoutError."""
+    if isinstance(transports, Transport) or not hasattr(transports, "__iter__"):
+        raise TypeError(f"transports must be an iterable of Transport (a list), "
+                        f"not {type(transports).__name__}")
     ts = list(transports)
     if not ts:
         raise ValueError("run_until needs at least one transport")
+    for t in ts:
+        if not isinstance(t, Transport):
+            raise TypeError(f"transports must hold Transport objects, not {type(t).__name__} {t!r}")
+    checks.function(predicate, "predicate", optional=False)
+    timeout = checks.seconds(timeout)  # type: ignore[assignment]
+    for t in ts:
+        if get_ident() != t._owner:
+            t._claim()
     now = ts[0].now
     deadline = now() + timeout
     virtual = all(t.capabilities.virtual_time for t in ts)

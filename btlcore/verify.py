@@ -2,11 +2,13 @@
 
 Every data message starts with its index and the CRC32C of its body, so the receiver can
 tell, without trusting the transport, that each message arrived exactly once, intact, and
-(in ordered mode) in order.  A FIN message closes a run; the receiver answers with a REPORT.
+(in ordered mode) in order.  A message shorter than that frame (1 to 7 bytes) is the low
+bytes of its index, little-endian: an ordered run checks each against the index due; an
+unordered run can only count them.  A FIN message closes a run; the receiver answers with a REPORT.
 
 Tags::
 
-    TAG_DATA  index u32, crc32c u32, body
+    TAG_DATA  index u32, crc32c u32, body (or, under 8 bytes, the index's low bytes)
     TAG_FIN   JSON {"messages": N, "ordered": bool, "file": {...} or null}
     TAG_REPORT JSON {"messages_delivered", "bytes_delivered", "verified", "errors", ...}
     TAG_FILE  a file's bytes in order (messages of FILE_CHUNK bytes); TAG_FIN names it
@@ -33,14 +35,30 @@ TAG_FILE = 4
 FRAME = struct.Struct("!II")
 FILE_CHUNK = 1 << 20
 MAX_ERRORS = 20
+RANDOM_PIECE = 1 << 27
+"""Bodies above this are drawn in pieces (``randbytes`` cannot draw 256 MiB or more at once)."""
+
+
+def short_message(index: int, size: int) -> bytes:
+    """A message of ``size`` < 8 bytes: its index's low bytes, little-endian."""
+    return (index & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little")[:size]
+
+
+def _random_bytes(rng: random.Random, n: int) -> bytes:
+    if n <= RANDOM_PIECE:
+        return rng.randbytes(n)
+    return b"".join(rng.randbytes(min(RANDOM_PIECE, n - i)) for i in range(0, n, RANDOM_PIECE))
 
 
 def make_messages(seed: int, count: int, size_min: int, size_max: int) -> Iterator[bytes]:
-    """``count`` framed messages with seeded random sizes and bodies."""
+    """``count`` framed messages with seeded random sizes and bodies (1 byte and up)."""
     rng = random.Random(seed)
     for index in range(count):
         size = rng.randint(size_min, size_max)
-        body = rng.randbytes(max(0, size - FRAME.size))
+        if size < FRAME.size:
+            yield short_message(index, size)
+            continue
+        body = _random_bytes(rng, size - FRAME.size)
         yield FRAME.pack(index, crc32c(body)) + body
 
 
@@ -57,6 +75,7 @@ class Verifier:
     file_hash: Any = None
     file_bytes: int = 0
     file_out: Any = None
+    short_unordered: int = 0  # messages under the frame's size in an unordered run: counted only
 
     def _error(self, text: str) -> None:
         if len(self.errors) < MAX_ERRORS:
@@ -66,7 +85,7 @@ class Verifier:
         self.delivered += 1
         self.bytes_delivered += len(data)
         if len(data) < FRAME.size:
-            self._error(f"message of {len(data)} bytes is shorter than its frame")
+            self._on_short(data)
             return
         index, crc = FRAME.unpack_from(data)
         if crc32c(memoryview(data)[FRAME.size:]) != crc:
@@ -76,6 +95,21 @@ class Verifier:
         self.seen.add(index)
         if self.ordered and index != self.next_index:
             self._error(f"message {index} arrived where {self.next_index} was due")
+        self.next_index = index + 1
+
+    def _on_short(self, data: bytes) -> None:
+        if not data:
+            self._error("an empty message arrived (the smallest sent is 1 byte)")
+            return
+        if not self.ordered:
+            self.short_unordered += 1
+            return
+        index = self.next_index
+        if bytes(data) != short_message(index, len(data)):
+            self._error(f"message of {len(data)} bytes {bytes(data).hex()} arrived where {index} was due")
+        if index in self.seen:
+            self._error(f"message {index} arrived twice")
+        self.seen.add(index)
         self.next_index = index + 1
 
     def on_file(self, data: bytes) -> None:
@@ -88,11 +122,19 @@ class Verifier:
         if self.file_out is not None:
             self.file_out.write(data)
 
-    def report(self, fin: dict[str, Any]) -> dict[str, Any]:
-        """Judge the run the FIN describes; reset for the next one."""
+    def report(self, fin: dict[str, Any], reset: bool = True) -> dict[str, Any]:
+        """Judge the run the FIN describes; reset for the next one (unless ``reset`` is
+        False: a look at the run so far, which a later FIN still judges)."""
         expected = int(fin.get("messages", 0))
         errors = list(self.errors)
-        if self.seen != set(range(expected)):
+        if self.short_unordered:
+            count = len(self.seen) + self.short_unordered
+            extra = sorted(self.seen - set(range(expected)))
+            if count != expected:
+                errors.append(f"{count} messages delivered where {expected} were sent")
+            if extra:
+                errors.append(f"{len(extra)} unexpected message indexes (first {extra[:5]})")
+        elif self.seen != set(range(expected)):
             missing = sorted(set(range(expected)) - self.seen)
             extra = sorted(self.seen - set(range(expected)))
             if missing:
@@ -113,7 +155,8 @@ class Verifier:
                               f"{file_info.get('sha256')})")
         result["verified"] = not errors
         result["errors"] = errors[:MAX_ERRORS]
-        self.__init__(ordered=self.ordered, file_out=None)  # type: ignore[misc]
+        if reset:
+            self.__init__(ordered=self.ordered, file_out=None)  # type: ignore[misc]
         return result
 
 

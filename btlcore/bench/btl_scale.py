@@ -11,11 +11,17 @@ Both on the simulator, in this process.
 * Progress cost: with 1, 100 and 1000 idle connected peers, the time of one
   ``progress(timeout=0)`` call with nothing to do, and of one small message exchange with one
   active peer.  The target is a cost that grows with active peers, not with all peers.
+* Cost of a udp transport (issue #11: at most 2 MB and 20 ms each, so that 1,000 endpoints
+  in one process are ordinary): N transports opened on loopback in this process, the
+  growth of its resident memory (``/proc/self/statm``, which counts buffers that tracemalloc
+  does not see, as the device's mmap-ed receive arenas) and the wall time, each per transport.
 """
 
 from __future__ import annotations
 
 import gc
+import os
+import resource
 import statistics
 import time
 import tracemalloc
@@ -84,6 +90,52 @@ def memory_per_peer(profile: Profile) -> Result:
     return measured("btl.mem_per_peer", SECTION, f"memory per idle peer ({n} peers)", "B", values,
                     better="lower", peers=n, method="tracemalloc growth / (2 x connections)",
                     sim_links_excluded=primed)
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _fd_room(want: int) -> int:
+    """Raise the soft descriptor limit toward ``want`` (up to the hard one); return what fits."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < want:
+        target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    return soft
+
+
+def udp_transport_cost(profile: Profile, host: str = "127.0.0.1") -> list[Result]:
+    """Resident memory and open time per udp transport, ``profile.udp_transports`` of them
+    opened per trial in this process.  Every trial's transports stay open until the end, so
+    each trial's memory is new memory, not the freed heap of the one before."""
+    A.require("UDP backend")
+    trials = max(1, min(profile.trials, 3))
+    fds = _fd_room(3 * profile.udp_transports * trials + 256)  # two sockets and an epoll each
+    n = max(1, min(profile.udp_transports, (fds - 256) // (3 * trials)))
+    mem: list[float] = []
+    open_s: list[float] = []
+    A.close(A.open_udp(host))  # imports, the backend's entry point, the heap settings
+    opened: list[Any] = []
+    try:
+        for _ in range(trials):
+            gc.collect()
+            before = _rss()
+            t0 = time.perf_counter()
+            opened += [A.open_udp(host) for _ in range(n)]
+            open_s.append((time.perf_counter() - t0) / n)
+            mem.append((_rss() - before) / n)
+    finally:
+        for t in opened:
+            A.close(t)
+    return [
+        measured("btl.udp_transport_mem", SECTION, f"resident memory per udp transport ({n} open)", "B", mem,
+                 better="lower", transports=n, method="RSS growth / transports"),
+        measured("btl.udp_transport_open", SECTION, f"time to open a udp transport ({n} open)", "s", open_s,
+                 better="lower", transports=n),
+    ]
 
 
 def progress_cost(profile: Profile, n: int) -> list[Result]:

@@ -34,6 +34,7 @@ class Profile:
     # scale
     scale_peers: tuple[int, ...] = (1, 100, 1000)
     memory_peers: int = 1000
+    udp_transports: int = 1000  # open at once, for the memory and open time of one
     progress_calls: int = 2000
     # hard limit for one process pair, seconds; and for the whole run (later items are skipped)
     deadline: float = 60.0
@@ -73,7 +74,7 @@ TINY = Profile(
     quic_bulk_bytes={1472: 64 << 10, 8972: 64 << 10}, quic_echo_iters=5,
     btl_bulk_seconds=0.05, btl_bulk_max_messages=4,
     sim_bytes=1 << 20, loss_bytes=256 << 10,
-    loss_rates=(0.05,), scale_peers=(1, 10), memory_peers=10, progress_calls=20,
+    loss_rates=(0.05,), scale_peers=(1, 10), memory_peers=10, progress_calls=20, udp_transports=10,
     deadline=20.0, budget=120.0, datagram_sizes=(1472,), message_sizes=(64,),
 )
 

@@ -120,6 +120,9 @@ def plan(p: Profile, host: str = harness.LOOPBACK_V4) -> list[Item]:
 
     add("btl_scale", [("btl.mem_per_peer", "memory per idle peer", "B", "lower")],
         lambda: alone("simulator", btl_scale.memory_per_peer, p.deadline, profile=p))
+    add("btl_scale", [("btl.udp_transport_mem", "resident memory per udp transport", "B", "lower"),
+                      ("btl.udp_transport_open", "time to open a udp transport", "s", "lower")],
+        lambda: alone("UDP backend", btl_scale.udp_transport_cost, p.deadline, profile=p, host=host))
     for n in p.scale_peers:
         add("btl_scale", [(f"btl.progress_idle.{n}", f"progress(0), nothing to do, {n} idle peers", "s", "lower"),
                           (f"btl.progress_active.{n}", f"one message exchange with 1 active of {n} peers", "s",

@@ -34,8 +34,8 @@ def parse_bytes(text: str) -> int:
     return value
 
 
-def size_range(text: str) -> tuple[int, int]:
-    """``--size N`` or ``MIN-MAX``; at least 8 bytes (each message carries an 8-byte frame)."""
+def size_range(text: str, largest: int) -> tuple[int, int]:
+    """``--size N`` or ``MIN-MAX``: 1 byte up to ``largest`` (the largest message)."""
     try:
         if "-" in text:
             lo_s, hi_s = text.split("-", 1)
@@ -44,8 +44,11 @@ def size_range(text: str) -> tuple[int, int]:
             lo = hi = parse_bytes(text)
     except ValueError:
         raise UsageError(f"--size: expected N or MIN-MAX bytes (suffixes K, M), got {text!r}") from None
-    if lo < 8 or hi < lo:
-        raise UsageError(f"--size: expected 8 <= MIN <= MAX (a message carries an 8-byte frame), got {text!r}")
+    if lo < 1 or hi < lo:
+        raise UsageError(f"--size: expected 1 <= MIN <= MAX bytes, got {text!r}")
+    if hi > largest:
+        raise UsageError(f"--size: {hi} bytes is more than the largest message, {largest} bytes "
+                         f"(max_message_size; raise it with --set max_message_size=N)")
     return lo, hi
 
 

@@ -1,5 +1,9 @@
 """``btl serve``: receive and verify transfers until interrupted (SIGINT, SIGTERM) or
-``--count`` messages, answering each run's FIN with a report."""
+``--count`` messages, answering each run's FIN with a report.
+
+With ``--count``, reaching the count does not end the server at once: the run's FIN is
+still to come (the client waits for its report), so the server serves on until it has
+answered that FIN, or for ``peer_timeout`` if none comes."""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import argparse
 import json
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +37,7 @@ def add_parser(sub: Any) -> None:
 class _Server:
     """The handlers of one serving transport: data, file chunks, and each run's FIN."""
 
-    __slots__ = ("args", "t", "verifier", "out_dir", "reports", "stop")
+    __slots__ = ("args", "t", "verifier", "out_dir", "reports", "stop", "reached_at", "answered")
 
     def __init__(self, args: argparse.Namespace, t: Transport, verifier: Verifier) -> None:
         self.args = args
@@ -41,14 +46,16 @@ class _Server:
         self.out_dir = Path(args.out) if args.out else None
         self.reports = 0
         self.stop = False
+        self.reached_at: float | None = None  # when --count was reached
+        self.answered = False  # the FIN of the run that reached --count was answered
         t.on(TAG_DATA, self.on_data)
         t.on(TAG_FILE, self.on_file)
         t.on(TAG_FIN, self.on_fin)
 
     def on_data(self, peer: Any, tag: int, data: bytes) -> None:
         self.verifier.on_data(data)
-        if self.args.count and self.verifier.delivered >= self.args.count:
-            self.stop = True
+        if self.args.count and self.reached_at is None and self.verifier.delivered >= self.args.count:
+            self.reached_at = time.monotonic()
 
     def on_file(self, peer: Any, tag: int, data: bytes) -> None:
         v = self.verifier
@@ -67,8 +74,10 @@ class _Server:
         report = self.verifier.report(fin)
         self.t.send(peer, TAG_REPORT, encode_json(report))
         self.reports += 1
+        if self.reached_at is not None:
+            self.answered = True
         if self.args.json:
-            print(json.dumps({"event": "report", **report}), flush=True)
+            print(json.dumps({"event": "report", **report, "stats": self.t.stats()}), flush=True)
         else:
             print(f"run from {peer.address.hex()}: {report['messages_delivered']} messages, "
                   f"{report['bytes_delivered']} bytes, verified: {'yes' if report['verified'] else 'NO'}"
@@ -93,15 +102,25 @@ def run(args: argparse.Namespace) -> int:
     server = _Server(args, t, verifier)
     signal.signal(signal.SIGTERM, lambda *_: setattr(server, "stop", True))
     _announce(args, t)
+    grace = cfg.peer_timeout  # after --count: how long the run's FIN may take to come
     try:
         while not server.stop:
             t.progress(timeout=0.05)
+            if server.reached_at is not None and (
+                    server.answered or time.monotonic() - server.reached_at > grace):
+                break
     except KeyboardInterrupt:
         pass
-    if args.count and verifier.delivered >= args.count and not server.reports:
-        report = verifier.report({"messages": args.count})
-        if not args.json:
+    if server.reached_at is not None and not server.answered:
+        # no FIN came: judge what arrived without resetting it (a FIN arriving while
+        # close() flushes is still answered from the same counts)
+        report = verifier.report({"messages": args.count}, reset=False)
+        if args.json:
+            print(json.dumps({"event": "count reached", **report}), flush=True)
+        else:
             print(f"{report['messages_delivered']} messages received, verified: "
-                  f"{'yes' if report['verified'] else 'NO'}")
-    t.close()
+                  f"{'yes' if report['verified'] else 'NO'}", flush=True)
+    t.close()  # flushes: the last report reaches its client
+    if args.json:
+        print(json.dumps({"event": "stopped", "reports": server.reports, "stats": t.stats()}), flush=True)
     return 0

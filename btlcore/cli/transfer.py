@@ -18,6 +18,7 @@ from typing import Any
 
 from ..config import Config
 from ..device import LocalPair
+from ..errors import PeerError
 from ..transport import Transport, run_until
 from ..transport import open as open_transport
 from ..verify import (
@@ -61,24 +62,40 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
-    if not args.json:
-        print(f"seed {seed}", file=sys.stderr)
+    # every check of the command line first: a mistake is the first line printed, not one
+    # after "seed N"
     cfg = build_config(args, **({"ordered": False} if args.unordered else {}))
     backend_options.check_foreign(args)
     options = backend_options.device_options(args.backend, "transfer", args)
     if args.mtu:
         options["mtu"] = args.mtu
-    if backend_options.runs_locally(args.backend):
-        if args.file:
-            raise UsageError(f"--file needs a 'btl serve' peer (a backend such as udp or verbs); "
-                             f"--backend {args.backend} runs both ends in this process")
-        lo, hi = size_range(args.size)
+    if args.messages < 0:
+        raise UsageError(f"--messages: expected a count >= 0, got {args.messages}")
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout: expected seconds > 0, got {args.timeout:g}")
+    lo, hi = size_range(args.size, cfg.max_message_size)
+    local = backend_options.runs_locally(args.backend)
+    if local and args.file:
+        raise UsageError(f"--file needs a 'btl serve' peer (a backend such as udp or verbs); "
+                         f"--backend {args.backend} runs both ends in this process")
+    if not local and not args.peer:
+        raise UsageError(f"--peer is required with --backend {args.backend} "
+                         f"(the address 'btl serve --backend {args.backend}' printed)")
+    address = None if local else backend_options.parse_address(args.backend, args.peer)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
+    if not args.json:
+        print(f"seed {seed}", file=sys.stderr)
+    if local:
         messages = list(make_messages(seed, args.messages, lo, hi))
         pair = backend_options.local_pair(args.backend, "transfer", args, options, seed)
         result = run_local(args.backend, pair, messages, cfg, seed, args.timeout, args.json)
     else:
-        result = run_remote(args, options, cfg, seed)
+        assert address is not None
+        result = run_remote(args, options, cfg, seed, address, (lo, hi))
+        if result.get("server_failed") and not args.json:
+            # the server died or went silent: one line, no summary of a run that cannot end
+            print(f"btl transfer: error: {result['server_failed']}", file=sys.stderr)
+            return 1
     return report(args.json, result, "transfer")
 
 
@@ -132,16 +149,22 @@ def run_local(backend: str, pair: LocalPair, messages: list[bytes], cfg: Config,
         "bytes_sent": sent_bytes, "bytes_delivered": rep["bytes_delivered"],
         "verified": rep["verified"] and not timed_out and not errors and len(done) == total,
         "ordered": cfg.ordered, "sim_time_s": sim_time, "wall_time_s": wall,
-        "goodput_mbps": rep["bytes_delivered"] * 8 / elapsed / 1e6 if elapsed > 0 else None,
+        "goodput_mbps": _goodput(rep["bytes_delivered"], elapsed),
         "errors": rep["errors"], **extra,
         "stats": stats, "receiver_stats": rstats, "stats_line": lines,
     }
 
 
+def _goodput(delivered: int, elapsed: float) -> float | None:
+    """Mbit/s of verified delivery; None (no goodput line) when nothing was delivered."""
+    return delivered * 8 / elapsed / 1e6 if delivered and elapsed > 0 else None
+
+
 # ---------------------------------------------------------------------------------- toward a server
 
 
-def _source(args: argparse.Namespace, seed: int, fin: dict[str, Any]) -> tuple[Iterator[tuple[int, bytes]], int]:
+def _source(args: argparse.Namespace, seed: int, fin: dict[str, Any],
+            sizes: tuple[int, int]) -> tuple[Iterator[tuple[int, bytes]], int]:
     """What to send (tagged messages, or a file's chunks), and how many for the progress bar."""
     if args.file:
         path = Path(args.file)
@@ -150,16 +173,13 @@ def _source(args: argparse.Namespace, seed: int, fin: dict[str, Any]) -> tuple[I
         fin["file"] = file_meta(path)
         total = max(1, (fin["file"]["size"] + FILE_CHUNK - 1) // FILE_CHUNK)
         return ((TAG_FILE, c) for c in file_chunks(path)), total
-    lo, hi = size_range(args.size)
+    lo, hi = sizes
     fin["messages"] = args.messages
     return ((TAG_DATA, m) for m in make_messages(seed, args.messages, lo, hi)), args.messages
 
 
-def _connect(args: argparse.Namespace, options: dict[str, Any], cfg: Config) -> tuple[Transport, Any]:
-    if not args.peer:
-        raise UsageError(f"--peer is required with --backend {args.backend} "
-                         f"(the address 'btl serve --backend {args.backend}' printed)")
-    address = backend_options.parse_address(args.backend, args.peer)
+def _connect(args: argparse.Namespace, options: dict[str, Any], cfg: Config,
+             address: bytes) -> tuple[Transport, Any]:
     t = open_transport(args.backend, config=cfg, plugins=tool_plugins(args), **options)
     try:
         return t, t.connect(address)
@@ -168,44 +188,78 @@ def _connect(args: argparse.Namespace, options: dict[str, Any], cfg: Config) -> 
         raise UsageError(f"--peer: {exc}") from None
 
 
-def run_remote(args: argparse.Namespace, options: dict[str, Any], cfg: Config, seed: int) -> dict[str, Any]:
-    """Send to the ``btl serve`` at ``--peer``; its report says what arrived intact."""
-    t, peer = _connect(args, options, cfg)
+def run_remote(args: argparse.Namespace, options: dict[str, Any], cfg: Config, seed: int,
+               address: bytes, sizes: tuple[int, int]) -> dict[str, Any]:
+    """Send to the ``btl serve`` at ``--peer``; its report says what arrived intact.
+
+    A server that dies ends the run within ``peer_timeout``: with data outstanding the
+    transport declares it failed; once everything is acknowledged, the report is due at
+    once (the server answers the FIN in the pass that delivers it), so a wait for it longer
+    than ``peer_timeout`` means the server is gone."""
+    t, peer = _connect(args, options, cfg, address)
     reports: list[dict[str, Any]] = []
     t.on(TAG_REPORT, lambda p, tag, d: reports.append(decode_json(d)))
+    failed: list[str] = []
+    t.on_peer(lambda event, p, exc: failed.append(f"server {event}: {exc}" if exc else
+                                                  f"server {p.address.hex()} {event}"))
     done: list[BaseException | None] = []
     fin: dict[str, Any] = {"ordered": cfg.ordered, "messages": 0, "file": None}
     t0 = time.perf_counter()
-    source, progress_total = _source(args, seed, fin)
+    source, progress_total = _source(args, seed, fin, sizes)
     progress = Progress(progress_total, not args.json)
     sent = [0, 0]  # bytes, messages
     deadline = time.monotonic() + args.timeout
+    timed_out = False
     try:
         for tag, m in source:
             t.send(peer, tag, m, done.append)
             sent[0] += len(m)
             sent[1] += 1
-            while sent[1] - len(done) >= IN_FLIGHT_CAP:
+            while sent[1] - len(done) >= IN_FLIGHT_CAP and not failed:
                 t.progress(timeout=0.01)
                 progress.update(len(done), sent[0])
                 if time.monotonic() > deadline:
                     raise TimeoutError
-        t.send(peer, TAG_FIN, encode_json(fin), done.append)
-        sent[1] += 1
+            if failed:
+                break
+        if not failed:
+            t.send(peer, TAG_FIN, encode_json(fin), done.append)
+            sent[1] += 1
+        acked_at: list[float] = []
 
         def reported() -> bool:
             progress.update(len(done), sent[0])
-            return len(done) == sent[1] and bool(reports)
+            if failed or reports:
+                return len(done) == sent[1] or bool(failed)
+            if len(done) == sent[1]:  # all acknowledged: the report is due now
+                if not acked_at:
+                    acked_at.append(time.monotonic())
+                elif time.monotonic() - acked_at[0] > cfg.peer_timeout:
+                    failed.append(f"server {peer.address.hex()} acknowledged the run but sent no "
+                                  f"report within peer_timeout ({cfg.peer_timeout:g} s)")
+                    return True
+            return False
 
-        run_until([t], reported, timeout=max(1.0, deadline - time.monotonic()))
-        timed_out = False
+        # progress in short waits, not one long run_until: an idle transport has no timer,
+        # and the report's deadline must be checked even when nothing arrives
+        while not failed and not reported():
+            if time.monotonic() > deadline:
+                raise TimeoutError
+            t.progress(timeout=0.1)
     except TimeoutError:
         timed_out = True
+    except PeerError as exc:  # a send after the server failed
+        failed.append(f"server failed: {exc}")
     progress.close()
     wall = time.perf_counter() - t0
     stats, line = t.stats(), t.stats_line()
-    t.close()
-    return _remote_result(args, seed, cfg, fin, reports, done, timed_out, wall, sent, stats, line)
+    t.close(flush=not failed)
+    result = _remote_result(args, seed, cfg, fin, reports, done, timed_out, wall, sent, stats, line)
+    if failed:
+        result["server_failed"] = failed[0]
+        result["errors"].insert(0, failed[0])
+        result["verified"] = False
+    return result
 
 
 def _remote_result(args: argparse.Namespace, seed: int, cfg: Config, fin: dict[str, Any],
@@ -226,7 +280,7 @@ def _remote_result(args: argparse.Namespace, seed: int, cfg: Config, fin: dict[s
         "bytes_sent": sent[0], "bytes_delivered": rep.get("bytes_delivered", 0),
         "verified": bool(rep.get("verified")) and not timed_out and not errors,
         "ordered": cfg.ordered, "sim_time_s": None, "wall_time_s": wall,
-        "goodput_mbps": sent[0] * 8 / wall / 1e6 if wall > 0 else None,
+        "goodput_mbps": _goodput(rep.get("bytes_delivered", 0), wall),
         "file": rep.get("file"), "errors": result_errors,
         "stats": stats, "stats_line": [line],
     }

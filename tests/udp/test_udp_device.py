@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import ipaddress
 import os
 import socket
 import subprocess
@@ -269,7 +270,7 @@ def test_address_of_other_family_refused(open_udp):
     ({"bind": "127.0.0.1"}, ["'bind'"]),
     ({"bind": "127.0.0.1:x"}, ["'bind'"]),
     ({"bind": "127.0.0.1:0", "host": "::1"}, ["'bind' and 'host'/'port' conflict"]),
-    ({"host": "0.0.0.0"}, ["wildcard", "'advertise'"]),
+    ({"port": 65535}, ["'port'", "port + 1"]),
     ({"host": "127.0.0.1", "advertise": "::1"}, ["'advertise'", "family"]),
     ({"port": 7000, "data_port": 7000}, ["both 7000"]),
 ])
@@ -308,6 +309,19 @@ def test_option_values_as_strings():
     assert (o.port, o.data_port, o.mtu) == (7000, 7001, 0)
     o = _options.parse({"host": "0.0.0.0", "advertise": "127.0.0.1"}, environ={})
     assert o.advertise == "127.0.0.1"
+
+
+def test_wildcard_advertises_an_address_of_this_host():
+    # a wildcard is no address to send to: without 'advertise' the device advertises one of
+    # its own (the default route's source, else an interface's, else loopback)
+    from btlcore_udp import _route
+
+    for bind, family in (("0.0.0.0:0", socket.AF_INET), ("[::]:0", socket.AF_INET6)):
+        o = _options.parse({"bind": bind}, environ={})
+        assert not ipaddress.ip_address(o.advertise).is_unspecified
+        mapped = ipaddress.ip_address(o.advertise)
+        plain = mapped.ipv4_mapped if isinstance(mapped, ipaddress.IPv6Address) and mapped.ipv4_mapped else mapped
+        assert plain.is_loopback or _route.is_local(socket.AF_INET if plain.version == 4 else family, str(plain))
 
 
 def test_options_from_environment():
@@ -896,3 +910,34 @@ def test_short_waits_are_not_rounded_up_to_a_millisecond(open_udp):
         took.append(time.monotonic() - start)
     assert min(took) >= 0.00019
     assert statistics.median(took) < 0.0009, f"median {statistics.median(took) * 1e6:.0f} us"
+
+
+def test_send_unreachable_from_bound_address_is_said_once(caplog):
+    # a route lost after connect(): sendto from 127.0.0.1 toward another host fails with
+    # EINVAL in the kernel (nothing leaves the machine); lost as on a wire, counted, logged once
+    import logging
+
+    a = open_device("udp", {"bind": "127.0.0.1:0"})
+    try:
+        dest = (("192.0.2.1", 9), ("192.0.2.1", 10))  # a handle, past resolve's check
+        with caplog.at_level(logging.WARNING, logger="btlcore.udp"):
+            assert a.post_send(Channel.DATA, dest, b"x") is True
+            assert a.post_send(Channel.DATA, dest, b"y") is True
+        stats = a.device.stats()
+        assert stats["tx_unreachable"] == 2
+        warned = [r.getMessage() for r in caplog.records if r.name == "btlcore.udp"]
+        assert len(warned) == 1 and "127.0.0.1" in warned[0] and "192.0.2.1" in warned[0]
+    finally:
+        a.close()
+
+
+def test_connect_refuses_an_address_the_bound_one_cannot_reach():
+    from btlcore import Transport
+    from btlcore.errors import AddressUnreachable
+
+    t = Transport(open_device("udp", {"bind": "127.0.0.1:0"}))
+    try:
+        with pytest.raises(AddressUnreachable, match=r"192\.0\.2\.1.*127\.0\.0\.1"):
+            t.connect(_address.encode(socket.AF_INET, "192.0.2.1", 7000, 7001))
+    finally:
+        t.close(flush=False)

@@ -5,7 +5,13 @@ Open it by name: ``btlcore.registry.open_device("udp", {"bind": "127.0.0.1:0"})`
 * Two sockets per device, one per channel (priority, data), as usnic had two QPs: ACKs wait
   neither behind bulk data in the kernel's receive buffer nor in ``poll_recv``.
 * The address (``local_address``) is 12 bytes for IPv4, 28 for IPv6: magic, version,
-  family, both ports, IP (and scope) (see ``_address``).
+  family, both ports, IP (and scope) (see ``_address``).  The data socket takes the priority
+  socket's PORT + 1, ephemeral ports too, so ``HOST:PORT`` names a device.
+* Bound to 127.0.0.1 unless option ``bind`` says otherwise; a wildcard advertises an address
+  of this host (``_route``); ``connect`` to a peer the bound address cannot reach raises
+  :class:`~btlcore.errors.AddressUnreachable` naming both.
+* Receive buffers live in anonymous mmaps (``_lazy``): a device costs about 0.1 MB until
+  traffic fills them.
 * The MTU is the bound interface's, less IP and UDP headers (65507 on loopback), or the
   ``mtu`` option.  Larger sends raise ``ValueError``; larger arrivals are dropped and counted.
 * Receiving: ``recvmmsg`` through ctypes (many datagrams per system call), or a

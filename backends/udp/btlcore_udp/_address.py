@@ -13,6 +13,13 @@ Version 1, big-endian, 12 bytes for IPv4 and 28 for IPv6::
      8  16   ip              IPv6 address                         (family 6)
     24   4   scope_id        IPv6 scope (interface index; 0 unless link-local)
 
+The priority channel's port comes first, and a device binds its data socket on that port
++ 1 (option ``paired``, the default, also for ephemeral ports), so the text form of an
+address needs one port: ``HOST:PORT`` (``[HOST]:PORT`` for IPv6), where PORT is the priority
+socket's (:func:`to_text`; ``btl serve`` prints it, ``btl transfer --peer`` takes it).  The
+bytes are unchanged since version 1 and still carry both ports, so a device whose data port
+was set apart (option ``data_port``) is written ``udp://HOST:PRIORITY+DATA``.
+
 ``resolve`` turns it into a destination handle: a tuple of socket addresses indexed by
 :class:`~btlcore.device.Channel` (``handle[Channel.DATA]`` is what ``sendto`` takes).
 """
@@ -88,3 +95,18 @@ def describe(address: bytes) -> str:
     family, ip, pport, dport, scope = decode(address)
     host = f"[{ip}{'%' + str(scope) if scope else ''}]" if family == socket.AF_INET6 else ip
     return f"udp://{host}:{pport}+{dport}"
+
+
+def host_text(family: int, ip: str, scope: int = 0) -> str:
+    """``10.0.0.1``, ``[fd00::1]``, ``[fe80::1%2]``; an IPv4-mapped IPv6 address as IPv4."""
+    if family == socket.AF_INET6 and ip.lower().startswith("::ffff:") and "." in ip:
+        return ip[7:]
+    return f"[{ip}{'%' + str(scope) if scope else ''}]" if family == socket.AF_INET6 else ip
+
+
+def to_text(address: bytes) -> str:
+    """``HOST:PORT`` when the data port is the priority port + 1, else ``describe``'s form."""
+    family, ip, pport, dport, scope = decode(address)
+    if dport != pport + 1:
+        return describe(address)
+    return f"{host_text(family, ip, scope)}:{pport}"

@@ -33,6 +33,9 @@ ICMP errors it also reports (a peer's closed port) are read and counted, never r
 from __future__ import annotations
 
 import errno
+import ipaddress
+import logging
+import os
 import select
 import socket
 import struct
@@ -42,9 +45,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from btlcore.device import Capabilities, Channel, ChannelInfo
-from btlcore.errors import ConfigError
+from btlcore.errors import AddressUnreachable, ConfigError
 
-from . import _address, _heap, _mmsg, _mtu
+from . import _address, _heap, _mmsg, _mtu, _route
+from ._lazy import lazy_buffer
 from ._options import MAX_PAYLOAD, UdpOptions
 
 UDP_SEGMENT = getattr(socket, "UDP_SEGMENT", 103)  # Python 3.11 has no name for it
@@ -69,6 +73,12 @@ FINE_WAIT = 0.05  # waits shorter than this go through select (microseconds, not
 SELECT_FD_LIMIT = 1024  # FD_SETSIZE: select cannot take larger descriptors
 POLL_ERR = getattr(select, "EPOLLERR", select.POLLERR)  # the same bit (8) in both
 ERRQUEUE_BUFFER = 512
+PAIR_ATTEMPTS = 256  # ephemeral PORT whose PORT + 1 is taken: pick again, at most this often
+#: send errors that mean "no route from the bound address to that destination"
+_UNREACHABLE = (errno.EINVAL, errno.ENETUNREACH, errno.EHOSTUNREACH)
+REACH_CACHE = 4096  # destinations whose reachability is remembered (a HELLO flood stays bounded)
+
+log = logging.getLogger("btlcore.udp")
 
 
 def _set_buffer(sock: socket.socket, opt: int, force_opt: int, want: int) -> int:
@@ -96,6 +106,53 @@ def gso_supported(sock: socket.socket) -> bool:
 
 def bind_sockaddr(family: int, host: str, port: int) -> Any:
     return socket.getaddrinfo(host, port, family, socket.SOCK_DGRAM, 0, socket.AI_NUMERICHOST)[0][4]
+
+
+def _is_wildcard(host: str) -> bool:
+    return ipaddress.ip_address(host.split("%")[0]).is_unspecified
+
+
+def _open_socket(opts: UdpOptions, port: int) -> socket.socket:
+    sock = socket.socket(opts.family, socket.SOCK_DGRAM)
+    try:
+        sock.setblocking(False)
+        if opts.family == socket.AF_INET6 and _is_wildcard(opts.host):
+            # dual stack: [::] takes IPv4 peers too (as ::ffff:a.b.c.d), whatever the
+            # system's net.ipv6.bindv6only says
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(bind_sockaddr(opts.family, opts.host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _bind_sockets(opts: UdpOptions) -> list[socket.socket]:
+    """The priority and the data socket, bound as the options say: with ``paired`` (the
+    default) on PORT and PORT + 1, also when PORT is ephemeral: the kernel picks the first,
+    and if PORT + 1 is taken (or PORT is 65535) both are given back and it picks again."""
+    host = opts.host
+    attempts = PAIR_ATTEMPTS if opts.paired and opts.port == 0 else 1
+    for _ in range(attempts):
+        port = opts.port
+        try:
+            first = _open_socket(opts, port)
+        except OSError as exc:
+            raise OSError(exc.errno, f"udp: cannot bind {host} port {port}: {exc.strerror}") from exc
+        data_port = opts.data_port
+        if opts.paired:
+            data_port = first.getsockname()[1] + 1
+        try:
+            if data_port > 65535:
+                raise OSError(errno.EADDRINUSE, "no port + 1 above 65535")
+            return [first, _open_socket(opts, data_port)]
+        except OSError as exc:
+            first.close()
+            if exc.errno != errno.EADDRINUSE or attempts == 1:
+                raise OSError(exc.errno, f"udp: cannot bind {host} port {data_port} (the data "
+                              f"socket's): {exc.strerror}") from exc
+    raise OSError(errno.EADDRINUSE, f"udp: no two free consecutive ports PORT, PORT + 1 on {host} "
+                  f"in {PAIR_ATTEMPTS} tries (give 'data_port' to let the data socket take any port)")
 
 
 def _nbytes(data: Any) -> int:
@@ -460,6 +517,8 @@ def wait(device: UdpDevice, deadline: float | None) -> None:
             # read that gets it drains the error queue (no second call to ask epoll)
             ready, _, _ = select.select(device._select_fds, (), (), timeout)
             device._ready = (device._prio_fd in ready, device._data_fd in ready)
+            if ready and device._wake_r in ready:  # woken by another thread (wake())
+                device._drain_wake()
             return
         else:
             events = poll(timeout * device._poll_scale)
@@ -486,17 +545,8 @@ class UdpDevice:
         family = opts.family
         self.family = family
         self._max_payload = MAX_PAYLOAD[family]
-        socks = []
+        socks = _bind_sockets(opts)
         try:
-            for port in (opts.port, opts.data_port):
-                sock = socket.socket(family, socket.SOCK_DGRAM)
-                socks.append(sock)
-                sock.setblocking(False)
-                try:
-                    sock.bind(bind_sockaddr(family, opts.host, port))
-                except OSError as exc:
-                    raise OSError(exc.errno, f"udp: cannot bind {opts.host} port {port}: "
-                                  f"{exc.strerror}") from exc
             if opts.recverr:  # ENOBUFS from a full qdisc becomes back-pressure, not silent loss
                 level, opt = ((socket.IPPROTO_IPV6, IPV6_RECVERR) if family == socket.AF_INET6
                               else (socket.IPPROTO_IP, IP_RECVERR))
@@ -534,15 +584,18 @@ class UdpDevice:
         self._gso_failures = 0
         self._gso_cmsg: dict[int, list[tuple[int, int, bytes]]] = {}
         self.local_sockaddrs = tuple(s.getsockname() for s in socks)
+        self.wildcard = _is_wildcard(opts.host)
         if opts.mtu:
             self.mtu, self.mtu_source = opts.mtu, "option mtu"
-        else:
-            self.mtu, self.mtu_source = _mtu.detect(family, opts.host)
+        else:  # a wildcard's sends leave by the advertised address's interface
+            self.mtu, self.mtu_source = _mtu.detect(family, opts.advertise if self.wildcard else opts.host)
         self._mtus = [self.mtu, self.mtu]  # per channel; create_channel may lower them
-        self._recv_mtu = self.mtu
-        self._recv_size = self.mtu + 1  # one byte more, to see (and drop) oversize datagrams
+        # A wildcard-bound device hears peers on every interface, loopback's 64 KiB datagrams
+        # included: it takes whatever arrives (the buffers cost memory only where written)
+        self._recv_mtu = self._max_payload if self.wildcard and not opts.mtu else self.mtu
+        self._recv_size = self._recv_mtu + 1  # one byte more, to see (and drop) oversize datagrams
         arena_len = max(ARENA_BYTES, 8 * max(self._recv_size, GRO_BUFFER))
-        self._arena = memoryview(bytearray(arena_len))
+        self._arena = memoryview(lazy_buffer(arena_len))  # pages only where datagrams land
         self._arena_limit = arena_len - self._recv_size
         self._arena_gro_limit = arena_len - GRO_BUFFER
         use_mmsg = opts.recvmmsg == "on" or (opts.recvmmsg == "auto" and _mmsg.available())
@@ -555,22 +608,33 @@ class UdpDevice:
         self._address = _address.encode(family, opts.advertise, self.local_sockaddrs[0][1],
                                          self.local_sockaddrs[1][1], scope)
         self._busy_poll = opts.busy_poll
-        fds = [sock.fileno() for sock in socks]
+        self._reach: dict[tuple[str, int], str | None] = {}  # resolve's answers, per (ip, scope)
+        self._warned: set[Any] = set()  # destinations whose unreachability was logged
+        # wake(): another thread makes a blocked wait return (an eventfd, or a pipe)
+        if hasattr(os, "eventfd"):
+            self._wake_r = self._wake_w = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        else:  # pragma: no cover - non-Linux
+            self._wake_r, self._wake_w = os.pipe()
+            os.set_blocking(self._wake_r, False)
+            os.set_blocking(self._wake_w, False)
+        fds = [sock.fileno() for sock in socks] + [self._wake_r]
         self._select_fds = fds if max(fds) < SELECT_FD_LIMIT else None
         if hasattr(select, "epoll"):
             self._poller: Any = select.epoll()
-            for s in socks:
-                self._poller.register(s.fileno(), select.EPOLLIN)
+            for fd in fds:
+                self._poller.register(fd, select.EPOLLIN)
             self._poll_scale = 1.0  # epoll takes seconds
         else:  # pragma: no cover - non-Linux
             self._poller = select.poll()
-            for s in socks:
-                self._poller.register(s.fileno(), select.POLLIN)
+            for fd in fds:
+                self._poller.register(fd, select.POLLIN)
             self._poll_scale = 1000.0  # poll takes milliseconds
         self.tx_datagrams = self.tx_bytes = self.tx_pushbacks = self.tx_errors = 0
         self.tx_gso_sends = self.gso_fallbacks = 0
         self.rx_datagrams = self.rx_bytes = self.rx_priority = self.rx_errors = self.rx_oversize = 0
         self.rx_gro_reads = self.icmp_errors = 0
+        self.tx_unreachable = 0
+        self.last_send_error = ""
 
     # -- errors on the send path (rare: kept out of the per-datagram functions) -----------
 
@@ -597,9 +661,20 @@ class UdpDevice:
             raise OSError(errno.EMSGSIZE, f"udp: the kernel refused a {_nbytes(data)}-byte datagram "
                           f"to {addr} as too large for the path; lower the 'mtu' option") from exc
         # Unreachable network, a firewall's EPERM: the datagram is lost as on a wire, and the
-        # core's retransmission and peer timeout deal with it.
+        # core's retransmission and peer timeout deal with it.  connect() refused peers
+        # unreachable from the start; a route lost since is said once per destination.
         self.tx_errors += 1
+        if exc.errno in _UNREACHABLE:
+            self._unreachable(addr, exc)
         return True
+
+    def _unreachable(self, addr: Any, exc: OSError) -> None:
+        self.tx_unreachable += 1
+        self.last_send_error = f"udp: cannot send from {self._bound_text()} to {addr[0]} port {addr[1]}: {exc.strerror}"
+        if addr not in self._warned and len(self._warned) < REACH_CACHE:
+            self._warned.add(addr)
+            log.warning("%s (no route from the bound address; datagrams to it are lost until "
+                        "the route returns, and the peer fails after peer_timeout)", self.last_send_error)
 
     def _drain_errqueue(self, sock: Any) -> None:
         """Read and count the socket's queued ICMP errors (IP_RECVERR): left there, they take
@@ -642,6 +717,8 @@ class UdpDevice:
                 except OSError as again:
                     exc = again
         self.tx_errors += count  # lost as on a wire: the core retransmits
+        if exc.errno in _UNREACHABLE:
+            self._unreachable(addr, exc)
         return 0
 
     # -- the rest of the Device interface ---------------------------------------------
@@ -679,13 +756,46 @@ class UdpDevice:
         return self._address
 
     def resolve(self, address: bytes) -> _address.Handle:
+        """The destination handle of a peer's address.  An IPv4 address on a dual-stack
+        (``[::]``-bound) device is reached as ``::ffff:a.b.c.d``, and a mapped one on an
+        IPv4 device as ``a.b.c.d``.  Raises :class:`~btlcore.errors.AddressUnreachable` (a
+        ValueError) naming both addresses when the kernel has no way from the bound address
+        to the peer's (a loopback-bound device toward another host): at ``connect()``, not
+        as a silent timeout."""
         family, ip, pport, dport, scope = _address.decode(address)
         if family != self.family:
-            mine = "IPv6" if self.family == socket.AF_INET6 else "IPv4"
-            theirs = "IPv6" if family == socket.AF_INET6 else "IPv4"
-            raise ValueError(f"udp address {_address.describe(address)} is {theirs} but this "
-                             f"device is bound to {mine} address {self.options.host}")
+            ip = self._same_family(address, family, ip)
+            family = self.family
+        reason = self._reach.get((ip, scope), False)
+        if reason is False:
+            if len(self._reach) >= REACH_CACHE:
+                self._reach.clear()
+            with _route.namespace_of(self._prio_sock) as inside:
+                reason = _route.unreachable(family, self.options.host, ip, scope) if inside else None
+            self._reach[(ip, scope)] = reason
+        if reason is not None:
+            raise AddressUnreachable(f"udp: cannot reach {_address.describe(address)} from "
+                                     f"{self._bound_text()} ({reason}); bind a wildcard "
+                                     f"(option bind=0.0.0.0:PORT or [::]:PORT) or an address on "
+                                     f"the peer's network")
         return _address.to_handle(family, ip, pport, dport, scope)
+
+    def _same_family(self, address: bytes, family: int, ip: str) -> str:
+        """``ip`` (of ``family``, not ours) as our family can send to it, or ValueError."""
+        if self.family == socket.AF_INET6 and self.wildcard:
+            return f"::ffff:{ip}"  # IPv4 through the dual-stack socket
+        mapped = ipaddress.ip_address(ip)
+        if self.family == socket.AF_INET and isinstance(mapped, ipaddress.IPv6Address) \
+                and mapped.ipv4_mapped is not None:
+            return str(mapped.ipv4_mapped)
+        mine = "IPv6" if self.family == socket.AF_INET6 else "IPv4"
+        theirs = "IPv6" if family == socket.AF_INET6 else "IPv4"
+        raise ValueError(f"udp address {_address.describe(address)} is {theirs} but this "
+                         f"device is bound to {mine} address {self.options.host}")
+
+    def _bound_text(self) -> str:
+        host, port = self.local_sockaddrs[0][0], self.local_sockaddrs[0][1]
+        return f"[{host}]:{port}" if self.family == socket.AF_INET6 else f"{host}:{port}"
 
     def clock(self) -> Any:
         return time.monotonic
@@ -698,11 +808,32 @@ class UdpDevice:
         for fd, mask in events:
             if fd == prio_fd:
                 prio = True
+            elif fd == self._wake_r:
+                self._drain_wake()
+                continue
             else:
                 data = True
             if mask & POLL_ERR:
                 self._drain_errqueue(self._socks[0] if fd == prio_fd else self._socks[1])
         return prio, data
+
+    def wake(self) -> None:
+        """Make a wait blocked in another thread return now (thread-safe: one write to the
+        wake descriptor; a full pipe or a closed device is ignored)."""
+        if self.closed:
+            return
+        try:
+            os.write(self._wake_w, b"\x01\0\0\0\0\0\0\0")
+        except (BlockingIOError, OSError):
+            pass
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                if self._wake_r == self._wake_w:  # an eventfd: one read resets it
+                    return
+        except (BlockingIOError, OSError):
+            pass
 
     def fds(self) -> list[int]:
         return [] if self.closed else [s.fileno() for s in self._socks]
@@ -714,6 +845,8 @@ class UdpDevice:
         self._poller.close()
         for s in self._socks:
             s.close()
+        for fd in {self._wake_r, self._wake_w}:
+            os.close(fd)
 
     def stats(self) -> dict[str, Any]:
         """Counters since open, and what the kernel granted."""
@@ -723,6 +856,7 @@ class UdpDevice:
             "tx_pushbacks": self.tx_pushbacks,
             "tx_errors": self.tx_errors,
             "tx_gso_sends": self.tx_gso_sends,
+            "tx_unreachable": self.tx_unreachable,
             "gso_fallbacks": self.gso_fallbacks,
             "rx_datagrams": self.rx_datagrams,
             "rx_bytes": self.rx_bytes,

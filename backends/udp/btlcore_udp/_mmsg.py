@@ -4,10 +4,13 @@ Python's socket module has no ``recvmmsg``; calling libc's through ctypes costs 
 microsecond per call, but the call then takes up to ``slots`` datagrams, so for bulk traffic
 the receive cost per datagram falls by about a third (``selftest.py`` measures it).
 
-The receive buffer is one ctypes arena cut into fixed slots of ``slot_size`` bytes (the
-MTU plus one, so that an oversize datagram shows as longer than the MTU and is dropped);
-message ``i`` of every call lands in slot ``i``.  Datagrams are returned as memoryviews of
-their slots, valid until the next call.
+The receive buffer is one arena cut into fixed slots of ``slot_size`` bytes (the MTU plus
+one, so that an oversize datagram shows as longer than the MTU and is dropped); message ``i``
+of every call lands in slot ``i``.  Datagrams are returned as memoryviews of their slots,
+valid until the next call.  The arena is an anonymous ``mmap``: the kernel gives it pages
+only where a datagram is written, so 256 slots of 64 KiB cost nothing until traffic fills
+them (a ctypes array would be zeroed, 16 MiB touched per device at open), and an idle or
+lightly used device holds a few pages (:func:`._lazy.lazy_buffer`).
 
 Each slot has a name buffer too, where the kernel writes the sender's address.
 :meth:`RecvBatch.sources` turns a call's names into ``(host, port)`` tuples in bulk: the
@@ -24,6 +27,8 @@ import socket
 import struct
 import sys
 from typing import Any
+
+from ._lazy import lazy_buffer
 
 MSG_DONTWAIT = 0x40
 MAX_ARENA = 16 << 20
@@ -109,7 +114,8 @@ class RecvBatch:
         slots = max(8, min(slots, MAX_ARENA // slot_size))
         self.slot_size = slot_size
         self.slots = slots
-        self._arena = (ctypes.c_char * (slot_size * slots))()
+        self._memory = lazy_buffer(slot_size * slots)
+        self._arena = (ctypes.c_char * (slot_size * slots)).from_buffer(self._memory)
         self._iovs = (_Iovec * slots)()
         self._msgs = (_Mmsghdr * slots)()
         self._names = (ctypes.c_char * (NAME_SIZE * slots))()

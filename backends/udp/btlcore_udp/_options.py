@@ -20,6 +20,8 @@ import attrs
 from btlcore import options as _shared
 from btlcore.errors import ConfigError
 
+from . import _route
+
 ENV_PREFIX = "BTL_UDP_"
 DEFAULT_HOST = "127.0.0.1"
 MIN_MTU = 128  # the same floor as btlcore.Config.mtu: a header plus a useful payload
@@ -38,9 +40,10 @@ ALLOWED = {
     "bind": "HOST:PORT (IPv6 as [HOST]:PORT; PORT 0 = ephemeral); shorthand for host and port",
     "host": "an IPv4 or IPv6 address or a host name (default 127.0.0.1)",
     "port": "an integer from 0 to 65535: the priority socket's port (0 = ephemeral)",
-    "data_port": "an integer from 0 to 65535: the data socket's port (default: port + 1 "
-    "when port is set, else ephemeral)",
-    "advertise": "an IP address peers should send to (required when host is a wildcard)",
+    "data_port": "an integer from 0 to 65535: the data socket's port (default: port + 1, "
+    "also for an ephemeral port; 0 = an ephemeral port of its own)",
+    "advertise": "an IP address peers should send to (default: the bound address; for a "
+    "wildcard, this host's address on its default route, else on its first interface that is up)",
     "mtu": f"0 or 'auto' (from the interface), or an integer from {MIN_MTU} to 65507 "
     "(IPv4) / 65527 (IPv6)",
     "rcvbuf": f"a byte count from {MIN_BUF} to {MAX_BUF} (suffixes K, M, G allowed)",
@@ -76,6 +79,9 @@ class UdpOptions:
     recverr: bool = True
     recvmmsg: str = "auto"
     keep_heap: bool = True
+    #: the data socket takes the priority socket's port + 1, also when that one is
+    #: ephemeral (the device retries until both are free): one port names the device
+    paired: bool = True
 
 
 def _fail(name: str, value: Any) -> ConfigError:
@@ -183,7 +189,11 @@ def parse(options: Mapping[str, Any], environ: Mapping[str, str] | None = None) 
         opts["host"], opts["port"] = host, port
     family, host = _resolve_host("host", opts.get("host", DEFAULT_HOST))
     port = _int("port", opts.get("port", 0), 0, 65535)
-    data_port = _int("data_port", opts.get("data_port", port + 1 if port else 0), 0, 65535)
+    paired = "data_port" not in opts
+    if paired and port == 65535:
+        raise ConfigError("udp option 'port' is 65535, which leaves no port + 1 for the data "
+                          "socket; allowed is 0 to 65534 (or give 'data_port' as well)")
+    data_port = port + 1 if paired and port else _int("data_port", opts.get("data_port", 0), 0, 65535)
     if port and port == data_port:
         raise ConfigError(f"udp options 'port' and 'data_port' are both {port}: the priority and "
                           "data sockets need different ports")
@@ -192,10 +202,9 @@ def parse(options: Mapping[str, Any], environ: Mapping[str, str] | None = None) 
         if adv_family != family:
             raise ConfigError(f"udp option 'advertise' ({advertise}) is not of the bound address's "
                               f"family ({host})")
+    elif ipaddress.ip_address(host.split("%")[0]).is_unspecified:
+        advertise = _route.primary_address(family)  # a wildcard: peers need an address of ours
     else:
-        if ipaddress.ip_address(host.split("%")[0]).is_unspecified:
-            raise ConfigError(f"udp: host {host} is a wildcard, which a peer cannot send to; give "
-                              "option 'advertise' (the IP peers should use) as well")
         advertise = host
     mtu_value = opts.get("mtu", 0)
     if isinstance(mtu_value, str) and mtu_value.strip().lower() == "auto":
@@ -221,4 +230,5 @@ def parse(options: Mapping[str, Any], environ: Mapping[str, str] | None = None) 
         recverr=_bool("recverr", opts.get("recverr", True)),
         recvmmsg=_tristate("recvmmsg", opts.get("recvmmsg", "auto")),
         keep_heap=_bool("keep_heap", opts.get("keep_heap", True)),
+        paired=paired,
     )

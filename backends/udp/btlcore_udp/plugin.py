@@ -15,7 +15,7 @@ from typing import Any
 from btlcore.device import Capabilities, Channel, ChannelInfo, Probe, hookimpl
 from btlcore.errors import ConfigError
 
-from . import _address, _device, _options
+from . import _address, _device, _options, _route
 from ._device import UdpDevice
 
 btl_device_post_send = hookimpl(_device.post_send)
@@ -34,17 +34,12 @@ def btl_backend_probe(options: Mapping[str, Any]) -> Probe:
         return Probe(False, str(exc))
     except Exception as exc:  # a probe must not raise
         return Probe(False, f"bad udp options: {type(exc).__name__}: {exc}")
-    socks = []
     try:
-        for port in (opts.port, opts.data_port):
-            sock = socket.socket(opts.family, socket.SOCK_DGRAM)
-            socks.append(sock)
-            sock.bind(_device.bind_sockaddr(opts.family, opts.host, port))
+        socks = _device._bind_sockets(opts)
     except OSError as exc:
-        return Probe(False, f"cannot bind a UDP socket on {opts.host} port {port}: {exc.strerror or exc}")
-    finally:
-        for s in socks:
-            s.close()
+        return Probe(False, f"cannot bind UDP sockets on {opts.host}: {exc.strerror or exc}")
+    for s in socks:
+        s.close()
     return Probe(True, "")
 
 
@@ -80,12 +75,18 @@ def btl_device_resolve(device: UdpDevice, address: bytes) -> Any:
 
 @hookimpl
 def btl_device_clock(device: UdpDevice) -> Callable[[], float]:
-    return device.clock()
+    clock: Callable[[], float] = device.clock()
+    return clock
 
 
 @hookimpl
 def btl_device_fds(device: UdpDevice) -> Sequence[int]:
     return device.fds()
+
+
+@hookimpl
+def btl_device_wake(device: UdpDevice) -> None:
+    device.wake()
 
 
 @hookimpl
@@ -107,29 +108,94 @@ def parse_peer(text: str) -> bytes:
             raise ValueError(f"expected HOST:PORT or the hex address 'btl serve' printed, got {text!r}") from None
     opts = _options.parse({"bind": text})
     infos = socket.getaddrinfo(opts.host, opts.port, opts.family, socket.SOCK_DGRAM)
-    ip = infos[0][4][0]
+    ip = str(infos[0][4][0])
     if opts.port == 0:
         raise ValueError(f"--peer needs a port, got {text!r}")
     return _address.encode(opts.family, ip, opts.port, opts.port + 1)
 
 
 # ---------------------------------------------------------------------------------- the btl command
+#
+# Between hosts with no --bind: ``btl serve`` binds the wildcard ([::], dual stack, so IPv4
+# and IPv6 clients both reach it) and ``btl transfer`` binds the wildcard of the peer's family
+# and advertises the address its route to the peer leaves from, which is the one the peer can
+# answer.  The library's own default stays 127.0.0.1 (option ``bind`` opens it).
+
+_BIND_NAMES = ("bind", "host", "port")
+
+
+def _user_chose_bind(args: argparse.Namespace) -> bool:
+    """``--option bind=...`` (or host/port) or ``BTL_UDP_BIND``: the user's, not ours."""
+    given = [item.partition("=")[0].strip().lower() for item in getattr(args, "option", None) or []]
+    env = _options.env_options()
+    return any(name in given or name in env for name in _BIND_NAMES)
+
+
+def _wildcard_bind(family: int, port: int) -> str:
+    return f"[::]:{port}" if family == socket.AF_INET6 else f"0.0.0.0:{port}"
+
+
+def _has_ipv6() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as probe:
+            probe.bind(("::", 0))
+        return True
+    except OSError:
+        return False
+
+
+def transfer_options(peer_text: str | None) -> dict[str, Any]:
+    """``btl transfer`` without ``--bind``: the wildcard of the peer's family, advertising the
+    source address of the route toward the peer.  With no route, the wildcard alone:
+    ``connect`` then fails at once, naming both addresses."""
+    if not peer_text:
+        return {}
+    try:
+        family, ip, _pport, _dport, scope = _address.decode(parse_peer(peer_text))
+    except (ValueError, OSError):
+        return {}  # --peer's own error comes from parse_address, with the usage line
+    options: dict[str, Any] = {"bind": _wildcard_bind(family, 0)}
+    try:
+        options["advertise"] = _route.source_toward(family, ip, scope)
+    except OSError:
+        pass
+    return options
 
 
 @hookimpl
 def btl_cli_add_options(command: str, group: argparse._ArgumentGroup) -> None:
     if command == "transfer":
-        group.add_argument("--bind", help="local HOST:PORT (udp)")
+        group.add_argument("--bind", help="local HOST:PORT (udp; default: the wildcard, advertising "
+                           "the address the route to --peer leaves from)")
     elif command == "serve":
-        group.add_argument("--bind", help="local HOST:PORT (udp; default 127.0.0.1, ephemeral port)")
+        group.add_argument("--bind", help="local HOST:PORT (udp; default [::] (IPv4 and IPv6; "
+                           "0.0.0.0 without IPv6) on --port)")
+        group.add_argument("--port", type=int, default=0, help="the port clients give as "
+                           "--peer HOST:PORT (udp; the data socket takes PORT + 1; default ephemeral)")
 
 
 @hookimpl
 def btl_cli_device_options(command: str, args: argparse.Namespace) -> dict[str, Any]:
     bind = getattr(args, "bind", None)
-    return {"bind": bind} if bind else {}
+    port = getattr(args, "port", 0) or 0
+    if bind:
+        if port:
+            raise ValueError("udp: give --bind HOST:PORT or --port PORT, not both")
+        return {"bind": bind}
+    if _user_chose_bind(args):
+        return {}
+    if command == "transfer":
+        return transfer_options(getattr(args, "peer", None))
+    if command == "serve":
+        return {"bind": _wildcard_bind(socket.AF_INET6 if _has_ipv6() else socket.AF_INET, port)}
+    return {}
 
 
 @hookimpl
 def btl_cli_parse_address(text: str) -> bytes:
     return parse_peer(text)
+
+
+@hookimpl
+def btl_cli_format_address(address: bytes) -> str:
+    return _address.to_text(address)
