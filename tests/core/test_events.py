@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -67,7 +68,7 @@ def test_transport_dispatches_every_event_type() -> None:
     t = btlcore.open("sim")
     try:
         seen: list[Any] = []
-        peer = object()
+        peer = SimpleNamespace(address=b"\x02\x00\x00\x00\x00\x07")  # (what Transport reads of a peer)
         err = ValueError("boom")
         t.on(9, lambda p, tag, data: seen.append(("msg", p, tag, data)))
         t.on_put(lambda p, k, o, n: seen.append(("put", p, k, o, n)),
