@@ -624,9 +624,10 @@ def version_reply(echo_dst_conn: int, echo_incarnation: int,
                   versions: Iterable[int] = SUPPORTED_VERSIONS) -> bytes:
     """The VERSION reply to a datagram of a version this end does not speak (RFC 9000 §6):
     it echoes the datagram's bytes [4:12] and lists ``versions``."""
-    listed = bytes(versions)
-    if not listed or VERSION_NEGOTIATION in listed or len(listed) > 255:
-        raise ValueError(f"a VERSION reply lists 1..255 versions, none 0, not {tuple(listed)}")
+    wanted = tuple(versions)
+    if not 1 <= len(wanted) <= 255 or not all(isinstance(v, int) and 1 <= v <= 255 for v in wanted):
+        raise ValueError(f"a VERSION reply lists 1..255 versions, each 1..255, not {wanted}")
+    listed = bytes(wanted)
     return VERSION_HEAD.pack(VERSION_NEGOTIATION, T_VERSION, len(listed), echo_dst_conn,
                              echo_incarnation) + listed
 
