@@ -590,8 +590,9 @@ class Notice:
 
 def notice_for(provoking: bytes | bytearray | memoryview, incarnation: int) -> bytes | None:
     """The UNKNOWN_CONN notice answering ``provoking`` (a well-formed datagram header) from
-    an end of ``incarnation``, in the provoking datagram's version, CRC-sealed; None when it would be larger than ``provoking``
-    or ``provoking`` is itself a notice (a notice is never answered)."""
+    an end of ``incarnation``, in the provoking datagram's version, CRC-sealed; None when
+    it would be larger than ``provoking`` or ``provoking`` is itself a notice (a notice is
+    never answered)."""
     view = memoryview(provoking)
     if len(view) < NOTICE_LEN or len(view) < HEADER_LEN or view[1] == T_UNKNOWN_CONN:
         return None
