@@ -93,7 +93,9 @@ def _struct_tables(text: str) -> dict[str, list[tuple[int, int, str]]]:
     return tables
 
 
-WIRE_STRUCTS = ("HEADER", "CHUNK", "PUT", "PUT_STATUS", "ACK_BODY", "SACK_RANGE", "HELLO_BODY")
+WIRE_STRUCTS = ("HEADER", "CHUNK", "PUT", "PUT_STATUS", "ACK_BODY", "SACK_RANGE", "HELLO_BODY",
+                "PARAM_HEAD", "CLOSE_BODY", "NOTICE_BODY", "CHALLENGE_BODY", "PING_BODY",
+                "VERSION_HEAD")
 
 
 @pytest.mark.parametrize("name", WIRE_STRUCTS)
@@ -130,6 +132,22 @@ def test_constants_match_wire_py() -> None:
     for name in ("F_ACK", "F_CHUNK", "F_PUT", "F_CRC", "F_STATUS", "AF_TRUNCATED", "AF_DUPLICATE"):
         assert cells(row(text, f"`{name}`"))[1] == f"0x{getattr(wire, name):02X}".replace("0X", "0x"), name
     assert cells(row(text, "`MAX_SACK_RANGES`"))[1] == str(wire.MAX_SACK_RANGES)
+    # version 2: every type, transport parameter and close reason wire.py defines, and no other
+    v2 = [n for n in dir(wire) if re.fullmatch(r"(T|TP|CR)_[A-Z_]+", n)]
+    for name in v2:
+        assert cells(row(text, f"`{name}`"))[1] == str(getattr(wire, name)), name
+    assert len(v2) == 11 + len(wire.PARAM_SPECS) + len(wire.CLOSE_REASON_NAMES)
+    params = {getattr(wire, n): n for n in v2 if n.startswith("TP_")}
+    defaults = wire.TransportParameters()
+    for typ, (name, width, low, high) in wire.PARAM_SPECS.items():
+        meaning = cells(row(text, f"`{params[typ]}`"))[2]
+        top = "2^32-1" if high == wire.U32_MASK else "2^64-1"
+        default = getattr(defaults, name)
+        quoted = "2^32-1" if default == wire.U32_MASK else str(default)
+        assert meaning.startswith(f"u{8 * width}, {low}..{top}, default {quoted}:"), name
+    assert f"`NOTICE_LEN` = {wire.NOTICE_LEN}" in text
+    assert "`VERSION_NEGOTIATION`, never a version" in text and wire.VERSION_NEGOTIATION == 0
+    assert "(`SUPPORTED_VERSIONS` in `wire.py`)" in text and wire.SUPPORTED_VERSIONS == (2,)
     assert f"`WIRE_VERSION` = {wire.WIRE_VERSION}" in text
     # the flag values quoted inline in the header table
     for name in ("F_ACK", "F_CHUNK", "F_PUT", "F_CRC", "F_STATUS"):
