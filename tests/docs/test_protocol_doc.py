@@ -187,6 +187,27 @@ def test_worked_examples_are_exact() -> None:
         assert wire.crc_ok(_example(text, name))
 
 
+def test_version_2_worked_examples_are_exact() -> None:
+    text = read("protocol.md")
+    params = wire.TransportParameters(max_datagram_size=1500, max_message_size=64 << 20,
+                                      peer_timeout_ms=10_000, window_bytes=16 << 20)
+    hello_body = wire.Hello(0x55667788, 0x0A0B0C0D, 0x1000, 0, 4096, bytes.fromhex("020000000001"), 200,
+                            params)
+    hello = wire.Datagram(wire.T_HELLO, src_incarnation=0x55667788, payload=hello_body.encode(),
+                          version=2).encode()
+    assert _example(text, "hello_v2") == hello
+    assert wire.Hello.decode(wire.decode(hello, versions=(2,)).payload) == hello_body
+    # version 1's HELLO body, then the parameter block
+    v1_body = wire.decode(_example(text, "hello")).payload
+    assert wire.decode(hello, versions=(2,)).payload == v1_body + params.encode()
+    close = wire.Datagram(wire.T_CLOSE, dst_conn=0x11223344, src_incarnation=0x55667788, version=2,
+                          payload=wire.Close(0x0A0B0C0D, 0x99AABBCC, wire.CR_CLOSED).encode()).encode()
+    assert _example(text, "close") == close and wire.crc_ok(close)
+    version = _example(text, "version")
+    assert version == wire.version_reply(0x11223344, 0x55667788)
+    assert wire.parse_version_reply(version) == (0x11223344, 0x55667788, wire.SUPPORTED_VERSIONS)
+
+
 def test_worked_examples_are_accepted_by_an_engine() -> None:
     """The HELLO example, sent to a fresh engine, creates a peer and is answered."""
     from btlcore.protocol.engine import Engine
