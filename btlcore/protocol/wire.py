@@ -10,7 +10,8 @@ Header::
 
     off size field
      0   1   version          WIRE_VERSION
-     1   1   type             T_DATA, T_ACK, T_HELLO, T_HELLO_ACK
+     1   1   type             T_DATA, T_ACK, T_HELLO, T_HELLO_ACK (version 2: and T_CLOSE ..
+                              T_PING, below)
      2   1   flags            F_ACK | F_CHUNK | F_PUT | F_CRC | F_STATUS
      3   1   hello_flags      T_HELLO / T_HELLO_ACK: HF_CRC_REQUIRED; other types: 0
      4   4   dst_conn         the receiver's connection id for this peer (0 in a first HELLO)
