@@ -327,7 +327,7 @@ class Recovery:
         (counted in transmission serials, so a retransmission is judged against what was sent
         after it)
         *and* it was sent longer ago than an RTT plus a reordering allowance.  The time
-        condition keeps reordering from looking like loss; :meth:`_loss_check_at` times the check
+        condition keeps reordering from looking like loss; :meth:`_timer_times` times the check
         for a segment that meets only the first."""
         thr = self.config.fast_retransmit_threshold
         limits = (peer.acked_serial[0] - thr, peer.acked_serial[1] - thr)
@@ -339,7 +339,7 @@ class Recovery:
         seq_limit = peer.loss_seq_limit
         lost = []
         for seg in peer.unacked.values():
-            # (the expression _loss_check_at times, so that the check it arms
+            # (the expression _timer_times times, so that the check it arms
             # always finds the segment due: no float rounding between the two)
             if seg.tx_serial > top or seg.sent_at + reo > now:
                 break
@@ -425,9 +425,9 @@ class Recovery:
         sent_at = front.sent_at
         return (sent_at if sent_at > peer.rto_base else peer.rto_base) + peer.timer.rto
 
-    def _loss_check_at(self, peer: Peer) -> float | None:
-        """When :meth:`detect_losses` can next declare a segment lost without a new ACK: its
-        first candidate's send time plus the reordering time (the expression it compares)."""
+    def _loss_candidate(self, peer: Peer) -> Segment | None:
+        """The first segment :meth:`detect_losses` could declare lost without a new ACK once
+        enough time has passed (it meets the serial rule, not yet the time rule)."""
         thr = self.config.fast_retransmit_threshold
         acked = peer.acked_serial
         limits = (acked[0] - thr, acked[1] - thr)
@@ -439,7 +439,7 @@ class Recovery:
             if seg.tx_serial > top:
                 return None
             if not seg.lost and seg.tx_serial <= limits[seg.channel] and (seq_limit is None or seg.seq <= seq_limit):
-                return seg.sent_at + self._reorder_time(peer)
+                return seg
         return None
 
     def _timer_times(self, peer: Peer) -> tuple[float | None, float | None]:
@@ -451,19 +451,19 @@ class Recovery:
         t = act = None
         unacked = peer.unacked
         if unacked:
-            for front in unacked.values():
-                if not front.lost:
-                    t = self._rto_at(peer, front)
-                    if front.tx_serial <= peer.acked_serial[front.channel] - cfg.fast_retransmit_threshold \
-                            and (peer.loss_seq_limit is None or front.seq <= peer.loss_seq_limit):
-                        loss_check = front.sent_at + self._reorder_time(peer)
-                        if loss_check < t:
-                            t = loss_check
-                    break
+            # the loss check: the candidate's send time plus the reordering time, the very
+            # expression detect_losses compares (no float rounding between the two)
+            candidate = self._loss_candidate(peer)
+            loss_at = None if candidate is None else candidate.sent_at + self._reorder_time(peer)
+            front = self._rto_front(peer)
+            if front is not None:
+                t = self._rto_at(peer, front)
+                if candidate is front and loss_at is not None and loss_at < t:
+                    t = loss_at  # the oldest segment's loss check comes first
             death = peer.last_progress + cfg.peer_timeout
             if t is None or death < t:
                 t = death
-            act = self._loss_check_at(peer)
+            act = loss_at
         elif peer.puts:  # everything acknowledged, put statuses still owed: a death clock
             t = max(peer.last_progress, peer.rx_high_time) + cfg.peer_timeout
         if peer.ack_now or peer.hello_reply:
