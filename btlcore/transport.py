@@ -55,7 +55,8 @@ from .registry import open_device, tool_plugin_manager
 
 Handler = Callable[[Peer, int, bytes], Any]
 PeerHandler = Callable[[str, Peer, BaseException | None], Any]
-# a device's sends as the transport calls them: the channel a number (see Transport.__init__)
+# a device's sends as the transport calls them: the engine names channels by number (Channel's
+# values as plain ints, no enum per datagram), which a device typed for Channel takes as is
 _Post = Callable[[int, Any, Any], bool]
 _PostMany = Callable[[Sequence[tuple[int, Any, Any]]], int]
 
@@ -150,11 +151,8 @@ class Transport:
             # views of the user's message (no copy); _flush_sends joins them for anyone who
             # must see one buffer (send filters, frame hooks, the backlog)
             self.engine.enable_gather()
-        # The engine names channels by number (Channel's values as plain ints: no enum per
-        # datagram); the device's sends are typed for Channel, which those ints are.
-        self._post = cast("_Post", device.post_send)
-        # (None once something must see datagrams one by one)
-        self._many = cast("_PostMany | None", device.post_send_many)
+        self._post = cast("_Post", device.post_send)  # (_Post: why the cast)
+        self._many = cast("_PostMany | None", device.post_send_many)  # None: one by one
         self._poll = device.poll_recv
         # a device that reports each datagram's source is read through poll_recv_from
         self._poll_from = device.poll_recv_from if caps.reports_source else None

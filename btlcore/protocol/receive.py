@@ -92,9 +92,8 @@ class Receiver:
         """The receive path: a poll's datagrams, arrived by ``now`` (``sources``: where each came from, or None).
         Its first branch is the common case, written once: the next data segment in order of a confirmed peer,
         intact, whole or a middle chunk (state read once per batch).  Else :meth:`dispatch`, :meth:`_on_segment`."""
-        state = self._state
-        state.now = now
-        if state.closed:
+        self._state.now = now
+        if self._state.closed:
             return  # nobody will read them: neither deliver nor acknowledge
         head_chunk, check, peers, events = HEADER_CHUNK.unpack_from, crc32c, self.peers_by_conn, self.events
         acking, timed, freq = self._acking, self._timed, self._ack_frequency
@@ -171,8 +170,8 @@ class Receiver:
 
     def dispatch(self, data: Any, source: Any, now: float) -> None:
         """The general handler for any datagram: checked (version, flags, CRC), counted if
-        bad, then handed on by type: data to :meth:`_on_data`, an ACK to ``_on_ack``
-        (recovery), a HELLO or HELLO_ACK to ``_on_hello`` (handshake)."""
+        bad, then handed on by type: data to :meth:`_on_data`, an ACK to recovery's
+        ``on_ack``, a HELLO or HELLO_ACK to the handshake's ``on_hello``."""
         n = len(data)
         if n < HEADER_LEN:
             self.counters.num_malformed_recvs += 1
