@@ -38,7 +38,7 @@ import random
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from ..config import Config
 from ..errors import MessageTooLarge, PeerUnreachable, TransportClosed
@@ -62,6 +62,14 @@ _ESTABLISHED = PeerState.ESTABLISHED
 _UNSET: Any = object()  # receive_datagram's now, not given: the old (data, now) form
 
 
+class _ReceiveDatagrams(Protocol):  # Receiver.receive_datagrams
+    def __call__(self, batch: Iterable[Any], now: float, sources: Sequence[Any] | None = None) -> None: ...
+
+
+class _NextDeadline(Protocol):  # Recovery.next_deadline
+    def __call__(self, pending_work: bool = True) -> float | None: ...
+
+
 class Engine:
     """One local endpoint talking to any number of peers over one device."""
 
@@ -76,8 +84,8 @@ class Engine:
     )
 
     # the parts' own bound methods (see the module docstring)
-    receive_datagrams: Callable[[Iterable[Any], float, Sequence[Any] | None], None]
-    next_deadline: Callable[..., float | None]
+    receive_datagrams: _ReceiveDatagrams
+    next_deadline: _NextDeadline
     handle_timer: Callable[[float], None]
     enable_gather: Callable[[], None]
 
