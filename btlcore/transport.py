@@ -38,7 +38,7 @@ import time
 from _thread import get_ident
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -55,6 +55,10 @@ from .registry import open_device, tool_plugin_manager
 
 Handler = Callable[[Peer, int, bytes], Any]
 PeerHandler = Callable[[str, Peer, BaseException | None], Any]
+# a device's sends as the transport calls them: the engine names channels by number (Channel's
+# values as plain ints, no enum per datagram), which a device typed for Channel takes as is
+_Post = Callable[[int, Any, Any], bool]
+_PostMany = Callable[[Sequence[tuple[int, Any, Any]]], int]
 
 log = logging.getLogger("btlcore.transport")
 # a library's loggers print nothing until the application configures logging (no "last
@@ -147,8 +151,8 @@ class Transport:
             # views of the user's message (no copy); _flush_sends joins them for anyone who
             # must see one buffer (send filters, frame hooks, the backlog)
             self.engine.enable_gather()
-        self._post = device.post_send
-        self._many = device.post_send_many  # None once something must see datagrams one by one
+        self._post = cast("_Post", device.post_send)  # (_Post: why the cast)
+        self._many = cast("_PostMany | None", device.post_send_many)  # None: one by one
         self._poll = device.poll_recv
         # a device that reports each datagram's source is read through poll_recv_from
         self._poll_from = device.poll_recv_from if caps.reports_source else None
@@ -355,7 +359,8 @@ class Transport:
         checks.function(keep, "keep", optional=False)
         post = self._post
 
-        def filtered(channel: int, dest: Any, data: Any, _post=post, _keep=keep) -> bool:
+        def filtered(channel: int, dest: Any, data: Any, _post: _Post = post,
+                     _keep: Callable[[int, bytes], bool] = keep) -> bool:
             if not _keep(channel, data):
                 return True
             return _post(channel, dest, data)

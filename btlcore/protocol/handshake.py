@@ -1,5 +1,11 @@
 """HELLO and HELLO_ACK: connection ids, ISNs, incarnations (a restart told from a late packet
 of an older life), and a peer's reset or restart.
+
+From the other parts it gets, at construction, recovery's ``fail_messages`` (a restart or a
+reset fails what was pending) and the packetizer's ``build_hello``; recovery and the receiver
+call :meth:`Handshake.confirm`, the receiver :meth:`Handshake.on_hello`, the engine
+:meth:`Handshake.new_peer`, :meth:`Handshake.start_hello`, :meth:`Handshake.reset_peer` and
+the HELLO pass.
 """
 
 from __future__ import annotations
@@ -9,8 +15,10 @@ from typing import Any
 from ..errors import PeerRestarted as RestartError
 from ..errors import PeerUnreachable
 from .events import PeerRestarted
+from .packetizer import Packetizer
 from .peers import Peer, PeerEvent, PeerState
 from .recovery import Recovery, RetransmitTimer
+from .state import EngineState
 from .window import ReceiveWindow
 from .wire import (
     T_HELLO,
@@ -32,10 +40,35 @@ def stale_incarnation(candidate: int, current: int) -> bool:
     return 0 < (current - candidate) & 0xFFFFFFFF <= STALE_INCARNATION_WINDOW
 
 
-class Handshake(Recovery):
+class Handshake:
     """Connection set-up, and what a HELLO says about the peer's life."""
 
-    def _new_peer(self, address: bytes, dest: Any) -> Peer:
+    __slots__ = ("_state", "config", "crc", "incarnation", "counters", "events", "peers_by_addr",
+                 "peers_by_conn", "_cc", "_rng", "_hello", "_timed", "_touched", "_sending", "_acking",
+                 "_ack_channel", "_unschedule", "_fail_messages", "_build_hello")
+
+    def __init__(self, state: EngineState, packetizer: Packetizer, recovery: Recovery) -> None:
+        self._state = state  # for closed and resolve
+        self.config = state.config
+        self.crc = state.crc
+        self.incarnation = state.incarnation
+        self.counters = state.counters
+        self.events = state.events
+        self.peers_by_addr = state.peers_by_addr
+        self.peers_by_conn = state.peers_by_conn
+        self._cc = state.cc
+        self._rng = state.rng
+        self._hello = state.hello
+        self._timed = state.timed
+        self._touched = state.touched
+        self._sending = state.sending
+        self._acking = state.acking
+        self._ack_channel = state.ack_channel
+        self._unschedule = state.unschedule
+        self._fail_messages = recovery.fail_messages
+        self._build_hello = packetizer.build_hello
+
+    def new_peer(self, address: bytes, dest: Any) -> Peer:
         cfg = self.config
         conn = self._fresh_conn_id()
         timer = RetransmitTimer(cfg.rto_mode == "adaptive", cfg.rto_initial, cfg.rto_min,
@@ -53,14 +86,14 @@ class Handshake(Recovery):
             if conn not in self.peers_by_conn:
                 return conn
 
-    def _start_hello(self, peer: Peer, now: float) -> None:
+    def start_hello(self, peer: Peer, now: float) -> None:
         peer.hello_next = now
         peer.hello_interval = self.config.handshake_interval
         peer.hello_started = now
         self._hello[peer] = None
         self._timed[peer] = None
 
-    def _confirm(self, peer: Peer, now: float) -> None:
+    def confirm(self, peer: Peer, now: float) -> None:
         """The peer has shown it knows our current incarnation."""
         peer.confirmed = True
         peer.inbound_since = None
@@ -86,7 +119,7 @@ class Handshake(Recovery):
             self._unschedule(peer)
         return len(self.peers_by_addr) < self.config.max_peers
 
-    def _on_hello(self, typ: int, dst: int, hello: Hello, wants_crc: bool, source: Any, now: float) -> None:
+    def on_hello(self, typ: int, dst: int, hello: Hello, wants_crc: bool, source: Any, now: float) -> None:
         """A HELLO or HELLO_ACK (checked): learn the peer, follow its restarts and new
         connections, answer a HELLO, confirm the connection."""
         peer = self._hello_peer(typ, dst, hello, now)
@@ -123,20 +156,20 @@ class Handshake(Recovery):
         if renewed:
             # this datagram was addressed to our old connection: the peer cannot know the
             # new one until our HELLO tells it
-            self._start_hello(peer, now)
+            self.start_hello(peer, now)
         # A HELLO_ACK proves the peer knows our current connection (it was looked up by
         # it); a HELLO does only if it is addressed to it.
         elif hello.echo_incarnation == self.incarnation and (typ == T_HELLO_ACK or dst == peer.local_conn):
             first = not peer.confirmed
             if first and typ == T_HELLO_ACK and peer.hello_count == 1 and peer.hello_sent_at is not None:
                 peer.timer.sample(now - peer.hello_sent_at)  # one HELLO, one answer: an RTT
-            self._confirm(peer, now)
+            self.confirm(peer, now)
             if first and typ == T_HELLO_ACK:
                 # let the other side know at once that we know it (confirms it)
                 peer.ack_now = True
                 self._acking[peer] = None
         elif peer.state is PeerState.CONNECTING and peer.hello_next is None and peer.queue:
-            self._start_hello(peer, now)
+            self.start_hello(peer, now)
 
     def _hello_peer(self, typ: int, dst: int, hello: Hello, now: float) -> Peer | None:
         """The peer a HELLO (by its address: it may be new) or a HELLO_ACK (by our connection
@@ -144,18 +177,18 @@ class Handshake(Recovery):
         if typ == T_HELLO:
             peer = self.peers_by_addr.get(hello.address)
             if peer is None:
-                if not self.config.accept_peers or self.closed:
+                if not self.config.accept_peers or self._state.closed:
                     self.counters.num_unk_recvs += 1
                     return None
                 if len(self.peers_by_addr) >= self.config.max_peers and not self._sweep_inbound(now):
                     self.counters.num_refused_peers += 1
                     return None
                 try:
-                    dest = self._resolve(hello.address)
+                    dest = self._state.resolve(hello.address)
                 except (ValueError, TypeError):
                     self.counters.num_malformed_recvs += 1
                     return None
-                peer = self._new_peer(hello.address, dest)
+                peer = self.new_peer(hello.address, dest)
                 peer.inbound_since = now
         else:
             peer = self.peers_by_conn.get(dst)
@@ -176,7 +209,7 @@ class Handshake(Recovery):
             self._restart_peer(peer, now)
             renewed = True
         elif peer.remote_known and (hello.conn_id != peer.remote_conn or hello.isn != peer.remote_isn) \
-                and not self.closed:
+                and not self._state.closed:
             # Same incarnation, new connection: the other side started afresh with us (it had
             # declared us dead, or it saw a restart of ours race its handshake).
             if peer.next_seq == peer.isn + 1 and peer.state is not PeerState.FAILED:
@@ -192,11 +225,11 @@ class Handshake(Recovery):
                 # our own that it learns from our HELLO.
                 self._fail_messages(peer, PeerUnreachable(
                     f"peer {peer.address.hex()} reset the connection (it had declared us dead)"))
-                self._reset_peer(peer)
+                self.reset_peer(peer)
                 renewed = True
-        elif peer.state is PeerState.FAILED and not peer.remote_known and not self.closed:
+        elif peer.state is PeerState.FAILED and not peer.remote_known and not self._state.closed:
             # it never answered our handshake and we gave up; now it speaks: a new connection
-            self._reset_peer(peer)
+            self.reset_peer(peer)
         elif peer.state is PeerState.FAILED or peer.state is PeerState.CLOSED:
             c.num_stale_recvs += 1
             return None
@@ -209,10 +242,10 @@ class Handshake(Recovery):
         self._fail_messages(peer, RestartError(
             f"peer {peer.address.hex()} restarted (incarnation {peer.remote_inc:#x} -> new)"))
         peer.remember_incarnation(peer.remote_inc)
-        self._reset_peer(peer)
+        self.reset_peer(peer)
         self.events.append(PeerRestarted(peer))
 
-    def _reset_peer(self, peer: Peer) -> None:
+    def reset_peer(self, peer: Peer) -> None:
         """Forget the connection with ``peer`` and make it ready for a new one: a new
         connection id and ISN (so that nothing of the old connection can be taken for the
         new), fresh windows and timers.  Counters and history stay."""
@@ -233,7 +266,7 @@ class Handshake(Recovery):
         peer.crc = self.crc
         self.peers_by_conn[conn] = peer
 
-    def _hello_pass(self, out: list[Any], now: float, budget: int) -> None:
+    def hello_pass(self, out: list[Any], now: float, budget: int) -> None:
         for peer in list(self._hello):
             if len(out) >= budget:
                 break

@@ -2,6 +2,11 @@
 choice, cached header prefixes, gathered payloads), the ACK point stamped on every data
 segment (piggy-backed ACKs), standalone ACKs and HELLOs built, and the send passes that
 produce them.
+
+Uses nothing of the other parts: only the shared :class:`~.state.EngineState` (constants,
+header prefixes, and the work lists it marks: ``sending``, ``acking``, ``timed``,
+``touched``).  Recovery calls :meth:`Packetizer.stamp` to resend a segment, the handshake
+:meth:`Packetizer.build_hello`, the engine the send and ACK passes.
 """
 
 from __future__ import annotations
@@ -46,12 +51,31 @@ _U32 = struct.Struct("!I")
 _U64 = struct.Struct("!Q")
 _NO_CRC = bytes(4)
 GATHER_MIN = 2048  # with enable_gather, chunks from this size keep their payload uncopied
-_PREFIXES_MAX = 4096  # header prefixes kept (EngineState._prefixes)
+_PREFIXES_MAX = 4096  # header prefixes kept (EngineState.prefixes)
 _NEVER = 1 << 62  # a size no chunk reaches
 
 
-class Packetizer(EngineState):
+class Packetizer:
     """Messages to segments, and the datagrams of a send pass."""
+
+    __slots__ = ("_state", "config", "incarnation", "address", "crc", "priority_limit", "_chunk_cap",
+                 "_ack_channel", "_max_sack", "_prefixes", "_sending", "_acking", "_touched", "_timed")
+
+    def __init__(self, state: EngineState) -> None:
+        self._state = state  # for gather_min, which enable_gather changes
+        self.config = state.config
+        self.incarnation = state.incarnation
+        self.address = state.address
+        self.crc = state.crc
+        self.priority_limit = state.priority_limit
+        self._chunk_cap = state.chunk_cap
+        self._ack_channel = state.ack_channel
+        self._max_sack = state.max_sack
+        self._prefixes = state.prefixes
+        self._sending = state.sending
+        self._acking = state.acking
+        self._touched = state.touched
+        self._timed = state.timed
 
     def enable_gather(self) -> None:
         """The driver can post a datagram given as a list of buffers (``sendmsg`` style): from
@@ -61,9 +85,9 @@ class Packetizer(EngineState):
         every other datagram stays one buffer.  The message must stay unchanged until its
         callback, as :meth:`send` already asks.  A no-op when no chunk can be that large."""
         if self._chunk_cap >= GATHER_MIN:
-            self._gather_min = GATHER_MIN
+            self._state.gather_min = GATHER_MIN
 
-    def _stamp(self, peer: Peer, seg: Segment, now: float, out: list[Any]) -> None:
+    def stamp(self, peer: Peer, seg: Segment, now: float, out: list[Any]) -> None:
         """Fill in the current ACK point (and CRC) and count one transmission."""
         buf: Any = seg.buf
         if type(buf) is list:  # [header, payload] (enable_gather): a new header, same payload
@@ -88,7 +112,7 @@ class Packetizer(EngineState):
             peer.ack_now = False
         out.append((seg.channel, peer.dest, buf))
 
-    def _send_pass(self, out: list[Any], now: float, budget: int) -> None:
+    def send_pass(self, out: list[Any], now: float, budget: int) -> None:
         cfg = self.config
         credits_per_peer = cfg.send_credits
         window = cfg.window
@@ -117,10 +141,10 @@ class Packetizer(EngineState):
         each one immutable ``bytes`` (header pieces and payload joined once the CRC is computed: one
         copy).  Runs per segment: the state it touches is read into locals, written back at the end."""
         queue, unacked, dest, append, crc = peer.queue, peer.unacked, peer.dest, out.append, peer.crc
-        gather_min = self._gather_min
+        gather_min = self._state.gather_min
         conn = peer.remote_conn
         seq, serial = peer.next_seq, peer.tx_serial
-        ack_w = peer.window.cum & SEQ_MASK  # the ACK point rides along (see _stamp)
+        ack_w = peer.window.cum & SEQ_MASK  # the ACK point rides along (see stamp)
         prefixes = self._prefixes
         nbytes = chunks = 0
         if not unacked:
@@ -203,7 +227,7 @@ class Packetizer(EngineState):
         pre = prefixes[conn << 8 | flags] = (head, crc32c(head) if crc else 0)
         return pre
 
-    def _ack_pass(self, out: list[Any], now: float, budget: int) -> None:
+    def ack_pass(self, out: list[Any], now: float, budget: int) -> None:
         for peer in list(self._acking):
             if len(out) >= budget:
                 break
@@ -247,7 +271,7 @@ class Packetizer(EngineState):
             seal(buf)
         return buf
 
-    def _build_hello(self, peer: Peer, typ: int) -> bytearray:
+    def build_hello(self, peer: Peer, typ: int) -> bytearray:
         body = Hello(self.incarnation, peer.local_conn, peer.isn, peer.remote_inc,
                      self.config.window, self.address, int(self.config.ack_delay * 1e6)).encode()
         buf = bytearray(HEADER_LEN + len(body))

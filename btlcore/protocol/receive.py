@@ -1,4 +1,10 @@
 """Where a datagram becomes a delivered message: the one receive path for data segments.
+
+From the other parts it gets, at construction, recovery's ``on_cum_ack``,
+``detect_losses``, ``on_ack`` (what a datagram acknowledges) and ``put_done`` (a put status
+completes a put), and the handshake's ``confirm`` and ``on_hello``; the rest is the shared
+:class:`~.state.EngineState`.  The engine calls :meth:`Receiver.receive_datagrams` and
+:meth:`Receiver.dispatch`.
 """
 
 from __future__ import annotations
@@ -10,6 +16,8 @@ from typing import Any
 from .events import Event, MessageReceived, PutLanded, PutRefused, _new
 from .handshake import Handshake
 from .peers import OutMessage, Peer, PeerState, Reassembly
+from .recovery import Recovery
+from .state import EngineState
 from .window import ABOVE_WINDOW, DUPLICATE, NEW
 from .window import SEQ_HALF as _HALF
 from .window import SEQ_WRAP as _WRAP
@@ -52,20 +60,44 @@ _NOT_FAST = UNKNOWN_FLAGS | F_PUT | F_STATUS  # flags that keep a datagram off t
 _CHUNKED = HEADER_LEN + CHUNK_LEN  # where a chunk's payload starts
 
 
-class Receiver(Handshake):
+class Receiver:
     """Data segments in: ordering, reassembly, puts, put statuses, ACK debt."""
+
+    __slots__ = ("_state", "config", "crc", "counters", "events", "peers_by_conn", "regions", "_acking",
+                 "_timed", "_sending", "_ack_frequency", "_ack_delay", "_on_cum_ack", "_detect_losses",
+                 "_on_ack", "_put_done", "_confirm", "_on_hello")
+
+    def __init__(self, state: EngineState, recovery: Recovery, handshake: Handshake) -> None:
+        self._state = state  # for now and closed
+        self.config = state.config
+        self.crc = state.crc
+        self.counters = state.counters
+        self.events = state.events
+        self.peers_by_conn = state.peers_by_conn
+        self.regions = state.regions
+        self._acking = state.acking
+        self._timed = state.timed
+        self._sending = state.sending
+        self._ack_frequency = state.ack_frequency
+        self._ack_delay = state.ack_delay
+        self._on_cum_ack = recovery.on_cum_ack
+        self._detect_losses = recovery.detect_losses
+        self._on_ack = recovery.on_ack
+        self._put_done = recovery.put_done
+        self._confirm = handshake.confirm
+        self._on_hello = handshake.on_hello
 
     def receive_datagrams(self, batch: Iterable[Any], now: float,
                           sources: Sequence[Any] | None = None) -> None:
         """The receive path: a poll's datagrams, arrived by ``now`` (``sources``: where each came from, or None).
         Its first branch is the common case, written once: the next data segment in order of a confirmed peer,
-        intact, whole or a middle chunk (state read once per batch).  Else :meth:`_dispatch`, :meth:`_on_segment`."""
-        self._now = now
-        if self.closed:
+        intact, whole or a middle chunk (state read once per batch).  Else :meth:`dispatch`, :meth:`_on_segment`."""
+        self._state.now = now
+        if self._state.closed:
             return  # nobody will read them: neither deliver nor acknowledge
         head_chunk, check, peers, events = HEADER_CHUNK.unpack_from, crc32c, self.peers_by_conn, self.events
         acking, timed, freq = self._acking, self._timed, self._ack_frequency
-        last_dst = last_inc = k = -1  # whose peer passed the checks (only _dispatch changes that)
+        last_dst = last_inc = k = -1  # whose peer passed the checks (only dispatch changes that)
         peer: Any
         for data in batch:
             k += 1
@@ -76,7 +108,7 @@ class Receiver(Handshake):
                     = head_chunk(data)
             elif n >= HEADER_LEN:
                 version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = HEADER.unpack_from(data)
-            # the fast path's conditions, before believing anything (else _dispatch); each `:=` only notes a value
+            # the fast path's conditions, before believing anything (else dispatch); each `:=` only notes a value
             if typ != T_DATA or version != WIRE_VERSION or flags & _NOT_FAST or (
                     (dst != last_dst or inc != last_inc)
                     and ((peer := peers.get(dst)) is None or inc != peer.remote_inc or not peer.confirmed
@@ -85,7 +117,7 @@ class Receiver(Handshake):
                     check((view := memoryview(data))[CRC_OFFSET + 4:], check(view[:CRC_OFFSET])) != crc
                     if flags & F_CRC else self.crc or (view := memoryview(data)) is None):
                 last_dst = -1
-                self._dispatch(data, None if sources is None else sources[k], now)
+                self.dispatch(data, None if sources is None else sources[k], now)
                 continue
             if n != (_CHUNKED if flags & F_CHUNK else HEADER_LEN) + plen:
                 self.counters.num_malformed_recvs += 1  # drop before anything in it is believed
@@ -136,10 +168,10 @@ class Receiver(Handshake):
             acking[peer] = None
             timed[peer] = None
 
-    def _dispatch(self, data: Any, source: Any, now: float) -> None:
+    def dispatch(self, data: Any, source: Any, now: float) -> None:
         """The general handler for any datagram: checked (version, flags, CRC), counted if
-        bad, then handed on by type: data to :meth:`_on_data`, an ACK to ``_on_ack``
-        (recovery), a HELLO or HELLO_ACK to ``_on_hello`` (handshake)."""
+        bad, then handed on by type: data to :meth:`_on_data`, an ACK to recovery's
+        ``on_ack``, a HELLO or HELLO_ACK to the handshake's ``on_hello``."""
         n = len(data)
         if n < HEADER_LEN:
             self.counters.num_malformed_recvs += 1

@@ -2,22 +2,31 @@
 
 * RTT estimation and the retransmit timeout (:class:`RetransmitTimer`, RFC 6298 or usnic's
   fixed timeout, with backoff);
-* ACK processing (:meth:`Recovery._on_ack`, :meth:`Recovery._on_cum_ack`): completions, RTT
+* ACK processing (:meth:`Recovery.on_ack`, :meth:`Recovery.on_cum_ack`): completions, RTT
   samples, SACK ranges;
-* loss detection, RACK-style (:meth:`Recovery._detect_losses`: fast retransmit) and the
-  retransmit timeout (:meth:`Recovery.handle_timer`), the resend cap per pass, peer death.
+* loss detection, RACK-style (:meth:`Recovery.detect_losses`: fast retransmit) and the
+  retransmit timeout (:meth:`Recovery.handle_timer`), the resend cap per pass, peer death;
+* the timers: each peer's deadline recomputed when it changed, kept in the shared heaps
+  (:meth:`Recovery.next_deadline`).
+
+From the other parts it gets :meth:`Packetizer.stamp <.packetizer.Packetizer.stamp>` (a
+resend re-stamps a segment) at construction, and the handshake's ``confirm`` (an ACK
+confirms a connection) from :meth:`Recovery.wire`, called by the engine once the handshake
+exists (the handshake in turn uses :meth:`Recovery.fail_messages`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import islice
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import PeerUnreachable, PutError
 from .events import PeerFailed, SendCompleted, _new
 from .packetizer import Packetizer
 from .peers import OutMessage, Peer, PeerEvent, PeerState, Segment
+from .state import EngineState
 from .window import SEQ_HALF as _HALF
 from .window import SEQ_WRAP as _WRAP
 from .wire import (
@@ -118,14 +127,43 @@ class RetransmitTimer:
         return min(self._base * self.backoff, self.rto_max)
 
 
-class Recovery(Packetizer):
+def _unwired(peer: Peer, now: float) -> None:
+    raise RuntimeError("Recovery.wire() was not called")
+
+
+class Recovery:
     """What the sender learns from ACKs: completions, RTT samples, losses (fast retransmit and
     the retransmit timeout), peer death."""
 
-    if TYPE_CHECKING:  # provided by Handshake (the next facet up), which confirms a connection
-        def _confirm(self, peer: Peer, now: float) -> None: ...
+    __slots__ = ("_state", "config", "events", "counters", "_cc", "_cc_on_ack", "_cwnd_max",
+                 "_granularity", "_resending", "_sending", "_touched", "_timed", "_deadlines",
+                 "_actions", "_timed_order", "_stamp", "_unschedule", "_confirm")
 
-    def _on_cum_ack(self, peer: Peer, ack_w: int, now: float) -> Segment | None:
+    def __init__(self, state: EngineState, packetizer: Packetizer) -> None:
+        self._state = state  # for now
+        self.config = state.config
+        self.events = state.events
+        self.counters = state.counters
+        self._cc = state.cc
+        self._cc_on_ack = state.cc.on_ack  # (bound once: called per ACKed segment)
+        self._cwnd_max = state.cwnd_max
+        self._granularity = state.granularity
+        self._resending = state.resending
+        self._sending = state.sending
+        self._touched = state.touched
+        self._timed = state.timed
+        self._deadlines = state.deadlines
+        self._actions = state.actions
+        self._timed_order = 0  # peers are served in the order they became timed
+        self._stamp = packetizer.stamp
+        self._unschedule = state.unschedule
+        self._confirm: Callable[[Peer, float], None] = _unwired
+
+    def wire(self, confirm: Callable[[Peer, float], None]) -> None:
+        """The handshake's ``confirm``: an ACK from an unconfirmed peer confirms it."""
+        self._confirm = confirm
+
+    def on_cum_ack(self, peer: Peer, ack_w: int, now: float) -> Segment | None:
         """Apply a cumulative ACK (piggy-backed or standalone).  Returns the segment at the
         new ACK point if this ACK acknowledged it (None if nothing new was acked)."""
         una = peer.snd_una
@@ -167,7 +205,7 @@ class Recovery(Packetizer):
             # Acked sooner after the retransmission than any round trip takes: the original
             # arrived, it was only late.  Widen the reordering allowance (RACK's reo_wnd_mult).
             min_rtt = peer.timer.min_rtt
-            if min_rtt is not None and self._now - seg.sent_at < min_rtt * 0.5 and peer.reo_mult < 16:
+            if min_rtt is not None and self._state.now - seg.sent_at < min_rtt * 0.5 and peer.reo_mult < 16:
                 peer.reo_mult += 1
                 peer.reo_persist = REO_PERSIST
         if peer.cwnd < self._cwnd_max:  # (the congestion controller's on_ack, bound once)
@@ -177,7 +215,7 @@ class Recovery(Packetizer):
         if msg.cut_all and msg.outstanding == 0 and not msg.done:
             if msg.put_key is not None:
                 if msg.put_status is not None:  # (else its put status, still to come, completes it)
-                    self._put_done(peer, msg)
+                    self.put_done(peer, msg)
                 return
             msg.done = True
             if msg.flags:
@@ -186,7 +224,7 @@ class Recovery(Packetizer):
             if msg.callback is not None:
                 self.events.append(_new(SendCompleted, (msg.callback, None)))
 
-    def _put_done(self, peer: Peer, msg: OutMessage) -> None:
+    def put_done(self, peer: Peer, msg: OutMessage) -> None:
         """A put is acknowledged and its status is in: its callback gets None if it landed,
         else a PutError."""
         msg.done = True
@@ -221,7 +259,7 @@ class Recovery(Packetizer):
             self._sending[peer] = None
         self._touched[peer] = None
 
-    def _on_ack(self, peer: Peer, data: memoryview, n: int, ack_w: int, plen: int, now: float) -> None:
+    def on_ack(self, peer: Peer, data: memoryview, n: int, ack_w: int, plen: int, now: float) -> None:
         c = peer.counters
         if n != HEADER_LEN + plen or plen < _ACK_BODY_LEN:
             self.counters.num_malformed_recvs += 1
@@ -244,7 +282,7 @@ class Recovery(Packetizer):
         if cum - una >= _HALF:
             cum -= _WRAP
             c.num_old_dup_acks += 1
-        at_cum = self._on_cum_ack(peer, ack_w, now)
+        at_cum = self.on_cum_ack(peer, ack_w, now)
         largest = cum  # the largest sequence number this ACK acknowledges
         sample = at_cum
         sacked_new = False
@@ -280,16 +318,16 @@ class Recovery(Packetizer):
         if at_cum is None and not sacked_new and cum == una:
             c.num_dup_acks += 1
         if peer.unacked:  # (with nothing unacked it has nothing to do)
-            self._detect_losses(peer)
+            self.detect_losses(peer)
         self._touched[peer] = None
 
-    def _detect_losses(self, peer: Peer) -> None:
+    def detect_losses(self, peer: Peer) -> None:
         """Fast retransmit, RACK-style (RFC 8985): a segment is lost once a transmission made
         on its channel ``fast_retransmit_threshold`` or more sends after it was acknowledged
         (counted in transmission serials, so a retransmission is judged against what was sent
         after it)
         *and* it was sent longer ago than an RTT plus a reordering allowance.  The time
-        condition keeps reordering from looking like loss; :meth:`_loss_check_at` times the check
+        condition keeps reordering from looking like loss; :meth:`_timer_times` times the check
         for a segment that meets only the first."""
         thr = self.config.fast_retransmit_threshold
         limits = (peer.acked_serial[0] - thr, peer.acked_serial[1] - thr)
@@ -297,11 +335,11 @@ class Recovery(Packetizer):
         if top < 0 or not peer.unacked:
             return
         reo = self._reorder_time(peer)
-        now = self._now
+        now = self._state.now
         seq_limit = peer.loss_seq_limit
         lost = []
         for seg in peer.unacked.values():
-            # (the expression _loss_check_at times, so that the check it arms
+            # (the expression _timer_times times, so that the check it arms
             # always finds the segment due: no float rounding between the two)
             if seg.tx_serial > top or seg.sent_at + reo > now:
                 break
@@ -344,7 +382,7 @@ class Recovery(Packetizer):
             return self.config.rto_initial
         return srtt + srtt * 0.25 * peer.reo_mult + self._granularity
 
-    def _fail_messages(self, peer: Peer, exc: BaseException) -> None:
+    def fail_messages(self, peer: Peer, exc: BaseException) -> None:
         """Complete every pending operation toward ``peer`` with ``exc``, exactly once."""
         msgs: dict[int, OutMessage] = {}
         for seg in peer.unacked.values():
@@ -370,7 +408,7 @@ class Recovery(Packetizer):
 
     def _fail_peer(self, peer: Peer, exc: BaseException) -> None:
         self.counters.num_peer_failures += 1
-        self._fail_messages(peer, exc)
+        self.fail_messages(peer, exc)
         peer.transition(PeerEvent.FAILED)
         peer.error = exc
         peer.hello_next = None
@@ -387,9 +425,9 @@ class Recovery(Packetizer):
         sent_at = front.sent_at
         return (sent_at if sent_at > peer.rto_base else peer.rto_base) + peer.timer.rto
 
-    def _loss_check_at(self, peer: Peer) -> float | None:
-        """When :meth:`_detect_losses` can next declare a segment lost without a new ACK: its
-        first candidate's send time plus the reordering time (the expression it compares)."""
+    def _loss_candidate(self, peer: Peer) -> Segment | None:
+        """The first segment :meth:`detect_losses` could declare lost without a new ACK once
+        enough time has passed (it meets the serial rule, not yet the time rule)."""
         thr = self.config.fast_retransmit_threshold
         acked = peer.acked_serial
         limits = (acked[0] - thr, acked[1] - thr)
@@ -401,7 +439,7 @@ class Recovery(Packetizer):
             if seg.tx_serial > top:
                 return None
             if not seg.lost and seg.tx_serial <= limits[seg.channel] and (seq_limit is None or seg.seq <= seq_limit):
-                return seg.sent_at + self._reorder_time(peer)
+                return seg
         return None
 
     def _timer_times(self, peer: Peer) -> tuple[float | None, float | None]:
@@ -413,23 +451,23 @@ class Recovery(Packetizer):
         t = act = None
         unacked = peer.unacked
         if unacked:
-            for front in unacked.values():
-                if not front.lost:
-                    t = self._rto_at(peer, front)
-                    if front.tx_serial <= peer.acked_serial[front.channel] - cfg.fast_retransmit_threshold \
-                            and (peer.loss_seq_limit is None or front.seq <= peer.loss_seq_limit):
-                        loss_check = front.sent_at + self._reorder_time(peer)
-                        if loss_check < t:
-                            t = loss_check
-                    break
+            # the loss check: the candidate's send time plus the reordering time, the very
+            # expression detect_losses compares (no float rounding between the two)
+            candidate = self._loss_candidate(peer)
+            loss_at = None if candidate is None else candidate.sent_at + self._reorder_time(peer)
+            front = self._rto_front(peer)
+            if front is not None:
+                t = self._rto_at(peer, front)
+                if candidate is front and loss_at is not None and loss_at < t:
+                    t = loss_at  # the oldest segment's loss check comes first
             death = peer.last_progress + cfg.peer_timeout
             if t is None or death < t:
                 t = death
-            act = self._loss_check_at(peer)
+            act = loss_at
         elif peer.puts:  # everything acknowledged, put statuses still owed: a death clock
             t = max(peer.last_progress, peer.rx_high_time) + cfg.peer_timeout
         if peer.ack_now or peer.hello_reply:
-            t = self._now
+            t = self._state.now
         elif peer.ack_deadline is not None and (t is None or peer.ack_deadline < t):
             t = peer.ack_deadline
         if peer.hello_next is not None:
@@ -482,14 +520,14 @@ class Recovery(Packetizer):
         must not be told that queued sends are due.  The earliest of the peers' deadlines,
         kept in a heap: a peer with nothing new costs nothing here."""
         if pending_work and (self._resending or self._sending):
-            return self._now
+            return self._state.now
         self._refresh_timers(True)
         return self._deadlines.first()
 
     def handle_timer(self, now: float) -> None:
         """Retransmit timeouts, peer death, handshake give-ups: for the peers due by ``now``
         only, in the order they became timed."""
-        self._now = now
+        self._state.now = now
         self._refresh_timers(False)
         due = self._deadlines.pop_due(now)
         early = self._actions.pop_due(now) if self._actions else None
@@ -518,7 +556,7 @@ class Recovery(Packetizer):
                 self._fail_peer(peer, PeerUnreachable(
                     f"peer {peer.address.hex()} acknowledged nothing for {cfg.peer_timeout:g} s"))
                 return
-            self._detect_losses(peer)
+            self.detect_losses(peer)
             front = self._rto_front(peer)
             if front is not None and self._rto_at(peer, front) <= now:
                 self._timeout(peer, now)
@@ -565,7 +603,7 @@ class Recovery(Packetizer):
             peer.probe_dup = False
         self._resending[peer] = None
 
-    def _resend_pass(self, out: list[Any], now: float, cap: int) -> None:
+    def resend_pass(self, out: list[Any], now: float, cap: int) -> None:
         sent = 0
         max_retries = self.config.max_retries
         for peer in list(self._resending):

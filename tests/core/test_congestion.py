@@ -19,7 +19,7 @@ def test_aimd_is_registered_and_the_default() -> None:
     assert congestion.load("aimd") is Aimd
     assert "aimd" in congestion.available()
     p = EnginePair(Config())
-    assert isinstance(p.a._cc, Aimd)
+    assert isinstance(p.a.state.cc, Aimd)
 
 
 def test_an_unknown_algorithm_is_a_config_error_listing_the_known_ones() -> None:
@@ -33,7 +33,7 @@ def test_an_unknown_algorithm_is_a_config_error_listing_the_known_ones() -> None
 def test_aimd_window_rules() -> None:
     p = EnginePair(Config(cwnd_initial=4, cwnd_max=6))
     p.handshake()
-    cc, peer = p.a._cc, p.pa
+    cc, peer = p.a.state.cc, p.pa
     assert peer.cwnd == 4.0
     cc.on_ack(peer)
     assert peer.cwnd == 5.0  # slow start
@@ -51,4 +51,4 @@ def test_aimd_window_rules() -> None:
     assert peer.cwnd == peer.ssthresh == pytest.approx(4.8 * 0.7)
     cc.on_persistent_congestion(peer)
     assert peer.ssthresh == peer.cwnd == 2.0  # half, but never below 2 segments
-    assert EnginePair(Config(cwnd_max=0)).a._cc.cwnd_initial == float("inf")  # off
+    assert EnginePair(Config(cwnd_max=0)).a.state.cc.cwnd_initial == float("inf")  # off

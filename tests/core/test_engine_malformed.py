@@ -282,7 +282,7 @@ def test_hello_address_resolve_error_is_counted() -> None:
         if addr == b"bad":
             raise ValueError("no such address")
         return addr
-    p.b._resolve = resolve
+    p.b.state.resolve = resolve
     d = Datagram(T_HELLO, 0, 0, 55, payload=Hello(55, 5, 9, 0, 64, b"bad").encode())
     p.b.receive_datagram(d.encode(), None, 0.0)
     assert p.b.stats()["num_malformed_recvs"] == 1 and p.b.peers_by_addr == {}

@@ -187,7 +187,7 @@ def test_receive_datagrams_bulk_in_order(reuse: bool) -> None:
     assert p.pb.counters.num_total_recvs - before == len(out)
     assert p.pb.window.cum == p.pa.next_seq - 1
     assert p.pb.ack_count == len(out) and p.pb.ack_now  # the debt: 8 or more owed, ACK at once
-    assert p.pb in p.b._acking
+    assert p.pb in p.b.state.acking
 
 
 # ---------------------------------------------------------------------------------------
