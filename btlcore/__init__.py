@@ -17,6 +17,7 @@ from .errors import (
     PeerUnreachable,
     PutError,
     TransportClosed,
+    VersionMismatch,
 )
 from .protocol.engine import Engine
 from .protocol.peers import Peer, PeerState
@@ -30,4 +31,5 @@ __all__ = [
     "BackendUnavailable", "BtlError", "Capabilities", "Channel", "ChannelInfo", "Config",
     "ConfigError", "MessageTooLarge", "PeerError", "PeerRestarted", "PeerUnreachable", "Probe",
     "PutError", "TransportClosed", "hookimpl",
+    "VersionMismatch",
 ]

@@ -21,7 +21,8 @@ it calls::
     recovery   = Recovery(state, packetizer)      # resends with packetizer.stamp
     handshake  = Handshake(state, packetizer, recovery)   # fail_messages, build_hello
     recovery.wire(confirm=handshake.confirm)      # the one cycle: an ACK confirms
-    receiver   = Receiver(state, recovery, handshake)
+    versions   = Versions(state, recovery.fail_peer)  # VERSION replies, in and out
+    receiver   = Receiver(state, recovery, handshake, versions)
 
 Hot entry points with nothing to add are the parts' own bound methods, set on the engine at
 construction (no delegating call): ``receive_datagrams`` (the receiver's),
@@ -50,6 +51,7 @@ from .receive import Receiver
 from .recovery import Recovery
 from .state import EngineState
 from .stats import aggregate
+from .versions import Versions
 from .wire import (
     PUT_LEN,
     T_DATA,
@@ -74,7 +76,7 @@ class Engine:
     """One local endpoint talking to any number of peers over one device."""
 
     __slots__ = (
-        "state", "packetizer", "recovery", "handshake", "receiver",
+        "state", "packetizer", "recovery", "handshake", "receiver", "versions",
         "config", "address", "incarnation", "data_mtu", "priority_mtu", "crc", "peers_by_addr",
         "peers_by_conn", "counters", "events", "regions",
         "receive_datagrams", "next_deadline", "handle_timer", "enable_gather",
@@ -91,15 +93,18 @@ class Engine:
 
     def __init__(self, config: Config, *, address: bytes, resolve: Callable[[bytes], Any],
                  data_mtu: int, priority_mtu: int, crc: bool, rng: random.Random, now: float,
-                 incarnation: int | None = None) -> None:
+                 incarnation: int | None = None, reply_dest: Callable[[Any], Any] | None = None) -> None:
+        # reply_dest: a datagram's observed source -> a dest (the device's reply_dest hook),
+        # so that handshake and VERSION replies go to where a datagram came from
         state = self.state = EngineState(
             config, address=address, resolve=resolve, data_mtu=data_mtu, priority_mtu=priority_mtu,
-            crc=crc, rng=rng, now=now, incarnation=incarnation)
+            crc=crc, rng=rng, now=now, incarnation=incarnation, reply_dest=reply_dest)
         packetizer = self.packetizer = Packetizer(state)
         recovery = self.recovery = Recovery(state, packetizer)
         handshake = self.handshake = Handshake(state, packetizer, recovery)
         recovery.wire(confirm=handshake.confirm)
-        receiver = self.receiver = Receiver(state, recovery, handshake)
+        versions = self.versions = Versions(state, recovery.fail_peer)
+        receiver = self.receiver = Receiver(state, recovery, handshake, versions)
         self.config, self.address, self.incarnation = state.config, state.address, state.incarnation
         self.data_mtu, self.priority_mtu, self.crc = state.data_mtu, state.priority_mtu, state.crc
         self.peers_by_addr, self.peers_by_conn = state.peers_by_addr, state.peers_by_conn
@@ -162,11 +167,14 @@ class Engine:
         else:
             view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
         size = len(view)
-        if size > self.config.max_message_size:
-            raise MessageTooLarge(
-                f"message of {size} bytes exceeds max_message_size={self.config.max_message_size}")
+        if size > peer.max_message:  # ours, and the peer's once its handshake told it
+            if size > self.config.max_message_size:
+                raise MessageTooLarge(
+                    f"message of {size} bytes exceeds max_message_size={self.config.max_message_size}")
+            raise MessageTooLarge(f"message of {size} bytes exceeds the peer's max_message_size="
+                                  f"{peer.max_message} (advertised in its handshake)")
         extra = PUT_LEN if put_key is not None else 0
-        chunked = size > self._single_cap - extra
+        chunked = size > peer.single_cap - extra  # (the peer's largest datagram, once known)
         peer.msg_counter += 1
         msg = OutMessage(tag, view, callback, peer.msg_counter & U32_MASK, chunked, put_key, put_offset)
         queue = peer.queue
@@ -226,7 +234,7 @@ class Engine:
         for peer in self._hello:
             if peer.hello_reply:
                 return True
-        return False
+        return bool(self.state.replies)
 
     def ack_now(self) -> None:
         """Owe no ACK: make every pending standalone ACK due at once (close/flush, so that
@@ -296,4 +304,9 @@ class Engine:
             self._ack_pass(out, now, budget)
         if self._hello and len(out) < budget:
             self._hello_pass(out, now, budget)
+        replies = self.state.replies
+        if replies and len(out) < budget:  # VERSION replies (owed to no peer)
+            take = budget - len(out)
+            out.extend(replies[:take])
+            del replies[:take]
         return out

@@ -33,17 +33,21 @@ from .wire import (
     HEAD_REST_PUT,
     HEADER,
     HEADER_LEN,
+    HELLO_BODY,
     HF_CRC_REQUIRED,
     PUT_LEN,
     SACK_RANGE,
     SEQ_MASK,
     T_ACK,
     T_DATA,
+    T_HELLO,
     U32_MASK,
     WIRE_VERSION,
     Hello,
+    TransportParameters,
     crc32c,
     datagram_crc,
+    padding_param,
     seal,
 )
 
@@ -59,7 +63,8 @@ class Packetizer:
     """Messages to segments, and the datagrams of a send pass."""
 
     __slots__ = ("_state", "config", "incarnation", "address", "crc", "priority_limit", "_chunk_cap",
-                 "_ack_channel", "_max_sack", "_prefixes", "_sending", "_acking", "_touched", "_timed")
+                 "_ack_channel", "_max_sack", "_prefixes", "_sending", "_acking", "_touched", "_timed",
+                 "params", "hello_ack_len")
 
     def __init__(self, state: EngineState) -> None:
         self._state = state  # for gather_min, which enable_gather changes
@@ -76,6 +81,14 @@ class Packetizer:
         self._acking = state.acking
         self._touched = state.touched
         self._timed = state.timed
+        cfg = self.config
+        # the limits we advertise in every HELLO and HELLO_ACK (the peer obeys them)
+        self.params = TransportParameters(
+            max_datagram_size=state.data_mtu, max_message_size=cfg.max_message_size,
+            peer_timeout_ms=max(1, round(cfg.peer_timeout * 1000)), window_bytes=0)
+        #: the size of our HELLO_ACK: a HELLO smaller than this is not answered (a reply is
+        #: never larger than what provoked it)
+        self.hello_ack_len = HEADER_LEN + HELLO_BODY.size + len(self.address) + len(self.params.encode())
 
     def enable_gather(self) -> None:
         """The driver can post a datagram given as a list of buffers (``sendmsg`` style): from
@@ -156,7 +169,7 @@ class Packetizer:
             flags = (F_ACK | F_CRC if crc else F_ACK) | msg.flags | (F_PUT if put else 0)
             if msg.chunked:
                 flags |= F_CHUNK
-                cap = self._chunk_cap - (PUT_LEN if put else 0)
+                cap = peer.chunk_cap - (PUT_LEN if put else 0)  # (the peer's largest datagram)
                 channel = DATA
             else:
                 cap = length
@@ -273,13 +286,22 @@ class Packetizer:
 
     def build_hello(self, peer: Peer, typ: int) -> bytearray:
         body = Hello(self.incarnation, peer.local_conn, peer.isn, peer.remote_inc,
-                     self.config.window, self.address, int(self.config.ack_delay * 1e6)).encode()
+                     self.config.window, self.address, int(self.config.ack_delay * 1e6),
+                     self.params).encode()
+        if typ == T_HELLO:
+            # no smaller than the HELLO_ACK it provokes (its sender's address is the one we
+            # resolved; its parameters, the same known ones as ours): a reply never amplifies
+            body += padding_param(HELLO_BODY.size + len(peer.address) + len(self.params.encode())
+                                  - len(body))
         buf = bytearray(HEADER_LEN + len(body))
         # Always with a CRC32C, whatever either side's setting (a handshake is rare, and a
         # side that requires CRCs must be able to read it); hello_flags says whether we
         # require one on everything else.
         HEADER.pack_into(buf, 0, WIRE_VERSION, typ, F_CRC, HF_CRC_REQUIRED if self.crc else 0,
-                         peer.remote_conn, self.incarnation, 0, 0, 0, 0, len(body))
+                         # a first HELLO (we know no connection of the peer's) carries our
+                         # own id: a VERSION reply echoes it, so it names this handshake
+                         peer.remote_conn or peer.local_conn, self.incarnation, 0, 0, 0, 0,
+                         len(body))
         buf[HEADER_LEN:] = body
         seal(buf)
         return buf

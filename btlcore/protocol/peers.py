@@ -170,7 +170,9 @@ class Peer:
         # identity and handshake
         "address", "dest", "local_conn", "remote_conn", "remote_inc", "state", "confirmed",
         "remote_known", "inbound_since", "crc", "hello_next", "hello_count", "hello_sent_at", "hello_interval",
-        "hello_started", "hello_reply",
+        "hello_started", "hello_reply", "reply_dest",
+        # the peer's limits (transport parameters of its handshake) and what follows from them
+        "max_message", "single_cap", "chunk_cap", "peer_timeout",
         "error", "user_data", "source", "past_incarnations", "past_remote_conns", "remote_isn",
         # send side
         "isn", "next_seq", "snd_una", "queue", "unacked", "resend", "scoreboard",
@@ -206,6 +208,17 @@ class Peer:
         self.hello_sent_at: float | None = None
         self.hello_started: float | None = None
         self.hello_reply = False  # a HELLO_ACK is owed
+        # where it goes: the owed HELLO's observed source (as the device's reply_dest made it
+        # a dest), or None: to ``dest``
+        self.reply_dest: Any = None
+        # The peer's limits, from its handshake's transport parameters (the handshake sets
+        # them, and our own until the peer's are known): the largest message it takes, the
+        # payload of an unchunked message and of a chunk in a datagram it takes, and the
+        # negotiated peer_timeout, seconds (the smaller of the two ends')
+        self.max_message = (1 << 32) - 1
+        self.single_cap = 0
+        self.chunk_cap = 0
+        self.peer_timeout = 0.0
         self.error: BaseException | None = None
         self.user_data: Any = None
         # where the peer's last accepted handshake came from, as the device reported it (None

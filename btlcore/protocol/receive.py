@@ -18,6 +18,7 @@ from .handshake import Handshake
 from .peers import OutMessage, Peer, PeerState, Reassembly
 from .recovery import Recovery
 from .state import EngineState
+from .versions import Versions
 from .window import ABOVE_WINDOW, DUPLICATE, NEW
 from .window import SEQ_HALF as _HALF
 from .window import SEQ_WRAP as _WRAP
@@ -65,9 +66,10 @@ class Receiver:
 
     __slots__ = ("_state", "config", "crc", "counters", "events", "peers_by_conn", "regions", "_acking",
                  "_timed", "_sending", "_ack_frequency", "_ack_delay", "_on_cum_ack", "_detect_losses",
-                 "_on_ack", "_put_done", "_confirm", "_on_hello")
+                 "_on_ack", "_put_done", "_confirm", "_on_hello", "_min_hello", "_on_foreign")
 
-    def __init__(self, state: EngineState, recovery: Recovery, handshake: Handshake) -> None:
+    def __init__(self, state: EngineState, recovery: Recovery, handshake: Handshake,
+                 versions: Versions) -> None:
         self._state = state  # for now and closed
         self.config = state.config
         self.crc = state.crc
@@ -86,6 +88,8 @@ class Receiver:
         self._put_done = recovery.put_done
         self._confirm = handshake.confirm
         self._on_hello = handshake.on_hello
+        self._min_hello = handshake.hello_ack_len  # a smaller HELLO is not answered
+        self._on_foreign = versions.on_foreign
 
     def receive_datagrams(self, batch: Iterable[Any], now: float,
                           sources: Sequence[Any] | None = None) -> None:
@@ -173,11 +177,11 @@ class Receiver:
         bad, then handed on by type: data to :meth:`_on_data`, an ACK to recovery's
         ``on_ack``, a HELLO or HELLO_ACK to the handshake's ``on_hello``."""
         n = len(data)
-        if n < HEADER_LEN:
-            self.counters.num_malformed_recvs += 1
+        if n < HEADER_LEN or data[0] != WIRE_VERSION:
+            self._on_foreign(data, source, now)  # a VERSION reply, another version, garbage
             return
         version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = HEADER.unpack_from(data)
-        if version != WIRE_VERSION or flags & UNKNOWN_FLAGS:
+        if flags & UNKNOWN_FLAGS:
             self.counters.num_malformed_recvs += 1
             return
         view = memoryview(data)  # one view for the CRC and the payload copy
@@ -201,7 +205,9 @@ class Receiver:
             else:
                 self._on_ack(peer, view, n, ack_w, plen, now)
         elif typ == T_HELLO or typ == T_HELLO_ACK:
-            if n != HEADER_LEN + plen:
+            if n != HEADER_LEN + plen or (typ == T_HELLO and n < self._min_hello):
+                # (a HELLO smaller than our HELLO_ACK would make our reply amplify it: a
+                # version-2 HELLO is padded so that it never is)
                 self.counters.num_malformed_recvs += 1
                 return
             try:

@@ -415,6 +415,8 @@ class Recovery:
         self._unschedule(peer)
         self.events.append(PeerFailed(peer, exc))
 
+    fail_peer = _fail_peer  # (public for the parts that fail a peer: version negotiation)
+
     # -- timers: each peer's times are recomputed only when something about it changed (it is
     # in _timed, added by whatever changed it, or _touched); both are kept in heaps
 

@@ -26,9 +26,10 @@ def test_three_way_handshake_exact_timeline() -> None:
     p.handshake()
     assert kinds(p) == [(0.0, 0, T_HELLO), (0.001, 1, T_HELLO_ACK), (0.002, 0, T_ACK)]
     assert p.pa.state is PeerState.ESTABLISHED and p.pb.state is PeerState.ESTABLISHED
-    # the HELLO carries no echo and no dst_conn; the HELLO_ACK echoes a's incarnation
+    # the HELLO carries no echo, and as dst_conn a's own conn id (version 2: a VERSION
+    # reply echoes it); the HELLO_ACK echoes a's incarnation
     (_, h1), (_, h2), (_, ack) = p.sent()
-    assert h1.dst_conn == 0 and Hello.decode(h1.payload).echo_incarnation == 0
+    assert h1.dst_conn == p.pa.local_conn and Hello.decode(h1.payload).echo_incarnation == 0
     assert Hello.decode(h1.payload).address == b"A"
     assert h2.dst_conn == p.pa.local_conn and Hello.decode(h2.payload).echo_incarnation == p.a.incarnation
     assert ack.dst_conn == p.pb.local_conn and ack.flags & F_ACK
