@@ -101,10 +101,12 @@ class EngineNet:
         # incarnations are ordered, as a Transport makes them from the clock: later lives
         # of a node get larger numbers
         self._lives = getattr(self, "_lives", 0) + 1
+        # a datagram's source is its sender's address (a dest as it is: resolve is the identity)
         return Engine(self.configs[i], address=bytes([65 + i]), resolve=lambda addr: bytes(addr),
                       data_mtu=self.mtu, priority_mtu=self.priority_mtu, crc=self.crc,
                       rng=random.Random(seed), now=self.now,
-                      incarnation=self._lives << 10)  # lives a "second" apart (1024 units)
+                      incarnation=self._lives << 10,  # lives a "second" apart (1024 units)
+                      reply_dest=lambda source: bytes(source))
 
     # ------------------------------------------------------------------ helpers
 
@@ -282,20 +284,23 @@ class EngineNet:
         if cap is not None and target > cap:
             target = cap
         self.now = max(self.now, target)
-        batches: dict[int, list[bytes]] = {}
+        batches: dict[int, tuple[list[bytes], list[bytes]]] = {}
         while self._flight and self._flight[0][0] <= self.now:
             _t, _n, src, dst, data = heapq.heappop(self._flight)
             self.arrivals.append((self.now, src, dst, data))
+            source = self.addresses[src]  # where it came from (what a device reports)
             if self.batch_receive:
-                batches.setdefault(dst, []).append(data)
+                batch, sources = batches.setdefault(dst, ([], []))
+                batch.append(data)
+                sources.append(source)
             elif self.reuse_rx_buffer:
                 self._rx[:len(data)] = data
-                self.engines[dst].receive_datagram(memoryview(self._rx)[:len(data)], None, self.now)
+                self.engines[dst].receive_datagram(memoryview(self._rx)[:len(data)], source, self.now)
                 self._rx[:len(data)] = b"\xa5" * len(data)
             else:
-                self.engines[dst].receive_datagram(data, None, self.now)
-        for dst, batch in batches.items():
-            self.engines[dst].receive_datagrams(batch, self.now)
+                self.engines[dst].receive_datagram(data, source, self.now)
+        for dst, (batch, sources) in batches.items():
+            self.engines[dst].receive_datagrams(batch, self.now, sources)
         self._collect()
         return True
 

@@ -74,6 +74,11 @@ def btl_device_resolve(device: UdpDevice, address: bytes) -> Any:
 
 
 @hookimpl
+def btl_device_reply_dest(device: UdpDevice, source: Any) -> Any:
+    return device.reply_dest(source)
+
+
+@hookimpl
 def btl_device_clock(device: UdpDevice) -> Callable[[], float]:
     clock: Callable[[], float] = device.clock()
     return clock
