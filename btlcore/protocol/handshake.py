@@ -170,6 +170,17 @@ class Handshake:
     def on_hello(self, typ: int, dst: int, hello: Hello, wants_crc: bool, source: Any, now: float) -> None:
         """A HELLO or HELLO_ACK (checked): learn the peer, follow its restarts and new
         connections, answer a HELLO, confirm the connection."""
+        reply = None
+        reply_dest = self._state.reply_dest
+        if typ == T_HELLO and source is not None and reply_dest is not None:
+            # The HELLO_ACK goes where the HELLO came from, never to an address written
+            # inside it (a stranger could aim our replies at anyone).  A device that cannot
+            # answer sources (no reply_dest) answers the resolved address, as before.
+            try:
+                reply = reply_dest(source)
+            except (ValueError, TypeError):
+                self.counters.num_malformed_recvs += 1
+                return
         peer = self._hello_peer(typ, dst, hello, now)
         if peer is None:
             return
@@ -200,16 +211,7 @@ class Handshake:
             peer.window = ReceiveWindow(hello.isn, self.config.window)
             self._learn_limits(peer, hello.params)
         if typ == T_HELLO:
-            # The HELLO_ACK goes where the HELLO came from, never to an address written
-            # inside it (a stranger could aim our replies at anyone); a device that cannot
-            # answer a source (no reply_dest) answers the resolved address, as before.
-            reply_dest = self._state.reply_dest
-            if source is not None and reply_dest is not None:
-                try:
-                    peer.reply_dest = reply_dest(source)
-                except (ValueError, TypeError):
-                    self.counters.num_malformed_recvs += 1
-                    return
+            peer.reply_dest = reply
             peer.hello_reply = True
             self._hello[peer] = None
         if renewed:

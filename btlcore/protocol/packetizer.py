@@ -54,6 +54,9 @@ from .wire import (
 _U32 = struct.Struct("!I")
 _U64 = struct.Struct("!Q")
 _NO_CRC = bytes(4)
+#: a HELLO is padded as if the receiver's address were at least this long (udp 12 or 28
+#: bytes, verbs 36, sim 6), so that the HELLO_ACK it provokes is never larger than itself
+HELLO_PAD_ADDRESS = 64
 GATHER_MIN = 2048  # with enable_gather, chunks from this size keep their payload uncopied
 _PREFIXES_MAX = 4096  # header prefixes kept (EngineState.prefixes)
 _NEVER = 1 << 62  # a size no chunk reaches
@@ -64,7 +67,7 @@ class Packetizer:
 
     __slots__ = ("_state", "config", "incarnation", "address", "crc", "priority_limit", "_chunk_cap",
                  "_ack_channel", "_max_sack", "_prefixes", "_sending", "_acking", "_touched", "_timed",
-                 "params", "hello_ack_len")
+                 "params", "hello_ack_len", "hello_room")
 
     def __init__(self, state: EngineState) -> None:
         self._state = state  # for gather_min, which enable_gather changes
@@ -89,6 +92,8 @@ class Packetizer:
         #: the size of our HELLO_ACK: a HELLO smaller than this is not answered (a reply is
         #: never larger than what provoked it)
         self.hello_ack_len = HEADER_LEN + HELLO_BODY.size + len(self.address) + len(self.params.encode())
+        # the largest HELLO body the handshake's channel takes
+        self.hello_room = (state.priority_mtu if state.ack_channel == PRIORITY else state.data_mtu) - HEADER_LEN
 
     def enable_gather(self) -> None:
         """The driver can post a datagram given as a list of buffers (``sendmsg`` style): from
@@ -289,10 +294,13 @@ class Packetizer:
                      self.config.window, self.address, int(self.config.ack_delay * 1e6),
                      self.params).encode()
         if typ == T_HELLO:
-            # no smaller than the HELLO_ACK it provokes (its sender's address is the one we
-            # resolved; its parameters, the same known ones as ours): a reply never amplifies
-            body += padding_param(HELLO_BODY.size + len(peer.address) + len(self.params.encode())
-                                  - len(body))
+            # No smaller than the HELLO_ACK it provokes, which the receiver checks (a reply
+            # never amplifies): its address may be longer than the one we resolved (a
+            # dual-stack udp end advertises 28 bytes, reached at 12), so we pad as if it
+            # were at least HELLO_PAD_ADDRESS bytes; its parameters as long as ours.  Within
+            # the channel's MTU.
+            want = HELLO_BODY.size + max(len(peer.address), HELLO_PAD_ADDRESS) + len(self.params.encode())
+            body += padding_param(min(want, self.hello_room) - len(body))
         buf = bytearray(HEADER_LEN + len(body))
         # Always with a CRC32C, whatever either side's setting (a handshake is rare, and a
         # side that requires CRCs must be able to read it); hello_flags says whether we

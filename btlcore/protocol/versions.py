@@ -109,5 +109,5 @@ class Versions:
             self.counters.num_unk_recvs += 1
             return
         exc = VersionMismatch(peer.address.hex(), WIRE_VERSION, listed)
-        log.warning("%s", exc)
+        log.debug("VERSION reply from %r: %s", source, exc)  # (the transport logs the failure)
         self._fail_peer(peer, exc)

@@ -263,9 +263,14 @@ def test_the_source_of_a_handshake_is_kept_on_the_peer() -> None:
     p = _Pair(Config())
     p.a.connect(p.b.address, p.now)
     hello = [bytes(d) for _, _, d in p.a.datagrams_to_send(p.now)]
-    p.b.receive_datagram(hello[0], ("10.0.0.1", 7471), p.now)  # as a device reports it
+    # as the pair's "device" reports sources (its sender's address; the HELLO_ACK goes to
+    # it, through the pair's reply_dest): a source it cannot answer gets no reply
+    p.b.receive_datagram(hello[0], ("10.0.0.1", 7471), p.now)
+    assert p.b.datagrams_to_send(p.now) == [] and p.b.stats()["num_malformed_recvs"] == 1
+    p.b.receive_datagram(hello[0], b"A", p.now)
     peer = p.b.peers_by_addr[p.a.address]
-    assert peer.source == ("10.0.0.1", 7471)
+    assert peer.source == b"A"
     replies = [bytes(d) for _, _, d in p.b.datagrams_to_send(p.now)]
-    p.a.receive_datagrams(replies, p.now, sources=["B-addr"] * len(replies))
-    assert p.a.peers_by_addr[p.b.address].source == "B-addr"
+    assert replies
+    p.a.receive_datagrams(replies, p.now, sources=[b"B"] * len(replies))
+    assert p.a.peers_by_addr[p.b.address].source == b"B"
