@@ -22,7 +22,7 @@ from typing import Any
 from btlcore.device import Channel
 from btlcore.registry import open_device
 
-from ._device import SO_RCVBUFFORCE, UDP_SEGMENT, gso_supported
+from ._sockets import SO_RCVBUFFORCE, UDP_SEGMENT, gso_supported
 
 RCVBUF = 256 << 20
 
