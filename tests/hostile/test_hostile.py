@@ -15,13 +15,14 @@ from collections.abc import Iterator
 import pytest
 
 from attacker import has_types, raw_available, udp_address
-from victim import MB, LivePair, after_attack_sends_succeed, run_attack
-
-#: The documented per-transport memory budget (reassembly and per-sender state) that the
-#: protocol work of #11 sets in docs/; 64 MB until it does.  A hostile sender must never make
-#: the victim's memory grow by more than this, measured both ways.
-BUDGET_MB = 64
-BUDGET = BUDGET_MB * MB
+from victim import (
+    MB,
+    LivePair,
+    after_attack_sends_succeed,
+    assert_connection_intact,
+    assert_within_budget,
+    run_attack,
+)
 
 needs_raw = pytest.mark.skipif(raw_available() is not None, reason=str(raw_available()))
 needs_close_types = pytest.mark.skipif(not has_types("T_CLOSE"),
@@ -37,20 +38,6 @@ def pair() -> Iterator[LivePair]:
         yield p
     finally:
         p.close()
-
-
-def assert_within_budget(pair: LivePair) -> None:
-    m = pair.memory
-    print(f"victim memory: {m.text()}")
-    assert m.traced_growth < BUDGET, f"traced memory grew {m.text()} (budget {BUDGET_MB} MB)"
-    assert m.rss_growth < BUDGET, f"RSS grew {m.text()} (budget {BUDGET_MB} MB)"
-
-
-def assert_connection_intact(pair: LivePair) -> None:
-    assert not pair.torn_down(), f"the live connection was torn down: {pair.summary()}"
-    assert not pair.failures, f"the live peer's sends failed: {pair.summary()}"
-    report = pair.report()
-    assert report["verified"] and report["messages_delivered"] == pair.sent, (report, pair.summary())
 
 
 # ----------------------------------------------------------------- (1) huge claims
@@ -96,8 +83,10 @@ def test_forged_chunks_claiming_huge_messages_spoofed(pair: LivePair) -> None:
 # ----------------------------------------------------------------- (2) random datagrams
 
 def test_200000_random_datagrams(pair: LivePair) -> None:
+    # (paced, but faster than the victim reads with tracemalloc on: about 60% reach it, the rest
+    # the kernel drops at its receive buffer)
     before = pair.victim.stats()
-    sent = run_attack(pair, {"kind": "random", "count": 200_000, "seed": 2, "burst": 1000, "pause": 0.004})
+    sent = run_attack(pair, {"kind": "random", "count": 200_000, "seed": 2, "burst": 500, "pause": 0.004})
     after = pair.victim.stats()
     dropped = {k: after[k] - before[k] for k in ("num_malformed_recvs", "num_crc_errors", "num_unk_recvs")}
     print(f"200,000 random datagrams: {dropped}, victim {pair.memory.text()}")
@@ -118,9 +107,10 @@ def test_flood_from_1000_unknown_sources(pair: LivePair) -> None:
     print(f"flood from 1,000 sources: {sent}, victim {pair.memory.text()}")
     assert sent["sent"] == 10_000
     assert_within_budget(pair)
-    # O(1) per unknown sender: no peer made, nothing kept per source (2 KB each at most)
+    # O(1) per unknown sender: no peer made, nothing kept per source (what stays includes the
+    # transfer's own bookkeeping, about 1.5 MB; 4 KB per source would be 4 MB more)
     assert pair.peer_count() == peers
-    assert pair.memory.retained < 2 * MB, pair.memory.text()
+    assert pair.memory.retained < 4 * MB, pair.memory.text()
     # whatever the victim answers: at most one reply per datagram, none larger than what provoked it
     assert sent["replies"] <= sent["sent"] and sent["reply_bytes"] <= sent["bytes"], sent
     assert_connection_intact(pair)
