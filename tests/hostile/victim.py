@@ -235,9 +235,10 @@ def run_attack(pair: LivePair, plan: dict[str, Any], *, transfer: bool = True,
         pair.drive(lambda: proc.poll() is not None, timeout, pump_limit=None if transfer else 0)
         out, err = proc.communicate(timeout=5)
         assert proc.returncode == 0, f"the attacker failed ({proc.returncode}): {err.strip()}"
-        # (a torn-down connection ends the wait: the test's assertions say what went wrong)
+        # (a torn-down connection or a failed send ends the wait: the test's assertions say
+        # what went wrong)
         pair.drive(lambda: (pair.in_flight == 0 and pair.verifier.delivered >= pair.completed)
-                   or bool(pair.torn_down()), CATCH_UP)
+                   or bool(pair.torn_down()) or bool(pair.failures), CATCH_UP)
     finally:
         if proc.poll() is None:
             proc.kill()
