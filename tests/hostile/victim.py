@@ -43,6 +43,18 @@ ATTACK_TIMEOUT = 60.0
 CATCH_UP = 10.0
 
 
+#: words in the names of the counters that count datagrams dropped as hostile or broken (today
+#: malformed, CRC errors, unknown connections, stale; the hardened protocol may add counters for
+#: unexpected sources, budgets exceeded, rate limits: their names are expected to say so)
+DROP_WORDS = ("malformed", "crc", "unk", "stale", "badfrag", "drop", "source", "refused", "limit", "budget",
+              "hostile")
+
+
+def drop_counters(stats: dict[str, int]) -> dict[str, int]:
+    """The victim's counters of dropped datagrams, by name."""
+    return {k: v for k, v in stats.items() if any(w in k for w in DROP_WORDS)}
+
+
 def rss() -> int:
     """This process's resident set, bytes (``VmRSS``)."""
     with open("/proc/self/status") as f:
@@ -150,9 +162,13 @@ class LivePair:
 
     def pump(self, in_flight: int = 4, limit: int | None = None) -> None:
         """Send the next messages while fewer than ``in_flight`` are outstanding (and, with
-        ``limit``, fewer than ``limit`` were sent in all)."""
-        while self.in_flight < in_flight and (limit is None or self.sent < limit):
-            self.peer.send(self.conn, TAG_DATA, next(self._messages), callback=self._done)
+        ``limit``, fewer than ``limit`` were sent in all); nothing more once a send failed."""
+        while self.in_flight < in_flight and (limit is None or self.sent < limit) and not self.failures:
+            try:
+                self.peer.send(self.conn, TAG_DATA, next(self._messages), callback=self._done)
+            except btlcore.PeerError as exc:  # the attack killed the connection: a failure, not a crash
+                self.failures.append(f"send refused: {exc!r}")
+                return
             self.sent += 1
             self.in_flight += 1
 
@@ -267,6 +283,7 @@ def assert_connection_intact(pair: LivePair) -> None:
 
 def after_attack_sends_succeed(pair: LivePair, count: int = 5) -> None:
     """The live peer's next ``count`` sends complete without error and verify."""
+    assert not pair.failures, f"the live peer's sends failed: {pair.summary()}"
     target = pair.sent + count
     pair.drive(lambda: pair.in_flight == 0 and pair.sent >= target, CATCH_UP, pump_limit=target)
     assert not pair.failures, f"the live peer's sends failed: {pair.summary()}"
