@@ -34,7 +34,7 @@ def fuzz(tmp_path: Path, count: int, timeout: float) -> None:
     try:
         captured = pair.captured_file(tmp_path / "captured.bin")
         sent = run_attack(pair, {"kind": "fuzz", "count": count, "seed": count, "captured": str(captured),
-                                 "burst": 500, "pause": 0.004}, timeout=timeout)
+                                 "burst": 250, "pause": 0.004}, timeout=timeout)
         print(f"fuzz, {count} datagrams: victim {pair.memory.text()}, {pair.summary()}")
         assert sent["sent"] == count
         assert_within_budget(pair)

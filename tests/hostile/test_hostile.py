@@ -84,10 +84,10 @@ def test_forged_chunks_claiming_huge_messages_spoofed(pair: LivePair) -> None:
 # ----------------------------------------------------------------- (2) random datagrams
 
 def test_200000_random_datagrams(pair: LivePair) -> None:
-    # (paced, but faster than the victim reads with tracemalloc on: about 60% reach it, the rest
-    # the kernel drops at its receive buffer)
+    # (paced at about 100,000 a second; what the victim cannot read in time the kernel drops at its
+    # receive buffer: about half reach the engine on a busy 2-core machine)
     before = drop_counters(pair.victim.stats())
-    sent = run_attack(pair, {"kind": "random", "count": 200_000, "seed": 2, "burst": 500, "pause": 0.004})
+    sent = run_attack(pair, {"kind": "random", "count": 200_000, "seed": 2, "burst": 250, "pause": 0.002})
     after = drop_counters(pair.victim.stats())
     dropped = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
     print(f"200,000 random datagrams: dropped {dropped}, victim {pair.memory.text()}")
