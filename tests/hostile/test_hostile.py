@@ -72,7 +72,8 @@ def test_forged_chunks_claiming_huge_messages(pair: LivePair, ids: str) -> None:
                           "proportion to the bytes received)")
 def test_forged_chunks_claiming_huge_messages_spoofed(pair: LivePair) -> None:
     # the worst sender: it saw the connection's ids and sends from the live peer's own address,
-    # so no source check stops it; only the reassembly budget does
+    # so no source check stops it; only the reassembly budget does.  (Such a sender can also
+    # inject data: the protocol authenticates nothing, so only memory and liveness are judged.)
     dst_conn, incarnation, seq = pair.learned_ids()
     plan = {"kind": "huge_chunks", "count": HUGE_CLAIMS, "dst_conn": dst_conn,
             "incarnation": incarnation, "seq": seq + 2048, "spoof": True}
