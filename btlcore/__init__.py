@@ -7,7 +7,6 @@ The core (this package) is sans-I/O; backends (``btlcore_sim``, ``btlcore_udp``,
 
 from .config import Config
 from .device import Capabilities, Channel, ChannelInfo, Probe, hookimpl
-from .engine import Engine
 from .errors import (
     BackendUnavailable,
     BtlError,
@@ -19,8 +18,8 @@ from .errors import (
     PutError,
     TransportClosed,
 )
-
-from .peer import Peer, PeerState
+from .protocol.engine import Engine
+from .protocol.peers import Peer, PeerState
 from .registry import list_backends
 from .transport import Message, Transport, open, run_until
 

@@ -35,6 +35,8 @@ def _allowed(field: attrs.Attribute[Any]) -> str:
         return "one of " + ", ".join(md["choices"])
     if field.type in ("bool", bool):
         return "true or false"
+    if field.type in ("str", str):
+        return "a name"
     is_int = field.type in ("int", int)
     kind = "an integer" if is_int else "a number"
     lo, hi = md.get("lo"), md.get("hi")
@@ -61,6 +63,10 @@ def _validate(inst: Config, field: attrs.Attribute[Any], value: Any) -> None:
         return
     if md.get("choices"):
         if value not in md["choices"]:
+            raise _fail(field, value)
+        return
+    if field.type in ("str", str):
+        if not isinstance(value, str) or not value:
             raise _fail(field, value)
         return
     if field.type in ("int", int):
@@ -107,6 +113,7 @@ class Config:
     max_peers: int = _param(65536, "most peers a handshake from an unknown address may bring the peer table to (connect() is not limited)", lo=1, hi=1 << 30)
     cwnd_max: int = _param(1024, "congestion window cap in segments (AIMD, as UCX UD); 0 disables congestion control", lo=0, hi=1 << 20)
     cwnd_initial: int = _param(32, "congestion window at start and after persistent congestion (three timeouts in a row), segments", lo=2, hi=1 << 20)
+    cc: str = _param("aimd", "congestion control algorithm, by name (entry-point group btlcore.congestion)")
     stats_interval: float = _param(0.0, "print the stats line every this many seconds of progress; 0 never", lo=0.0, hi=86400.0)
 
     def __attrs_post_init__(self) -> None:

@@ -1,109 +1,11 @@
-"""Statistics counters: usnic's names, per peer and per transport, as a line and as JSON.
+"""Deprecated: moved to :mod:`btlcore.protocol.stats` (this re-export goes in the next release)."""
 
-Peer counters live on each peer (one attribute increment on the hot path); the transport's
-figures are the sum over its peers plus the counters that belong to no peer (datagrams with
-an unknown connection id, CRC failures, malformed datagrams)."""
+import warnings as _warnings
 
-from __future__ import annotations
+import btlcore.protocol.stats as _m0
 
-import json
-from collections.abc import Iterable
-from typing import Any
+for _m in (_m0,):
+    globals().update({k: v for k, v in vars(_m).items() if not k.startswith("__")})
+del _m
 
-import attrs
-
-@attrs.define(slots=True)
-class PeerCounters:
-    """One peer's counters (see ``docs/api.md`` for what each counts)."""
-
-    num_total_sends: int = 0
-    num_resends: int = 0
-    num_timeout_retrans: int = 0
-    num_fast_retrans: int = 0
-    num_chunk_sends: int = 0
-    num_frag_sends: int = 0
-    num_ack_sends: int = 0
-    num_hello_sends: int = 0
-    num_total_recvs: int = 0
-    num_dup_recvs: int = 0
-    num_oow_low_recvs: int = 0
-    num_oow_high_recvs: int = 0
-    num_frag_recvs: int = 0
-    num_chunk_recvs: int = 0
-    num_badfrag_recvs: int = 0
-    num_ack_recvs: int = 0
-    num_old_dup_acks: int = 0
-    num_dup_acks: int = 0
-    num_hello_recvs: int = 0
-    num_stale_recvs: int = 0
-    num_reassembly_drops: int = 0
-    num_put_errors: int = 0
-    num_put_status_sends: int = 0
-    num_put_status_recvs: int = 0
-    num_puts_refused: int = 0
-    num_msgs_sent: int = 0
-    num_msgs_completed: int = 0
-    num_msgs_delivered: int = 0
-    num_puts_delivered: int = 0
-    num_bytes_sent: int = 0
-    num_bytes_delivered: int = 0
-    num_send_errors: int = 0
-    max_send_window: int = 0
-    max_recv_window: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return attrs.asdict(self)
-
-
-@attrs.define(slots=True)
-class ModuleCounters:
-    """Counters that belong to the transport rather than to one peer."""
-
-    num_unk_recvs: int = 0
-    num_refused_peers: int = 0
-    num_crc_errors: int = 0
-    num_malformed_recvs: int = 0
-    num_send_pushbacks: int = 0
-    num_peer_failures: int = 0
-    num_peer_restarts: int = 0
-
-
-#: counters summed over peers; ``max_*`` ones are high-water marks (max, not sum)
-PEER_COUNTERS = tuple(f.name for f in attrs.fields(PeerCounters))
-MODULE_COUNTERS = tuple(f.name for f in attrs.fields(ModuleCounters))
-
-
-def aggregate(module: ModuleCounters, peers: Iterable[PeerCounters]) -> dict[str, int]:
-    """The transport's totals: peer counters summed (high-water marks maxed) plus its own."""
-    total = dict.fromkeys(PEER_COUNTERS, 0)
-    for pc in peers:
-        for name in PEER_COUNTERS:
-            value = getattr(pc, name)
-            if name.startswith("max_"):
-                if value > total[name]:
-                    total[name] = value
-            else:
-                total[name] += value
-    total.update(attrs.asdict(module))
-    return total
-
-
-def stats_line(label: str, counters: dict[str, Any]) -> str:
-    """A usnic-style one-line summary (what usnic printed every N seconds and at finalize)."""
-    c = counters
-    return (
-        f"{label}: S/s {c['num_total_sends']} ({c['num_resends']} resends: "
-        f"{c['num_timeout_retrans']} timeout, {c['num_fast_retrans']} fast), "
-        f"A/s {c['num_ack_sends']}, "
-        f"R/r {c['num_total_recvs']} (dup {c['num_dup_recvs']}, oow low "
-        f"{c['num_oow_low_recvs']}/high {c['num_oow_high_recvs']}, unk {c['num_unk_recvs']}, "
-        f"crc {c['num_crc_errors']}, malformed {c['num_malformed_recvs']}), "
-        f"ACK r {c['num_ack_recvs']} (dup {c['num_dup_acks']}, old {c['num_old_dup_acks']}), "
-        f"msgs {c['num_msgs_sent']} sent/{c['num_msgs_completed']} acked/"
-        f"{c['num_msgs_delivered']} delivered, "
-        f"win hw send {c['max_send_window']} recv {c['max_recv_window']}"
-    )
-
-
-def stats_json(counters: dict[str, Any], **extra: Any) -> str:
-    return json.dumps({**extra, **counters}, sort_keys=True)
+_warnings.warn("btlcore.stats is deprecated: import from btlcore.protocol.stats", DeprecationWarning, stacklevel=2)

@@ -38,23 +38,27 @@ import time
 from _thread import get_ident
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
 from . import checks
 from .config import Config
 from .device import Channel, DeviceOps
-from .engine import (
-    EV_COMPLETE, EV_MESSAGE, EV_PEER_FAILED, EV_PEER_RESTARTED, EV_PUT, EV_PUT_ERROR, Engine,
-)
 from .errors import ConfigError, TransportClosed
-from .peer import Callback, Peer
+from .protocol.engine import Engine
+from .protocol.events import Event, MessageReceived, PeerFailed, PutLanded, PutRefused, SendCompleted
+from .protocol.events import PeerRestarted as PeerRestartedEvent
+from .protocol.peers import Callback, Peer
+from .protocol.stats import stats_json, stats_line
 from .registry import open_device, tool_plugin_manager
-from .stats import stats_json, stats_line
 
 Handler = Callable[[Peer, int, bytes], Any]
 PeerHandler = Callable[[str, Peer, BaseException | None], Any]
+# a device's sends as the transport calls them: the engine names channels by number (Channel's
+# values as plain ints, no enum per datagram), which a device typed for Channel takes as is
+_Post = Callable[[int, Any, Any], bool]
+_PostMany = Callable[[Sequence[tuple[int, Any, Any]]], int]
 
 log = logging.getLogger("btlcore.transport")
 # a library's loggers print nothing until the application configures logging (no "last
@@ -147,8 +151,8 @@ class Transport:
             # views of the user's message (no copy); _flush_sends joins them for anyone who
             # must see one buffer (send filters, frame hooks, the backlog)
             self.engine.enable_gather()
-        self._post = device.post_send
-        self._many = device.post_send_many  # None once something must see datagrams one by one
+        self._post = cast("_Post", device.post_send)  # (_Post: why the cast)
+        self._many = cast("_PostMany | None", device.post_send_many)  # None: one by one
         self._poll = device.poll_recv
         # a device that reports each datagram's source is read through poll_recv_from
         self._poll_from = device.poll_recv_from if caps.reports_source else None
@@ -355,7 +359,8 @@ class Transport:
         checks.function(keep, "keep", optional=False)
         post = self._post
 
-        def filtered(channel: int, dest: Any, data: Any, _post=post, _keep=keep) -> bool:
+        def filtered(channel: int, dest: Any, data: Any, _post: _Post = post,
+                     _keep: Callable[[int, bytes], bool] = keep) -> bool:
             if not _keep(channel, data):
                 return True
             return _post(channel, dest, data)
@@ -399,7 +404,7 @@ class Transport:
         kernel anyway), and the timers are walked once per call instead of four times."""
         engine = self.engine
         now = self.now()
-        timer = engine.get_timer()
+        timer = engine.next_deadline()
         if (timer is not None and timer <= now) or self._backlog or engine.events:
             n = self._pass(now, receive=False, timer=_INF if timer is None else timer)
             if n:
@@ -425,7 +430,7 @@ class Transport:
         if receive:
             self._receive(now)
         if timer is None:
-            timer = engine.get_timer()
+            timer = engine.next_deadline()
         if timer is not None and timer <= now:
             engine.handle_timer(now)
         if self._stats_interval and self._last_stats + self._stats_interval <= now:
@@ -436,7 +441,7 @@ class Transport:
         n = 0
         if engine.events:
             try:
-                n = self._dispatch(engine.drain_events())
+                n = self._dispatch(engine.take_events())
             except BaseException:
                 self._flush_sends(now)  # a raising handler must not hold back what is due
                 raise
@@ -457,15 +462,11 @@ class Transport:
             return
         engine = self.engine
         if self._frame_received is not None:
-            for d in datagrams:
+            for i, d in enumerate(datagrams):
                 self._frame_received(transport=self, data=bytes(d))
-                engine.receive_datagram(d, now)  # source: sources[i] once the engine takes it (#10)
-        elif len(datagrams) > 1:
-            # in-order runs inline: one call
-            engine.receive_datagrams(datagrams, now)  # sources: passed once the engine takes them (#10)
+                engine.receive_datagram(d, None if sources is None else sources[i], now)
         else:
-            # (a batch of one costs its set-up)
-            engine.receive_datagram(datagrams[0], now)  # source: sources[0] once the engine takes it (#10)
+            engine.receive_datagrams(datagrams, now, sources)  # the one receive path, one call
 
     def _flush_sends(self, now: float) -> None:
         post = self._post
@@ -505,31 +506,33 @@ class Transport:
             if not self.engine.has_work():
                 return
 
-    def _dispatch(self, events: list[tuple[Any, ...]]) -> int:
+    def _dispatch(self, events: list[Event]) -> int:
         handlers = self._handlers
         for i, ev in enumerate(events):
             try:
-                kind = ev[0]
-                if kind == EV_MESSAGE:
-                    handler = handlers.get(ev[2])
+                if type(ev) is MessageReceived:
+                    # (data: a bytearray when reassembled from chunks; the public types say
+                    # bytes, as they did, so that handlers typed so still check)
+                    peer, tag, data = ev
+                    handler = handlers.get(tag)
                     if handler is not None:
-                        handler(ev[1], ev[2], ev[3])
+                        handler(peer, tag, data)  # type: ignore[arg-type]
                     else:
-                        self._inbox.append(Message(ev[1], ev[2], ev[3]))
-                elif kind == EV_COMPLETE:
-                    ev[1](ev[2])
-                elif kind == EV_PUT:
+                        self._inbox.append(Message(peer, tag, data))  # type: ignore[arg-type]
+                elif type(ev) is SendCompleted:
+                    ev.callback(ev.error)
+                elif type(ev) is PutLanded:
                     if self._put_handler is not None:
-                        self._put_handler(ev[1], ev[2], ev[3], ev[4])
-                elif kind == EV_PUT_ERROR:
+                        self._put_handler(*ev)
+                elif type(ev) is PutRefused:
                     if self._put_error_handler is not None:
-                        self._put_error_handler(ev[1], ev[2], ev[3], ev[4])
-                elif kind == EV_PEER_FAILED:
+                        self._put_error_handler(*ev)
+                elif type(ev) is PeerFailed:
                     if self._peer_handler is not None:
-                        self._peer_handler("failed", ev[1], ev[2])
-                elif kind == EV_PEER_RESTARTED:
+                        self._peer_handler("failed", ev.peer, ev.error)
+                elif type(ev) is PeerRestartedEvent:
                     if self._peer_handler is not None:
-                        self._peer_handler("restarted", ev[1], None)
+                        self._peer_handler("restarted", ev.peer, None)
             except BaseException:
                 # a user callback raised: keep the events it did not get to, then re-raise
                 self.engine.events[:0] = events[i + 1:]
@@ -541,12 +544,12 @@ class Transport:
         if self._backlog:
             # the device pushed back: retry shortly (or when it wakes us), not "now" -- on
             # virtual time "now" would never let the clock reach the moment a slot frees
-            timer = self.engine.get_timer(pending_work=False)
+            timer = self.engine.next_deadline(pending_work=False)
             retry = self.now() + BACKLOG_RETRY
             return retry if timer is None or retry < timer else timer
         if self.engine.has_work() or self.engine.events:
             return self.now()
-        timer = self.engine.get_timer()
+        timer = self.engine.next_deadline()
         if self.config.stats_interval:  # the periodic stats line is due even when idle
             due = self._last_stats + self.config.stats_interval
             if timer is None or due < timer:
@@ -607,7 +610,7 @@ class Transport:
             self.flush()
         self._closed = True
         self.engine.close()
-        self._dispatch(self.engine.drain_events())
+        self._dispatch(self.engine.take_events())
         try:
             self._pm.hook.btl_transport_closed(transport=self, stats=self.stats())
         finally:

@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-from .wire import crc32c
+from .protocol.wire import crc32c
 
 TAG_DATA = 1
 TAG_FIN = 2

@@ -1,4 +1,4 @@
-"""``btlcore.wire`` and the scapy layers of ``btlcore_sim.layers`` agree, both ways:
+"""``btlcore.protocol.wire`` and the scapy layers of ``btlcore_sim.layers`` agree, both ways:
 a datagram encoded by wire equals the one scapy builds from the same fields (CRC included),
 and scapy dissects wire's bytes back to the same fields (as wire.decode reads them)."""
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from btlcore import wire
+from btlcore.protocol import wire
 
 layers = pytest.importorskip("btlcore_sim.layers")
 scapy_all = pytest.importorskip("scapy.all")
@@ -45,7 +45,7 @@ def hello_bodies(draw: st.DrawFn) -> tuple[bytes, dict]:
 @st.composite
 def datagrams(draw: st.DrawFn) -> tuple[wire.Datagram, object, dict]:
     """A datagram, the scapy packet built from the same fields, and the body's fields."""
-    typ = draw(st.sampled_from(sorted(wire.TYPE_NAMES)))
+    typ = draw(st.sampled_from(sorted(wire.TYPES_BY_VERSION[wire.WIRE_VERSION])))
     if typ == wire.T_ACK:
         payload, body = draw(ack_bodies())
     elif typ in (wire.T_HELLO, wire.T_HELLO_ACK):
@@ -159,3 +159,121 @@ def test_flag_names_follow_wire() -> None:
         assert getattr(wire, f"F_{name}") == 1 << i
     assert (1 << len(layers.FLAG_NAMES)) - 1 == wire.KNOWN_FLAGS
     assert len(layers.BTL()) == wire.HEADER_LEN
+
+
+# ------------------------------------------------------------------------------ version 2
+
+
+@st.composite
+def transport_parameters(draw: st.DrawFn) -> object:
+    return wire.TransportParameters(draw(st.integers(61, wire.U32_MASK)),
+                                    draw(st.integers(1, wire.U32_MASK)), draw(u32), draw(u64))
+
+
+def _param_layers(tp: object) -> list:
+    return [layers.BTLParam(type=typ, value=getattr(tp, name).to_bytes(width, "big"))
+            for typ, (name, width, _, _) in sorted(wire.PARAM_SPECS.items())]
+
+
+@st.composite
+def v2_datagrams(draw: st.DrawFn) -> tuple[bytes, object, dict]:
+    """A version-2 datagram as wire encodes it, the scapy packet built from the same
+    fields, and the fields layers.fields() must read back."""
+    typ = draw(st.sampled_from(sorted(wire.TYPES_BY_VERSION[2] - wire.TYPES_BY_VERSION[1])
+                               + [wire.T_HELLO, wire.T_HELLO_ACK, wire.T_VERSION]))
+    dst, inc, seq = draw(u32), draw(u32), draw(u64)
+    if typ == wire.T_VERSION:
+        versions = draw(st.lists(st.integers(1, 255), min_size=1, max_size=8))
+        return (wire.version_reply(dst, inc, versions),
+                layers.BTLVersion(echo_dst_conn=dst, echo_incarnation=inc, versions=versions),
+                {"version": 0, "type": typ, "dst_conn": dst, "src_incarnation": inc,
+                 "versions": tuple(versions)})
+    want: dict = {}
+    if typ in (wire.T_HELLO, wire.T_HELLO_ACK):
+        tp = draw(transport_parameters())
+        hello = wire.Hello(draw(u32), draw(u32), draw(u64), draw(u32), draw(u32),
+                           draw(st.binary(max_size=32)), draw(u32), tp)
+        payload = hello.encode()
+        body = layers.BTLHello(incarnation=hello.incarnation, conn_id=hello.conn_id, isn=hello.isn,
+                               echo_incarnation=hello.echo_incarnation, window=hello.window,
+                               max_ack_delay=hello.max_ack_delay_us, address=hello.address,
+                               params=_param_layers(tp))
+        want["hello"] = hello
+    elif typ in (wire.T_CLOSE, wire.T_CLOSE_ACK):
+        close = wire.Close(draw(u32), draw(u32), draw(u16))
+        payload = close.encode()
+        body = layers.BTLClose(conn_id=close.conn_id, echo_incarnation=close.echo_incarnation,
+                               reason=close.reason)
+        want["close"] = close
+    elif typ == wire.T_UNKNOWN_CONN:
+        notice = wire.Notice(draw(u32), draw(u32), draw(u8))
+        payload = notice.encode()
+        body = layers.BTLNotice(echo_incarnation=notice.echo_incarnation,
+                                echo_digest=notice.echo_digest, echo_type=notice.echo_type)
+        want["notice"] = notice
+    elif typ in (wire.T_CHALLENGE, wire.T_RESPONSE):
+        nonce = draw(u64)
+        payload = wire.challenge_payload(nonce)
+        body = layers.BTLChallenge(nonce=nonce)
+        want["nonce"] = nonce
+    else:
+        payload = wire.ping_payload()
+        body = layers.BTLPing()
+    flags = draw(st.sampled_from([0, wire.F_ACK])) | wire.F_CRC
+    encoded = wire.Datagram(typ, flags, dst, inc, seq, payload=payload, version=2).encode()
+    pkt = layers.BTL(version=2, type=typ, flags=flags, dst_conn=dst, src_incarnation=inc,
+                     seq=seq) / body
+    want.update(version=2, type=typ, flags=flags, dst_conn=dst, src_incarnation=inc, seq=seq,
+                payload=payload)
+    return encoded, pkt, want
+
+
+@settings(max_examples=300, deadline=None)
+@given(v2_datagrams())
+def test_scapy_builds_and_dissects_the_v2_bytes_wire_encodes(case: tuple) -> None:
+    encoded, pkt, want = case
+    assert bytes(pkt) == encoded
+    decoded = wire.decode(encoded, versions=wire.SUPPORTED_VERSIONS)
+    dissected = layers.dissect(encoded)
+    got = layers.fields(dissected)
+    for name, value in want.items():
+        assert got[name] == value, name
+    if decoded.version == wire.VERSION_NEGOTIATION:
+        assert wire.parse_version_reply(encoded) == (got["dst_conn"], got["src_incarnation"],
+                                                     got["versions"])
+    else:
+        assert (decoded.type, decoded.flags, decoded.dst_conn, decoded.seq, decoded.payload) == \
+            (got["type"], got["flags"], got["dst_conn"], got["seq"], got["payload"])
+        assert wire.crc_ok(encoded) and dissected.crc_ok()
+    assert bytes(dissected) == encoded
+
+
+@settings(max_examples=50, deadline=None)
+@given(v2_datagrams())
+def test_a_v2_capture_frame_dissects_as_ether_ip_udp_btlcore(case: tuple) -> None:
+    encoded, _, want = case
+    frame = bytes(scapy_all.Ether() / scapy_all.IP()
+                  / scapy_all.UDP(sport=40000, dport=wire.PCAP_UDP_PORT) / scapy_all.Raw(encoded))
+    pkt = scapy_all.Ether(frame)
+    top = layers.BTLVersion if want["type"] == wire.T_VERSION else layers.BTL
+    assert pkt.haslayer(top) and bytes(pkt[top]) == encoded
+
+
+def test_unknown_transport_parameters_dissect_and_are_skipped() -> None:
+    tp = wire.TransportParameters(max_message_size=1 << 20)
+    block = tp.encode() + wire.PARAM_HEAD.pack(0x7777, 3) + b"abc"
+    hello = wire.Hello(1, 2, 3, 4, 5, b"ad", 6).encode() + block
+    raw = wire.Datagram(wire.T_HELLO, src_incarnation=1, payload=hello, version=2).encode()
+    pkt = layers.dissect(raw)
+    params = pkt[layers.BTLHello].params
+    assert [(p.type, p.length) for p in params][-1] == (0x7777, 3) and params[-1].value == b"abc"
+    assert layers.fields(pkt)["hello"].params == tp and bytes(pkt) == raw
+
+
+def test_v2_layers_follow_the_wire_body_layouts() -> None:
+    assert len(layers.BTLClose()) == wire.CLOSE_BODY.size
+    assert len(layers.BTLNotice()) == wire.NOTICE_BODY.size
+    assert len(layers.BTLChallenge()) == wire.CHALLENGE_BODY.size
+    assert len(layers.BTLPing()) == wire.PING_BODY.size
+    assert len(layers.BTLVersion()) == wire.VERSION_HEAD.size
+    assert len(layers.BTLParam()) == wire.PARAM_HEAD.size

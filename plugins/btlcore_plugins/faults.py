@@ -17,7 +17,7 @@ from typing import Any
 
 from btlcore.device import Channel, hookimpl
 from btlcore.errors import ConfigError
-from btlcore.wire import TYPE_NAMES
+from btlcore.protocol.wire import TYPE_NAMES
 
 _TYPES = {name: code for code, name in TYPE_NAMES.items()}
 

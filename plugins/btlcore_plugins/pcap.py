@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from btlcore.device import Channel, hookimpl
-from btlcore.wire import PCAP_UDP_PORT
+from btlcore.protocol.wire import PCAP_UDP_PORT
 
 _GLOBAL = struct.Struct("<IHHiIII")
 _RECORD = struct.Struct("<IIII")

@@ -6,11 +6,17 @@
 send pass.  Environment: CRC=0 (no CRC32C), REUSE=1 (datagrams as views of buffers, as a
 device that reuses them: chunks are copied), ACKT=1 (print the sender's ACK handling per
 data segment instead).  Run from the repository root; compare trees side by side."""
-import os, sys, time
-sys.path.insert(0, os.getcwd()); sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
-from enginepair import EnginePair
+import os
+import sys
+import time
+
 from btlcore import Config
-mode = sys.argv[1]; mtu = int(sys.argv[2]); nmsgs = int(sys.argv[3])
+from btlcore.protocol.events import MessageReceived
+from btlcore.testing.enginepair import EnginePair
+
+mode = sys.argv[1]
+mtu = int(sys.argv[2])
+nmsgs = int(sys.argv[3])
 net = EnginePair(Config(), mtu=mtu, priority_mtu=min(mtu, 9000), crc=os.environ.get("CRC","1")=="1")
 net.handshake()
 a, b = net.a, net.b
@@ -18,8 +24,8 @@ pa, pb = net.pa, net.pb
 msg = bytes(1 << 20)
 now = net.now
 pc = time.perf_counter_ns
-rx_ns = 0; nseg = 0; ack_ns = 0
-for i in range(nmsgs):
+rx_ns = nseg = ack_ns = 0
+for _ in range(nmsgs):
     a.send(pa, 1, msg, None, now)
 got = 0
 while got < nmsgs:
@@ -29,19 +35,25 @@ while got < nmsgs:
         out = [memoryview(bytearray(d)) for d in out]
     if out:
         if mode == "batch" and hasattr(b, "receive_datagrams"):
-            t0 = pc(); b.receive_datagrams(out, now); rx_ns += pc() - t0
+            t0 = pc()
+            b.receive_datagrams(out, now)
+            rx_ns += pc() - t0
         else:
             t0 = pc()
             for d in out:
-                b.receive_datagram(d, now)
+                b.receive_datagram(d, None, now)
             rx_ns += pc() - t0
         nseg += len(out)
-    got += sum(1 for e in b.drain_events() if e[0] == 0)
+    got += sum(1 for e in b.take_events() if type(e) is MessageReceived)
     now += 1e-5
-    if b.get_timer() is not None and b.get_timer() <= now: b.handle_timer(now)
+    if (t := b.next_deadline()) is not None and t <= now:
+        b.handle_timer(now)
     for _, _, d in b.datagrams_to_send(now):
         d = bytes(d)
-        t0 = pc(); a.receive_datagram(d, now); ack_ns += pc() - t0
-    a.drain_events()
-    if a.get_timer() is not None and a.get_timer() <= now: a.handle_timer(now)
+        t0 = pc()
+        a.receive_datagram(d, None, now)
+        ack_ns += pc() - t0
+    a.take_events()
+    if (t := a.next_deadline()) is not None and t <= now:
+        a.handle_timer(now)
 print(f"{(ack_ns if os.environ.get('ACKT') else rx_ns) / nseg:.0f}")

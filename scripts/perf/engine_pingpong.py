@@ -4,11 +4,14 @@ whose piggy-backed ACK acknowledges the one it answers.
     .venv/bin/python scripts/perf/engine_pingpong.py SIZE ITERS
 
 Run from the repository root; compare trees side by side."""
-import os, sys, time, statistics
-sys.path.insert(0, os.getcwd()); sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
-from enginepair import EnginePair
+import statistics
+import sys
+import time
+
 from btlcore import Config
-from btlcore.engine import EV_MESSAGE
+from btlcore.protocol.events import MessageReceived
+from btlcore.testing.enginepair import EnginePair
+
 size = int(sys.argv[1]) if len(sys.argv) > 1 else 64
 iters = int(sys.argv[2]) if len(sys.argv) > 2 else 20000
 net = EnginePair(Config(), mtu=9000, priority_mtu=9000, crc=True)
@@ -19,23 +22,27 @@ msg = bytes(size)
 now = net.now
 pc = time.perf_counter_ns
 times = []
-for i in range(iters):
+for _ in range(iters):
     now += 1e-5
     a.send(pa, 1, msg, None, now)
     out = a.datagrams_to_send(now)
     for _, _, d in out:
         d = bytes(d) if not isinstance(d, list) else b"".join(d)
-        t0 = pc(); b.receive_datagram(d, now); t1 = pc()
+        t0 = pc()
+        b.receive_datagram(d, None, now)
+        t1 = pc()
         times.append(t1 - t0)
-    ev = b.drain_events()
-    assert ev and ev[-1][0] == EV_MESSAGE, ev
+    ev = b.take_events()
+    assert ev and type(ev[-1]) is MessageReceived, ev
     now += 1e-5
     b.send(pb, 1, msg, None, now)
     out = b.datagrams_to_send(now)
     for _, _, d in out:
         d = bytes(d) if not isinstance(d, list) else b"".join(d)
-        t0 = pc(); a.receive_datagram(d, now); t1 = pc()
+        t0 = pc()
+        a.receive_datagram(d, None, now)
+        t1 = pc()
         times.append(t1 - t0)
-    a.drain_events()
+    a.take_events()
 times = times[len(times) // 10:]
 print(f"{statistics.median(times):.0f}")

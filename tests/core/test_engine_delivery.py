@@ -5,11 +5,20 @@ from __future__ import annotations
 import pytest
 
 from btlcore import Config
-from btlcore.engine import DATA, PRIORITY
-from btlcore.wire import (
-    AF_DUPLICATE, CHUNK_LEN, F_ACK, F_CHUNK, HEADER_LEN, T_ACK, T_DATA, decode, parse_ack_payload,
+from btlcore.protocol.events import MessageReceived
+from btlcore.protocol.state import DATA, PRIORITY
+from btlcore.protocol.wire import (
+    AF_DUPLICATE,
+    CHUNK_LEN,
+    F_ACK,
+    F_CHUNK,
+    HEADER_LEN,
+    T_ACK,
+    T_DATA,
+    decode,
+    parse_ack_payload,
 )
-from enginepair import EnginePair, safe_decode
+from btlcore.testing.enginepair import EnginePair, safe_decode
 
 MTU = 1500
 SINGLE = MTU - HEADER_LEN  # 1464: largest unchunked payload
@@ -225,7 +234,7 @@ def inject_copy(p: EnginePair, raw: bytes, **changes: int) -> None:
     dg = decode(raw)
     for k, v in changes.items():
         setattr(dg, k, v)
-    p.b.receive_datagram(dg.encode(), p.now)
+    p.b.receive_datagram(dg.encode(), None, p.now)
 
 
 def test_duplicate_acked_at_once_with_dsack_flag() -> None:
@@ -235,9 +244,9 @@ def test_duplicate_acked_at_once_with_dsack_flag() -> None:
     p.run(lambda: p.completions[1])
     raw = data_sent(p, 0, mark)[0][1]
     mark2 = len(p.log)
-    p.b.receive_datagram(raw, p.now)
+    p.b.receive_datagram(raw, None, p.now)
     assert p.pb.counters.num_dup_recvs == 1
-    assert p.b.get_timer() == p.now
+    assert p.b.next_deadline() == p.now
     out = p.b.datagrams_to_send(p.now)
     assert len(out) == 1
     ack = decode(bytes(out[0][2]))
@@ -259,7 +268,7 @@ def test_out_of_window_acked_at_once_and_dropped(where: str, counter: str) -> No
     seq = cum + 17 if where == "above" else cum - 16
     inject_copy(p, raw, seq=seq)
     assert getattr(p.pb.counters, counter) == 1
-    assert p.b.get_timer() == p.now
+    assert p.b.next_deadline() == p.now
     out = p.b.datagrams_to_send(p.now)
     assert [decode(bytes(b)).type for _c, _d, b in out] == [T_ACK]
     assert p.pb.window.cum == cum and not p.pb.window.has_gaps
@@ -299,12 +308,12 @@ def test_acks_and_handshake_on_priority_channel() -> None:
     q = pair(priority_limit=768, ack_delay=0.0)
     q.send(0, 1, 1, b"x")
     q.step()
-    q.run(lambda: q.b.get_timer() is not None and q.b.get_timer() <= q.now)
+    q.run(lambda: q.b.next_deadline() is not None and q.b.next_deadline() <= q.now)
     assert [ch for ch, _d, _b in q.b.datagrams_to_send(q.now)] == [PRIORITY]  # the ACK
     r = pair(priority_limit=0, ack_delay=0.0)
     r.send(0, 1, 1, b"x")
     r.step()
-    r.run(lambda: r.b.get_timer() is not None and r.b.get_timer() <= r.now)
+    r.run(lambda: r.b.next_deadline() is not None and r.b.next_deadline() <= r.now)
     assert [ch for ch, _d, _b in r.b.datagrams_to_send(r.now)] == [DATA]
 
 
@@ -333,16 +342,16 @@ def test_delivered_data_types() -> None:
     p = pair()
     p.send(0, 1, 1, b"small")
     p.send(0, 1, 2, payload(5000))
-    p.run(lambda: len([e for _t, i, e in p.timeline if i == 1 and e[0] == 0]) == 2)
-    evs = [e for _t, i, e in p.timeline if i == 1 and e[0] == 0]
-    assert type(evs[0][3]) is bytes and evs[0][3] == b"small"
-    assert type(evs[1][3]) is bytearray and evs[1][3] == payload(5000)  # the reassembly buffer, handed over
+    p.run(lambda: len([e for _t, i, e in p.timeline if i == 1 and type(e) is MessageReceived]) == 2)
+    evs = [e for _t, i, e in p.timeline if i == 1 and type(e) is MessageReceived]
+    assert type(evs[0].data) is bytes and evs[0].data == b"small"
+    assert type(evs[1].data) is bytearray and evs[1].data == payload(5000)  # the reassembly buffer, handed over
 
 
 @pytest.mark.parametrize("order", ["in order", "out of order"])
 @pytest.mark.parametrize("kind", ["bytes", "reused buffer"])
 def test_reassembly_keeps_or_copies_chunks_and_gives_the_same_message(order: str, kind: str) -> None:
-    from btlcore.peer import Reassembly
+    from btlcore.protocol.peers import Reassembly
 
     message = bytes(range(256)) * 40
     cuts = [(off, message[off:off + 1000]) for off in range(0, len(message), 1000)]

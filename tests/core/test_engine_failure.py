@@ -7,11 +7,12 @@ from collections import Counter
 import pytest
 
 from btlcore import Config
-from btlcore.engine import EV_PEER_FAILED, EV_PEER_RESTARTED
 from btlcore.errors import PeerRestarted, PeerUnreachable, TransportClosed
-from btlcore.peer import PeerState
-from btlcore.wire import T_ACK, T_DATA, T_HELLO
-from enginepair import EnginePair, safe_decode
+from btlcore.protocol.events import PeerFailed
+from btlcore.protocol.events import PeerRestarted as PeerRestartedEvent
+from btlcore.protocol.peers import PeerState
+from btlcore.protocol.wire import T_ACK, T_DATA, T_HELLO
+from btlcore.testing.enginepair import EnginePair, safe_decode
 
 SIZES = [0, 1, 1464, 1465, 20000, 100]
 
@@ -41,11 +42,11 @@ def test_peer_timeout_fails_every_pending_callback_once() -> None:
     assert "acknowledged nothing for 0.5 s" in str(p.completions[0][0])
     assert p.now == t0 + 0.5
     assert p.pa.state is PeerState.FAILED
-    assert [e[0] for e in p.other_events[0]] == [EV_PEER_FAILED]
+    assert [type(e) for e in p.other_events[0]] == [PeerFailed]
     st = p.a.stats()
     assert st["num_peer_failures"] == 1 and st["num_send_errors"] == len(SIZES)
     assert st["num_msgs_completed"] == 0
-    assert p.a.get_timer() is None and not p.a.has_outstanding()
+    assert p.a.next_deadline() is None and not p.a.has_outstanding()
     with pytest.raises(PeerUnreachable):
         p.a.send(p.pa, 1, b"more", p.cb("late"), p.now)
     assert p.completions["late"] == []  # raising, not calling back
@@ -130,7 +131,7 @@ def test_restart_fails_pending_with_peer_restarted() -> None:
     p.run_idle()
     assert_all_failed_once(p, [("old", i) for i in range(3)], PeerRestarted)
     assert p.a.stats()["num_peer_restarts"] == 1
-    assert [e[0] for e in p.other_events[0]] == [EV_PEER_RESTARTED]
+    assert [type(e) for e in p.other_events[0]] == [PeerRestartedEvent]
     assert p.delivered[1] == []  # nothing meant for the old incarnation reaches the new one
     # the same peer handle works with the new incarnation
     assert p.pa.remote_inc == p.b.incarnation
@@ -187,7 +188,7 @@ def test_hello_of_old_incarnation_after_restart_is_ignored() -> None:
     p.run_idle()
     assert p.b.stats()["num_peer_restarts"] == 1
     p.send(1, 0, 1, b"pending", key="pending")
-    p.b.receive_datagram(old_hello, p.now)  # the network delivers a late copy of an old HELLO
+    p.b.receive_datagram(old_hello, None, p.now)  # the network delivers a late copy of an old HELLO
     p.send(0, 1, 2, b"x", key="x")
     p.send(1, 0, 3, b"y", key="y")
     p.run(lambda: all(p.completions[k] for k in ("pending", "x", "y")), max_time=p.now + 30)
@@ -210,7 +211,7 @@ def test_close_fails_pending_and_refuses_work() -> None:
         p.a.send(p.pa, 1, b"x", None, p.now)
     with pytest.raises(TransportClosed):
         p.a.connect(b"C", p.now)
-    assert p.a.get_timer() is None and p.a.datagrams_to_send(p.now) == []
+    assert p.a.next_deadline() is None and p.a.datagrams_to_send(p.now) == []
     p.a.close()  # idempotent
     p._collect()
     assert all(len(p.completions[i]) == 1 for i in range(3))
@@ -239,7 +240,7 @@ def test_segments_for_a_failed_peer_are_stale() -> None:
     assert p.delivered[0] == []
     before = p.pa.counters.num_stale_recvs
     if ack:
-        p.a.receive_datagram(ack[-1], p.now)
+        p.a.receive_datagram(ack[-1], None, p.now)
         assert p.pa.counters.num_stale_recvs == before + 1
 
 
@@ -298,7 +299,7 @@ def test_reconnect_after_partition(b_timeout: float) -> None:
     for k in ("la", "lb"):
         assert len(p.completions[k]) == 1 and isinstance(p.completions[k][0], PeerUnreachable), k
     assert p.completions["a2"] == [None] and p.completions["b2"] == [None]
-    p.b.receive_datagram(old, p.now)
+    p.b.receive_datagram(old, None, p.now)
     p.run_idle()
     assert p.delivered[1] == [(b"A", 1, b"before"), (b"A", 2, b"again a")]
     assert p.delivered[0] == [(b"B", 3, b"again b")]

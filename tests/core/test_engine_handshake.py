@@ -7,11 +7,12 @@ import random
 import pytest
 
 from btlcore import Config
-from btlcore.engine import EV_PEER_FAILED, Engine
 from btlcore.errors import PeerUnreachable
-from btlcore.peer import PeerState
-from btlcore.wire import F_ACK, T_ACK, T_DATA, T_HELLO, T_HELLO_ACK, Hello
-from enginepair import EnginePair
+from btlcore.protocol.engine import Engine
+from btlcore.protocol.events import PeerFailed
+from btlcore.protocol.peers import PeerState
+from btlcore.protocol.wire import F_ACK, T_ACK, T_DATA, T_HELLO, T_HELLO_ACK, Hello
+from btlcore.testing.enginepair import EnginePair
 
 
 def kinds(p: EnginePair) -> list[tuple[float, int, int]]:
@@ -119,12 +120,12 @@ def test_handshake_timeout_fails_every_pending_send() -> None:
         assert len(p.completions[i]) == 1 and isinstance(p.completions[i][0], PeerUnreachable)
     assert "handshake" in str(p.completions[0][0])
     assert p.now == 0.5  # given up at exactly handshake_timeout
-    evs = [e for e in p.other_events[0] if e[0] == EV_PEER_FAILED]
-    assert len(evs) == 1 and evs[0][1] is p.pa
+    evs = [e for e in p.other_events[0] if type(e) is PeerFailed]
+    assert len(evs) == 1 and evs[0].peer is p.pa
     assert p.a.stats()["num_peer_failures"] == 1 and p.a.stats()["num_send_errors"] == 5
     with pytest.raises(PeerUnreachable):
         p.a.send(p.pa, 1, b"late", None, p.now)
-    assert p.a.get_timer() is None  # nothing left to do
+    assert p.a.next_deadline() is None  # nothing left to do
 
 
 def test_handshake_timeout_at_awkward_start_time() -> None:
@@ -154,18 +155,18 @@ def test_connect_is_idempotent() -> None:
     assert p1 is p2
     out = e.datagrams_to_send(0.0)
     assert len(out) == 1  # one HELLO
-    assert e.get_timer() == Config().handshake_interval
+    assert e.next_deadline() == Config().handshake_interval
 
 
 def test_hello_with_mismatched_incarnation_is_malformed() -> None:
     p = EnginePair()
     h = Hello(5, 7, 9, 0, 64, b"Z")
-    from btlcore.wire import Datagram
+    from btlcore.protocol.wire import Datagram
     raw = Datagram(T_HELLO, 0, 0, 6, payload=h.encode()).encode()
-    p.b.receive_datagram(raw, 0.0)
+    p.b.receive_datagram(raw, None, 0.0)
     assert p.b.stats()["num_malformed_recvs"] == 1 and p.b.peers_by_addr == {}
     raw0 = Datagram(T_HELLO, 0, 0, 0, payload=Hello(0, 7, 9, 0, 64, b"Z").encode()).encode()
-    p.b.receive_datagram(raw0, 0.0)
+    p.b.receive_datagram(raw0, None, 0.0)
     assert p.b.stats()["num_malformed_recvs"] == 2 and p.b.peers_by_addr == {}
 
 
@@ -173,10 +174,10 @@ def test_hello_ack_with_wrong_echo_is_ignored() -> None:
     p = EnginePair()
     p.connect(0, 1)
     p.step()  # the HELLO leaves
-    from btlcore.wire import Datagram
+    from btlcore.protocol.wire import Datagram
     bogus = Datagram(T_HELLO_ACK, 0, p.pa.local_conn, 77,
                      payload=Hello(77, 5, 100, p.a.incarnation ^ 1, 64, b"B").encode()).encode()
-    p.a.receive_datagram(bogus, p.now)
+    p.a.receive_datagram(bogus, None, p.now)
     assert p.a.stats()["num_unk_recvs"] == 1 and not p.pa.remote_known
     p.handshake()
     assert p.pa.remote_inc == p.b.incarnation
@@ -200,8 +201,9 @@ def test_hello_carries_ack_delay_and_rto_uses_the_peers() -> None:
 
 def test_peer_that_never_answered_can_connect_later() -> None:
     """a gave up on b's handshake (b was down); b comes up and connects: accepted."""
-    from enginepair import EnginePair as _Pair
-    from btlcore import Config as _Config, PeerState as _State
+    from btlcore import Config as _Config
+    from btlcore import PeerState as _State
+    from btlcore.testing.enginepair import EnginePair as _Pair
     p = _Pair(_Config(handshake_timeout=0.05))
     p.add_hook(lambda s, d, raw, k: "drop" if s == 0 else None)  # b hears nothing of a
     p.send(0, 1, 1, b"nobody", key="early")
@@ -234,9 +236,9 @@ def test_peer_cap_refuses_handshakes_and_sweeps_ones_never_confirmed() -> None:
     b = _engine(b"B", max_peers=4, handshake_timeout=1.0)
     held = b.connect(b"H", 0.0)  # the application's own peer: never swept
     for i in range(3):
-        b.receive_datagram(_hello_from(b"F%d" % i, b"B"), 0.1)
+        b.receive_datagram(_hello_from(b"F%d" % i, b"B"), None, 0.1)
     assert len(b.peers_by_addr) == 4
-    b.receive_datagram(_hello_from(b"X", b"B"), 0.5)  # at the cap, none old enough to forget
+    b.receive_datagram(_hello_from(b"X", b"B"), None, 0.5)  # at the cap, none old enough to forget
     assert b"X" not in b.peers_by_addr and b.stats()["num_refused_peers"] == 1
     # later, a real peer: the three HELLO-made peers that never confirmed are forgotten
     a = _engine(b"A")
@@ -244,11 +246,25 @@ def test_peer_cap_refuses_handshakes_and_sweeps_ones_never_confirmed() -> None:
     now = 2.0
     for _ in range(4):
         for ch, dest, buf in a.datagrams_to_send(now):
-            b.receive_datagram(bytes(buf), now)
+            b.receive_datagram(bytes(buf), None, now)
         for ch, dest, buf in b.datagrams_to_send(now):
             if dest == b"A":
-                a.receive_datagram(bytes(buf), now)
+                a.receive_datagram(bytes(buf), None, now)
         now += 0.001
     assert set(b.peers_by_addr) == {b"H", b"A"}
     assert pa.state is PeerState.ESTABLISHED and b.peers_by_addr[b"A"].state is PeerState.ESTABLISHED
     assert b.peers_by_addr[b"H"] is held and b.stats()["num_refused_peers"] == 1
+
+
+def test_the_source_of_a_handshake_is_kept_on_the_peer() -> None:
+    from btlcore.testing.enginepair import EnginePair as _Pair
+
+    p = _Pair(Config())
+    p.a.connect(p.b.address, p.now)
+    hello = [bytes(d) for _, _, d in p.a.datagrams_to_send(p.now)]
+    p.b.receive_datagram(hello[0], ("10.0.0.1", 7471), p.now)  # as a device reports it
+    peer = p.b.peers_by_addr[p.a.address]
+    assert peer.source == ("10.0.0.1", 7471)
+    replies = [bytes(d) for _, _, d in p.b.datagrams_to_send(p.now)]
+    p.a.receive_datagrams(replies, p.now, sources=["B-addr"] * len(replies))
+    assert p.a.peers_by_addr[p.b.address].source == "B-addr"

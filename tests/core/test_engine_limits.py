@@ -7,10 +7,10 @@ import random
 import pytest
 
 from btlcore import Config
-from btlcore.engine import Engine
 from btlcore.errors import MessageTooLarge
-from btlcore.wire import T_DATA
-from enginepair import EngineNet, EnginePair, safe_decode
+from btlcore.protocol.engine import Engine
+from btlcore.protocol.wire import T_DATA
+from btlcore.testing.enginepair import EngineNet, EnginePair, safe_decode
 
 
 def pair(config_b: Config | None = None, **cfg: object) -> EnginePair:

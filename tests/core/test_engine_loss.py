@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from btlcore import Config
-from btlcore.wire import T_ACK, T_DATA, decode
-from enginepair import EnginePair, safe_decode
+from btlcore.protocol.wire import T_ACK, T_DATA, decode
+from btlcore.testing.enginepair import EnginePair, safe_decode
 
 
 def pair(**cfg: object) -> EnginePair:
@@ -343,13 +343,13 @@ def test_early_timer_calls_do_nothing() -> None:
     p.send(0, 1, 1, b"x", key=0)
     sent_at = p.now
     assert len(p.a.datagrams_to_send(sent_at)) == 1  # (and lost: nobody delivers it)
-    deadline = p.a.get_timer()
+    deadline = p.a.next_deadline()
     assert deadline is not None and deadline > sent_at
     for frac in (0.0, 0.25, 0.5, 0.999):
         t = sent_at + (deadline - sent_at) * frac
         p.a.handle_timer(t)
         assert p.a.datagrams_to_send(t) == []
-        assert p.a.get_timer() == deadline
+        assert p.a.next_deadline() == deadline
     p.a.handle_timer(deadline)
     out = p.a.datagrams_to_send(deadline)
     assert len(out) == 1 and p.a.stats()["num_timeout_retrans"] == 1
@@ -363,7 +363,7 @@ def test_send_pass_is_not_repeated() -> None:
     assert len(first) == 5
     assert p.a.datagrams_to_send(p.now) == []
     for _ch, _dest, buf in first:
-        p.b.receive_datagram(bytes(buf), p.now + 0.001)
+        p.b.receive_datagram(bytes(buf), None, p.now + 0.001)
     acks = p.b.datagrams_to_send(p.now + 0.001)
     assert len(acks) == 1 and p.b.datagrams_to_send(p.now + 0.001) == []
 

@@ -10,11 +10,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from btlcore import Config
-from btlcore.wire import (
-    ACK_BODY, F_ACK, F_STATUS, HEADER_LEN, T_ACK, T_DATA, T_HELLO, Datagram,
-    Hello, ack_payload, put_status_payload, seal,
+from btlcore.protocol.wire import (
+    ACK_BODY,
+    F_ACK,
+    F_STATUS,
+    HEADER_LEN,
+    T_ACK,
+    T_DATA,
+    T_HELLO,
+    Datagram,
+    Hello,
+    ack_payload,
+    put_status_payload,
+    seal,
 )
-from enginepair import EnginePair
+from btlcore.testing.enginepair import EnginePair
 
 
 def drops(e) -> int:
@@ -53,7 +63,7 @@ def template(p: EnginePair, **kw) -> Datagram:
 
 def test_template_is_accepted() -> None:
     p = fresh_pair()
-    p.b.receive_datagram(template(p).encode(), p.now)
+    p.b.receive_datagram(template(p).encode(), None, p.now)
     p._collect()
     assert p.delivered[1][-1] == (b"A", 7, b"payload")
 
@@ -65,7 +75,7 @@ def test_truncated_every_length(crc: bool) -> None:
     before = snapshot(p)
     for n in range(len(raw)):
         d0 = drops(p.b)
-        p.b.receive_datagram(raw[:n], p.now)
+        p.b.receive_datagram(raw[:n], None, p.now)
         assert drops(p.b) == d0 + 1, n
     # (num_total_recvs may move: see test_malformed_data_changes_nothing)
     keep = (0, 1, 4, 5, 6)
@@ -85,17 +95,17 @@ def test_bad_version_and_unknown_flags_and_types() -> None:
         b = bytearray(raw)
         b[0] = version
         seal(b)
-        p.b.receive_datagram(bytes(b), p.now)
+        p.b.receive_datagram(bytes(b), None, p.now)
     for flag in (0x20, 0x40, 0x80):  # (0x10 is F_STATUS: see test_malformed_put_status)
         b = bytearray(raw)
         b[2] |= flag
         seal(b)
-        p.b.receive_datagram(bytes(b), p.now)
+        p.b.receive_datagram(bytes(b), None, p.now)
     for typ in (0, 5, 200):
         b = bytearray(raw)
         b[1] = typ
         seal(b)
-        p.b.receive_datagram(bytes(b), p.now)
+        p.b.receive_datagram(bytes(b), None, p.now)
     assert p.b.stats()["num_malformed_recvs"] == 9
     assert snapshot(p) == before
 
@@ -112,7 +122,7 @@ def test_malformed_put_status_is_dropped_not_delivered() -> None:
            template(p, flags=F_ACK | F_STATUS, payload=good, msg_id=9, msg_len=12, offset=0),
            template(p, flags=F_ACK | F_STATUS, payload=good, put_key=1, put_offset=0)]
     for d in bad:
-        p.b.receive_datagram(d.encode(), p.now)
+        p.b.receive_datagram(d.encode(), None, p.now)
     p.b.receive_datagrams([d.encode() for d in bad], p.now)
     assert p.b.stats()["num_malformed_recvs"] == 2 * len(bad)
     # (num_total_recvs may move: see test_malformed_data_changes_nothing)
@@ -130,7 +140,7 @@ def test_corrupted_crc_every_bit() -> None:
         b = bytearray(raw)
         b[bit // 8] ^= 1 << (bit % 8)
         d0 = drops(p.b)
-        p.b.receive_datagram(bytes(b), p.now)
+        p.b.receive_datagram(bytes(b), None, p.now)
         assert drops(p.b) == d0 + 1, bit
         n += 1
     assert snapshot(p) == before
@@ -143,13 +153,13 @@ def test_corrupted_crc_every_bit() -> None:
 def test_missing_crc_refused_when_crc_required() -> None:
     p = fresh_pair(crc=True)
     before = snapshot(p)
-    p.b.receive_datagram(template(p).encode(with_crc=False), p.now)
+    p.b.receive_datagram(template(p).encode(with_crc=False), None, p.now)
     assert p.b.stats()["num_crc_errors"] == 1 and snapshot(p) == before
 
 
 def test_crc_accepted_by_non_crc_engine() -> None:
     p = fresh_pair(crc=False)
-    p.b.receive_datagram(template(p).encode(with_crc=True), p.now)
+    p.b.receive_datagram(template(p).encode(with_crc=True), None, p.now)
     p._collect()
     assert p.delivered[1][-1] == (b"A", 7, b"payload")
 
@@ -162,7 +172,7 @@ def test_bad_payload_len_data(delta: int) -> None:
     seal(b)
     d0 = p.b.stats()["num_malformed_recvs"]
     before = snapshot(p)
-    p.b.receive_datagram(bytes(b), p.now)
+    p.b.receive_datagram(bytes(b), None, p.now)
     assert p.b.stats()["num_malformed_recvs"] == d0 + 1
     assert snapshot(p)[:2] == before[:2] and len(p.delivered[1]) == before[5]
 
@@ -176,7 +186,7 @@ def test_malformed_data_changes_nothing() -> None:
     struct.pack_into("!H", b, 34, 3)  # wrong payload_len
     seal(b)
     total = p.pb.counters.num_total_recvs
-    p.b.receive_datagram(bytes(b), p.now)
+    p.b.receive_datagram(bytes(b), None, p.now)
     assert p.b.stats()["num_malformed_recvs"] == 1
     assert p.pb.counters.num_total_recvs == total
     assert p.pb.snd_una == una
@@ -188,7 +198,7 @@ def test_bad_chunk_fields_counted_as_badfrag() -> None:
     for msg_len, off, payload in [(5, 0, b"payload"), (100, 95, b"payload"), (10, 0, b""),
                                   (Config().max_message_size + 1, 0, b"payload")]:
         d = template(p, msg_id=77, msg_len=msg_len, offset=off, payload=payload)
-        p.b.receive_datagram(d.encode(), p.now)
+        p.b.receive_datagram(d.encode(), None, p.now)
     assert p.pb.counters.num_badfrag_recvs == 4
     assert snapshot(p)[:2] == before[:2] and p.pb.reassembly == {}
 
@@ -196,8 +206,9 @@ def test_bad_chunk_fields_counted_as_badfrag() -> None:
 def test_chunk_with_conflicting_msg_len_is_badfrag() -> None:
     p = fresh_pair()
     seq = p.pb.window.cum + 1
-    p.b.receive_datagram(template(p, seq=seq + 1, msg_id=5, msg_len=20, offset=10, payload=b"x" * 10).encode(), p.now)
-    p.b.receive_datagram(template(p, seq=seq, msg_id=5, msg_len=30, offset=0, payload=b"y" * 10).encode(), p.now)
+    first = template(p, seq=seq + 1, msg_id=5, msg_len=20, offset=10, payload=b"x" * 10)
+    p.b.receive_datagram(first.encode(), None, p.now)
+    p.b.receive_datagram(template(p, seq=seq, msg_id=5, msg_len=30, offset=0, payload=b"y" * 10).encode(), None, p.now)
     assert p.pb.counters.num_badfrag_recvs == 1
     assert all(d != b"y" * 10 for _a, _t, d in p.delivered[1])
 
@@ -213,8 +224,8 @@ def test_chunk_and_put_chunk_sharing_a_msg_id_is_badfrag(put_first: bool) -> Non
     put = dict(put_key=key, put_offset=0)
     first = dict(seq=seq + 1, msg_id=5, msg_len=20, offset=10, payload=b"x" * 10, **(put if put_first else {}))
     second = dict(seq=seq + 2, msg_id=5, msg_len=20, offset=0, payload=b"y" * 10, **({} if put_first else put))
-    p.b.receive_datagram(template(p, **first).encode(), p.now)
-    p.b.receive_datagram(template(p, **second).encode(), p.now)
+    p.b.receive_datagram(template(p, **first).encode(), None, p.now)
+    p.b.receive_datagram(template(p, **second).encode(), None, p.now)
     assert p.pb.counters.num_badfrag_recvs == 1
     assert bytes(region[:10]) != b"y" * 10
 
@@ -223,13 +234,13 @@ def test_ack_malformed_bodies() -> None:
     p = fresh_pair()
     good = Datagram(T_ACK, F_ACK, p.pa.local_conn, p.b.incarnation, 0, p.pb.window.cum,
                     payload=ack_payload(64, []))
-    p.a.receive_datagram(good.encode(), p.now)
+    p.a.receive_datagram(good.encode(), None, p.now)
     assert p.pa.counters.num_ack_recvs >= 1 and p.a.stats()["num_malformed_recvs"] == 0
     bodies = [b"", bytes(ACK_BODY.size - 1), ack_payload(64, [(2, 1)])[:-1],
               ack_payload(64, [(2, 1)]) + b"\0", ack_payload(64, [(2 * i + 2, 1) for i in range(65)])]
     for body in bodies:
         d = Datagram(T_ACK, F_ACK, p.pa.local_conn, p.b.incarnation, 0, p.pb.window.cum, payload=body)
-        p.a.receive_datagram(d.encode(), p.now)
+        p.a.receive_datagram(d.encode(), None, p.now)
     assert p.a.stats()["num_malformed_recvs"] == len(bodies)
 
 
@@ -241,11 +252,11 @@ def test_ack_sack_ranges_beyond_what_was_sent_are_ignored() -> None:
     una = p.pa.snd_una
     d = Datagram(T_ACK, F_ACK, p.pa.local_conn, p.b.incarnation, 0, una,
                  payload=ack_payload(64, [(5, 1000), (2000, 2**32 - 1)]))
-    p.a.receive_datagram(d.encode(), p.now)
+    p.a.receive_datagram(d.encode(), None, p.now)
     p._collect()
     assert p.completions["x"] == []  # seq una+1 was not covered
     d2 = Datagram(T_ACK, F_ACK, p.pa.local_conn, p.b.incarnation, 0, una + 10**6, payload=ack_payload(64, []))
-    p.a.receive_datagram(d2.encode(), p.now)  # cum ACK beyond next_seq: clamped
+    p.a.receive_datagram(d2.encode(), None, p.now)  # cum ACK beyond next_seq: clamped
     p._collect()
     assert p.completions["x"] == [None] and p.pa.snd_una == p.pa.next_seq - 1
 
@@ -255,11 +266,11 @@ def test_hello_bad_bodies() -> None:
     h = Hello(123, 5, 9, 0, 64, b"Z").encode()
     for body in (h[:10], h[:-1], h + b"!"):
         d = Datagram(T_HELLO, 0, 0, 123, payload=body)
-        p.b.receive_datagram(d.encode(), p.now)
+        p.b.receive_datagram(d.encode(), None, p.now)
     b = bytearray(Datagram(T_HELLO, 0, 0, 123, payload=h).encode())
     struct.pack_into("!H", b, 34, len(h) - 1)
     seal(b)
-    p.b.receive_datagram(bytes(b), p.now)
+    p.b.receive_datagram(bytes(b), None, p.now)
     assert p.b.stats()["num_malformed_recvs"] == 4
     assert list(p.b.peers_by_addr) == [b"A"]
 
@@ -271,23 +282,23 @@ def test_hello_address_resolve_error_is_counted() -> None:
         if addr == b"bad":
             raise ValueError("no such address")
         return addr
-    p.b._resolve = resolve
+    p.b.state.resolve = resolve
     d = Datagram(T_HELLO, 0, 0, 55, payload=Hello(55, 5, 9, 0, 64, b"bad").encode())
-    p.b.receive_datagram(d.encode(), 0.0)
+    p.b.receive_datagram(d.encode(), None, 0.0)
     assert p.b.stats()["num_malformed_recvs"] == 1 and p.b.peers_by_addr == {}
 
 
 def test_unknown_connection_id() -> None:
     p = fresh_pair()
-    p.b.receive_datagram(template(p, dst_conn=p.pb.local_conn ^ 0xFFFF).encode(), p.now)
+    p.b.receive_datagram(template(p, dst_conn=p.pb.local_conn ^ 0xFFFF).encode(), None, p.now)
     d = Datagram(T_ACK, F_ACK, 12345, p.b.incarnation, 0, 0, payload=ack_payload(8, []))
-    p.b.receive_datagram(d.encode(), p.now)
+    p.b.receive_datagram(d.encode(), None, p.now)
     assert p.b.stats()["num_unk_recvs"] == 2
 
 
 def test_wrong_incarnation_is_stale() -> None:
     p = fresh_pair()
-    p.b.receive_datagram(template(p, src_incarnation=p.a.incarnation ^ 1).encode(), p.now)
+    p.b.receive_datagram(template(p, src_incarnation=p.a.incarnation ^ 1).encode(), None, p.now)
     assert p.pb.counters.num_stale_recvs == 1
 
 
@@ -299,7 +310,7 @@ def test_garbage_never_raises_and_is_counted_once(data: bytes) -> None:
         p = _PAIRS[True] = fresh_pair()
     before = snapshot(p)
     d0 = drops(p.b)
-    p.b.receive_datagram(data, p.now)
+    p.b.receive_datagram(data, None, p.now)
     assert drops(p.b) == d0 + 1
     assert snapshot(p) == before
 
@@ -327,9 +338,9 @@ def test_sealed_mutations_never_raise(data: st.DataObject) -> None:
         raw[pos] = data.draw(st.integers(0, 255))
     raw[2] &= 0x0F
     seal(raw)
-    p.b.receive_datagram(bytes(raw), p.now)
-    p.a.receive_datagram(bytes(raw), p.now)
+    p.b.receive_datagram(bytes(raw), None, p.now)
+    p.a.receive_datagram(bytes(raw), None, p.now)
     p.b.datagrams_to_send(p.now)
     p.a.datagrams_to_send(p.now)
-    p.b.drain_events()
-    p.a.drain_events()
+    p.b.take_events()
+    p.a.take_events()

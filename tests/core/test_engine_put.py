@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from btlcore import BtlError, Config, PutError
-from btlcore.engine import EV_PUT, EV_PUT_ERROR
-from btlcore.wire import F_ACK, F_PUT, T_ACK, T_DATA
-from enginepair import EnginePair, safe_decode
+from btlcore.protocol.events import PutLanded, PutRefused
+from btlcore.protocol.wire import F_ACK, F_PUT, T_ACK, T_DATA
+from btlcore.testing.enginepair import EnginePair, safe_decode
 
 
 def pair(**cfg: object) -> EnginePair:
@@ -20,8 +20,8 @@ def data(n: int, salt: int = 1) -> bytes:
     return bytes((i * 13 + salt) & 0xFF for i in range(n))
 
 
-def puts(p: EnginePair, side: int = 1, kind: int = EV_PUT) -> list[tuple]:
-    return [e[2:] for e in p.other_events[side] if e[0] == kind]
+def puts(p: EnginePair, side: int = 1, kind: type = PutLanded) -> list[tuple]:
+    return [(e.key, e.offset, e.length) for e in p.other_events[side] if type(e) is kind]
 
 
 @pytest.mark.parametrize("size,offset", [(0, 0), (1, 0), (100, 50), (1452, 0), (1453, 7), (10000, 123)])
@@ -78,7 +78,7 @@ def test_put_bad_key_reported_at_receiver() -> None:
     p.send(0, 1, 4, b"y" * 5000, key="badchunked", put_key=key + 99, put_offset=0)
     p.run(lambda: p.completions["bad"] and p.completions["badchunked"])
     p.run_idle()
-    assert puts(p, kind=EV_PUT_ERROR) == [(key + 99, 0, 10), (key + 99, 0, 5000)]  # once per put
+    assert puts(p, kind=PutRefused) == [(key + 99, 0, 10), (key + 99, 0, 5000)]  # once per put
     assert p.pb.counters.num_put_errors == 2  # once per put that could not be placed
     assert region == bytearray(100)
     assert puts(p) == []
@@ -98,7 +98,7 @@ def test_put_out_of_bounds(size: int, offset: int) -> None:
     p.send(0, 1, 4, data(size), key="oob", put_key=key, put_offset=offset)
     p.run(lambda: p.completions["oob"])
     p.run_idle()
-    assert puts(p, kind=EV_PUT_ERROR) == [(key, offset, size)]
+    assert puts(p, kind=PutRefused) == [(key, offset, size)]
     assert region == bytearray(100)  # not a byte written, not even the chunks that fit
     assert p.pb.counters.num_put_errors >= 1 and puts(p) == []
 
@@ -111,7 +111,7 @@ def test_put_exactly_fills_region() -> None:
     p.send(0, 1, 4, data(2000, 9), key="b", put_key=key, put_offset=0)
     p.run(lambda: p.completions["a"] and p.completions["b"])
     assert region == bytearray(data(2000, 9) + data(1000))
-    assert puts(p, kind=EV_PUT_ERROR) == []
+    assert puts(p, kind=PutRefused) == []
 
 
 def test_unexpose_then_put_errors() -> None:
@@ -122,7 +122,7 @@ def test_unexpose_then_put_errors() -> None:
     p.send(0, 1, 4, b"abc", key="k", put_key=key, put_offset=0)
     p.run(lambda: p.completions["k"])
     p.run_idle()
-    assert puts(p, kind=EV_PUT_ERROR) == [(key, 0, 3)] and region == bytearray(10)
+    assert puts(p, kind=PutRefused) == [(key, 0, 3)] and region == bytearray(10)
 
 
 def test_expose_requires_writable() -> None:
@@ -163,7 +163,7 @@ def test_unexpose_mid_put_reported_and_no_leak() -> None:
     p.b.unexpose(key)
     p.run(lambda: p.completions["put"])
     p.run_idle()
-    assert puts(p, kind=EV_PUT_ERROR) == [(key, 0, 10240)]
+    assert puts(p, kind=PutRefused) == [(key, 0, 10240)]
     assert p.pb.reassembly == {}
     # and the sender hears why (its put status)
     [exc] = p.completions["put"]

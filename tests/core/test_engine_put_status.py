@@ -7,12 +7,20 @@ from __future__ import annotations
 import pytest
 
 from btlcore import Config, PeerRestarted, PeerUnreachable, PutError, TransportClosed
-from btlcore.engine import EV_PUT, EV_PUT_ERROR
-from btlcore.wire import (
-    F_ACK, F_PUT, F_STATUS, PS_LANDED, PS_OUT_OF_BOUNDS, PS_UNKNOWN_KEY, T_DATA,
-    Datagram, parse_put_status, put_status_payload,
+from btlcore.protocol.events import PutLanded, PutRefused
+from btlcore.protocol.wire import (
+    F_ACK,
+    F_PUT,
+    F_STATUS,
+    PS_LANDED,
+    PS_OUT_OF_BOUNDS,
+    PS_UNKNOWN_KEY,
+    T_DATA,
+    Datagram,
+    parse_put_status,
+    put_status_payload,
 )
-from enginepair import EnginePair, safe_decode
+from btlcore.testing.enginepair import EnginePair, safe_decode
 
 
 def pair(batch_receive: bool = False, **cfg: object) -> EnginePair:
@@ -149,7 +157,7 @@ def test_puts_under_loss_and_duplication_complete_once_with_the_right_outcome(
     assert sorted(m for _a, _t, m in p.delivered[1]) == sorted(b"between %d" % i for i in range(24))
     assert p.pb.counters.num_put_status_sends == 24 == p.pa.counters.num_put_status_recvs
     assert p.pa.counters.num_puts_refused == 12 and p.pb.counters.num_put_errors == 12
-    assert len([e for e in p.other_events[1] if e[0] in (EV_PUT, EV_PUT_ERROR)]) == 24
+    assert len([e for e in p.other_events[1] if type(e) in (PutLanded, PutRefused)]) == 24
     assert p.pa.puts == {} and not p.a.has_outstanding()
 
 
@@ -221,7 +229,7 @@ def test_a_status_naming_no_put_is_ignored_but_acknowledged() -> None:
     p.pb.next_seq += 1  # b's sequence space: take one number by hand
     dg = Datagram(T_DATA, F_ACK | F_STATUS, p.pa.local_conn, p.b.incarnation, seq, p.pb.window.cum,
                   0, payload=put_status_payload(12345, PS_OUT_OF_BOUNDS))
-    p.a.receive_datagram(dg.encode(), p.now)
+    p.a.receive_datagram(dg.encode(), None, p.now)
     p._collect()
     assert p.delivered[0] == [] and p.pa.counters.num_put_status_recvs == 1
     assert p.pa.window.cum == seq

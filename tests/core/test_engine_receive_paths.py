@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from btlcore import Config
-from btlcore.engine import EV_COMPLETE, EV_MESSAGE
-from btlcore.wire import F_ACK, T_ACK, T_DATA, decode
-from enginepair import EnginePair
+from btlcore.protocol.events import MessageReceived, SendCompleted
+from btlcore.protocol.wire import F_ACK, T_ACK, T_DATA, decode
+from btlcore.testing.enginepair import EnginePair
 
 MTU = 1500
 
@@ -51,18 +51,18 @@ def test_reply_with_new_piggybacked_ack(size: int) -> None:
         owed_before = prx.ack_count
         now += 1e-4
         for d in out:
-            rx.receive_datagram(d, now)
-        events = rx.drain_events()
-        msgs = [e for e in events if e[0] == EV_MESSAGE]
-        assert [(e[2], bytes(e[3])) for e in msgs] == [(7, data)]
+            rx.receive_datagram(d, None, now)
+        events = rx.take_events()
+        msgs = [e for e in events if type(e) is MessageReceived]
+        assert [(e.tag, bytes(e.data)) for e in msgs] == [(7, data)]
         if r:
             # the piggy-backed ACK acknowledged everything rx had sent (the last request),
             # and completed it before the reply was delivered
             assert prx.snd_una == prx.next_seq - 1 > acked_before
             assert not prx.unacked
-            kinds = [e[0] for e in events]
-            assert kinds.index(EV_COMPLETE) < kinds.index(EV_MESSAGE)
-            assert [e for e in events if e[0] == EV_COMPLETE] == [(EV_COMPLETE, last[dst], None)]
+            kinds = [type(e) for e in events]
+            assert kinds.index(SendCompleted) < kinds.index(MessageReceived)
+            assert [e for e in events if type(e) is SendCompleted] == [SendCompleted(last[dst], None)]
         # the reply is owed an ACK (ack_frequency 8: by deadline, or at once at 8 owed)
         assert prx.ack_count == owed_before + len(out)
         assert prx.ack_now or prx.ack_deadline is not None
@@ -82,19 +82,19 @@ def test_piggybacked_ack_then_out_of_order_segment() -> None:
     now += 1e-4
     p.b.send(p.pb, 1, b"request", done.append, now)
     (req,) = [flat(b) for _c, _d, b in p.b.datagrams_to_send(now)]
-    p.a.receive_datagram(req, now)
-    p.a.drain_events()
+    p.a.receive_datagram(req, None, now)
+    p.a.take_events()
     now += 1e-4
     p.a.send(p.pa, 2, b"first", None, now)
     p.a.send(p.pa, 2, b"second", None, now)
     first, second = [flat(b) for _c, _d, b in p.a.datagrams_to_send(now)]
     now += 1e-4
-    p.b.receive_datagram(second, now)  # overtakes the first; both carry the new ACK
+    p.b.receive_datagram(second, None, now)  # overtakes the first; both carry the new ACK
     assert not p.pb.unacked
-    assert p.b.drain_events() == [(EV_COMPLETE, done.append, None)]
+    assert p.b.take_events() == [SendCompleted(done.append, None)]
     assert p.pb.sack_dirty and p.pb.ack_now
-    p.b.receive_datagram(first, now)
-    assert [bytes(e[3]) for e in p.b.drain_events() if e[0] == EV_MESSAGE] == [b"first", b"second"]
+    p.b.receive_datagram(first, None, now)
+    assert [bytes(e.data) for e in p.b.take_events() if type(e) is MessageReceived] == [b"first", b"second"]
     assert p.pb.counters.num_msgs_completed == 1  # the ACK was applied once
 
 
@@ -109,12 +109,12 @@ def test_standalone_ack_completes_and_samples() -> None:
     assert len(segs) == 3
     now += 1e-4
     for d in segs:
-        p.b.receive_datagram(d, now)
+        p.b.receive_datagram(d, None, now)
     acks = [flat(b) for _c, _d, b in p.b.datagrams_to_send(now)]
     assert [decode(d).type for d in acks] == [T_ACK]
     now += 1e-4
-    p.a.receive_datagram(acks[0], now)
-    assert p.a.drain_events() == [(EV_COMPLETE, done.append, None)]
+    p.a.receive_datagram(acks[0], None, now)
+    assert p.a.take_events() == [SendCompleted(done.append, None)]
     assert not p.pa.unacked and p.pa.snd_una == p.pa.next_seq - 1
     assert p.pa.timer.min_rtt == pytest.approx(2e-4)  # sent at +1e-4, acked at +3e-4, no delay
 
@@ -123,7 +123,6 @@ def test_standalone_ack_completes_and_samples() -> None:
 # Engine.receive_datagrams: the same as receive_datagram on each datagram, byte for byte
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
-
 from test_properties import body, configs, fates, sends  # noqa: E402
 
 
@@ -143,8 +142,8 @@ def run_scenario(batch: bool, cfg: dict, fa: list, fb: list, plan: list, **kw: o
 
 
 def summary(p: EnginePair) -> tuple[object, ...]:
-    events = [(t, i, e[0], e[2] if e[0] == EV_MESSAGE else None,
-               bytes(e[3]) if e[0] == EV_MESSAGE else None) for t, i, e in p.timeline]
+    events = [(t, i, type(e), e.tag if type(e) is MessageReceived else None,
+               bytes(e.data) if type(e) is MessageReceived else None) for t, i, e in p.timeline]
     return (p.log, events, p.a.stats(), p.b.stats(), p.completions, p.delivered)
 
 
@@ -183,12 +182,12 @@ def test_receive_datagrams_bulk_in_order(reuse: bool) -> None:
         for v in batch:
             v[:] = b"\xa5" * len(v)  # type: ignore[index]
     del scratch
-    got = [(e[2], bytes(e[3])) for e in p.b.drain_events() if e[0] == EV_MESSAGE]
+    got = [(e.tag, bytes(e.data)) for e in p.b.take_events() if type(e) is MessageReceived]
     assert got == list(enumerate(msgs))
     assert p.pb.counters.num_total_recvs - before == len(out)
     assert p.pb.window.cum == p.pa.next_seq - 1
     assert p.pb.ack_count == len(out) and p.pb.ack_now  # the debt: 8 or more owed, ACK at once
-    assert p.pb in p.b._acking
+    assert p.pb in p.b.state.acking
 
 
 # ---------------------------------------------------------------------------------------
@@ -196,7 +195,7 @@ def test_receive_datagrams_bulk_in_order(reuse: bool) -> None:
 
 from hypothesis import strategies as st  # noqa: E402
 
-from btlcore.peer import Reassembly  # noqa: E402
+from btlcore.protocol.peers import Reassembly  # noqa: E402
 
 
 @settings(max_examples=300, deadline=None)

@@ -4,8 +4,9 @@ exactly what the plain computation gives.
 * Engine._prefixes keeps each data header's first 12 bytes (version, type, flags, the peer's
   connection id, our incarnation) and their CRC by connection and flags: a stale or shared
   entry would put the wrong connection id or CRC on the wire.
-* Engine.get_timer inlines the search for the retransmit timer's front segment: it is checked
-  against the straightforward computation at every step of lossy runs.
+* Engine.next_deadline keeps the peers' deadlines in a heap, recomputed only for the peers that
+  changed: it is checked against the straightforward computation over every timed peer at every
+  step of lossy runs.
 """
 
 from __future__ import annotations
@@ -13,21 +14,21 @@ from __future__ import annotations
 import random
 
 import pytest
-from enginepair import DROP, EngineNet
 
-import btlcore.engine as engine_mod
-from btlcore.engine import Engine
-from btlcore.peer import Peer, Segment
-from btlcore.wire import CRC_OFFSET, HEAD_PREFIX, T_DATA, WIRE_VERSION, crc32c, decode
+import btlcore.protocol.packetizer as packetizer_mod
+from btlcore.protocol.engine import Engine
+from btlcore.protocol.peers import Peer, Segment
+from btlcore.protocol.wire import CRC_OFFSET, HEAD_PREFIX, T_DATA, WIRE_VERSION, crc32c, decode
+from btlcore.testing.enginepair import DROP, EngineNet
 
 
 def _reference_timer(eng: Engine) -> float | None:
-    """get_timer as first written: one helper per question, no shortcut."""
-    if eng._resending or eng._sending:
-        return eng._now
+    """The next deadline as first written: every timed peer, one helper per question."""
+    if eng.state.resending or eng.state.sending:
+        return eng.state.now
     best = None
     cfg = eng.config
-    for peer in eng._timed:
+    for peer in [p for p in eng.peers_by_addr.values() if p.timed or p in eng.state.timed]:
         t = None
         if peer.unacked:
             front: Segment | None = next((s for s in peer.unacked.values() if not s.lost), None)
@@ -35,11 +36,11 @@ def _reference_timer(eng: Engine) -> float | None:
                 t = max(front.sent_at, peer.rto_base) + peer.timer.rto
                 if front.tx_serial <= peer.acked_serial[front.channel] - cfg.fast_retransmit_threshold \
                         and (peer.loss_seq_limit is None or front.seq <= peer.loss_seq_limit):
-                    t = min(t, front.sent_at + eng._reorder_time(peer))
+                    t = min(t, front.sent_at + eng.recovery._reorder_time(peer))
             death = peer.last_progress + cfg.peer_timeout
             t = death if t is None else min(t, death)
         if peer.ack_now or peer.hello_reply:
-            t = eng._now
+            t = eng.state.now
         elif peer.ack_deadline is not None and (t is None or peer.ack_deadline < t):
             t = peer.ack_deadline
         if peer.hello_next is not None:
@@ -59,13 +60,13 @@ class CheckedNet(EngineNet):
     def step(self, cap: float | None = None) -> bool:
         for eng in self.engines:
             want = _reference_timer(eng)
-            assert eng.get_timer() == want
+            assert eng.next_deadline() == want
             self.checks += 1
         return super().step(cap)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_get_timer_matches_the_reference_under_loss(seed: int) -> None:
+def test_next_deadline_matches_the_reference_under_loss(seed: int) -> None:
     net = CheckedNet(3, seed=seed, mtu=1500)
     rng = random.Random(seed)
     net.handshake(0, 1)
@@ -105,7 +106,7 @@ def _check_prefixes(net: EngineNet, src: int, conns: dict[int, set[int]]) -> int
 
 
 def test_prefix_cache_follows_a_restarted_peer(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine_mod, "_PREFIXES_MAX", 1)  # clear on every new entry
+    monkeypatch.setattr(packetizer_mod, "_PREFIXES_MAX", 1)  # clear on every new entry
     net = EngineNet(3, seed=4)
     net.handshake(0, 1)
     net.handshake(0, 2)
@@ -115,7 +116,7 @@ def test_prefix_cache_follows_a_restarted_peer(monkeypatch: pytest.MonkeyPatch) 
     for i in range(6):
         net.send(0, 1 + i % 2, 1, b"x" * (10 + 5000 * (i % 2)), key=i)
     net.run(lambda: all(net.completions.values()))
-    assert len(a._prefixes) <= 1
+    assert len(a.state.prefixes) <= 1
     # engine 1 restarts: a new connection id, which the next data must carry
     old = net.peer(0, 1).remote_conn
     net.restart(1).connect(b"A", net.now)
@@ -137,10 +138,10 @@ def test_prefix_cache_entries_are_per_connection_and_flags() -> None:
     net.send(0, 1, 1, b"small", key=1)
     net.send(0, 1, 1, bytes(20000), key=2)  # chunked: other flags, another entry
     net.run(lambda: all(net.completions.values()))
-    keys = set(a._prefixes)
+    keys = set(a.state.prefixes)
     assert {k >> 8 for k in keys} == {peer.remote_conn}
     assert len(keys) == 2
-    for key, (head, head_crc) in a._prefixes.items():
+    for key, (head, head_crc) in a.state.prefixes.items():
         assert head == HEAD_PREFIX.pack(WIRE_VERSION, T_DATA, key & 0xFF, 0, key >> 8, a.incarnation)
         assert head_crc == crc32c(head)
     assert _check_prefixes(net, 0, {1: {peer.remote_conn}}) >= 3

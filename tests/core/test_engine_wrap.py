@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from btlcore import Config
-from btlcore.wire import T_DATA
-from enginepair import EnginePair
+from btlcore.protocol.wire import T_DATA
+from btlcore.testing.enginepair import EnginePair
 
 
 def wrapped_pair(start: int, **cfg: object) -> EnginePair:
@@ -53,6 +53,6 @@ def test_duplicate_from_before_the_wrap_recognised_after_it() -> None:
     for i in range(10):
         p.send(0, 1, 1, bytes([i]), key=i)
     p.run(lambda: all(p.completions[i] for i in range(10)))
-    p.b.receive_datagram(first[0], p.now)  # seq 2**64 - 2 on the wire, long after the wrap
+    p.b.receive_datagram(first[0], None, p.now)  # seq 2**64 - 2 on the wire, long after the wrap
     p._collect()
     assert p.pb.counters.num_dup_recvs == 1 and len(p.delivered[1]) == 10

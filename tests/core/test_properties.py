@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from btlcore import Config
 from btlcore.errors import PeerUnreachable
-from enginepair import DELIVER, DROP, EnginePair
+from btlcore.testing.enginepair import DELIVER, DROP, EnginePair
 
 MTU = 160  # small, so that 5 MTUs are cheap and chunking is everywhere
 CHUNK_PAYLOAD = MTU - 36 - 12
@@ -110,7 +110,7 @@ def test_silent_peer_every_callback_once(cfg: dict[str, Any], fa: list[Any], fb:
     sent = do_sends(p, plan)
     n = len(plan)
     p.run_idle(p.now + 30.0)
-    assert p.a.get_timer() is None and p.b.get_timer() is None  # nothing left pending
+    assert p.a.next_deadline() is None and p.b.next_deadline() is None  # nothing left pending
     for i in range(n):
         got = p.completions[i]
         assert len(got) == 1, (i, got)
@@ -134,8 +134,8 @@ def test_silent_peer_every_callback_once(cfg: dict[str, Any], fa: list[Any], fb:
 
 import random as _random  # noqa: E402
 
-from btlcore.engine import EV_PUT  # noqa: E402
-from enginepair import EngineNet  # noqa: E402
+from btlcore.protocol.events import PutLanded  # noqa: E402
+from btlcore.testing.enginepair import EngineNet  # noqa: E402
 
 side_configs = st.fixed_dictionaries({
     "ordered": st.booleans(),
@@ -201,7 +201,7 @@ def test_three_engines_random_fates_puts_and_messages(cfgs: list[dict[str, Any]]
     want_msgs = sum(len(v) for v in sent.values())
     net.run(lambda: all(net.completions[i] for i in keys_used)
             and sum(len(d) for d in net.delivered) == want_msgs
-            and all(len([e for e in net.other_events[j] if e[0] == EV_PUT]) == len(puts[j]) for j in range(3)),
+            and all(len([e for e in net.other_events[j] if type(e) is PutLanded]) == len(puts[j]) for j in range(3)),
             max_time=net.now + 600)
     net.run_idle(net.now + 0.5)
     for i in keys_used:
@@ -217,7 +217,7 @@ def test_three_engines_random_fates_puts_and_messages(cfgs: list[dict[str, Any]]
         assert len(net.delivered[dst]) == total
         for off, size, data in puts[dst]:
             assert regions[dst][off:off + size] == data
-        assert len([e for e in net.other_events[dst] if e[0] == EV_PUT]) == len(puts[dst])
+        assert len([e for e in net.other_events[dst] if type(e) is PutLanded]) == len(puts[dst])
     event(f"resends: {sum(e.stats()['num_resends'] for e in net.engines) > 0}")
 
 
@@ -281,9 +281,9 @@ def test_soak_seeded(seed: int) -> None:
 # ---------------------------------------------------------------------------------------
 # A peer restarts mid-conversation (a new Engine at the same address)
 
-from btlcore.engine import EV_MESSAGE, EV_PEER_RESTARTED  # noqa: E402
 from btlcore.errors import PeerRestarted  # noqa: E402
-
+from btlcore.protocol.events import MessageReceived  # noqa: E402
+from btlcore.protocol.events import PeerRestarted as PeerRestartedEvent  # noqa: E402
 
 restart_plan = st.tuples(
     configs, fates, fates, st.lists(st.tuples(st.integers(0, 1), st.integers(0, 3 * MTU)), max_size=8),
@@ -321,28 +321,28 @@ def test_restart_mid_conversation_safety(plan: Any) -> None:
     engine fires at most once (exactly once for a), nothing is delivered twice, nothing a
     saw fail is delivered, and once a knows of the restart nothing of the old b is delivered."""
     p, mark, msgs = run_restart(plan)
-    new_b = [ev for (_t, i, ev) in p.timeline[mark:] if i == 1 and ev[0] == EV_MESSAGE]
-    at_a = [ev for (_t, i, ev) in p.timeline if i == 0 and ev[0] == EV_MESSAGE]
+    new_b = [ev for (_t, i, ev) in p.timeline[mark:] if i == 1 and type(ev) is MessageReceived]
+    at_a = [ev for (_t, i, ev) in p.timeline if i == 0 and type(ev) is MessageReceived]
     for key, (src, tag, data) in msgs.items():
         got = p.completions[key]
         if src == 0 or key[0] == "new":  # (the old b's callbacks died with it)
             assert len(got) <= 1, (key, got)
         if src == 0:
             assert len(got) == 1 and (got[0] is None or isinstance(got[0], (PeerRestarted, PeerUnreachable))), got
-            n = sum(1 for ev in new_b if (ev[2], bytes(ev[3])) == (tag, data))
+            n = sum(1 for ev in new_b if (ev.tag, bytes(ev.data)) == (tag, data))
             assert n <= 1
             if got[0] is not None:
                 assert n == 0, "a failed send must not be delivered"
         else:
-            n = sum(1 for ev in at_a if (ev[2], bytes(ev[3])) == (tag, data))
+            n = sum(1 for ev in at_a if (ev.tag, bytes(ev.data)) == (tag, data))
             assert n <= 1
             if key[0] == "new" and got == [None]:
                 assert n == 1, "acknowledged by a but not delivered"
-    restarts = [k for k, (_t, i, ev) in enumerate(p.timeline) if i == 0 and ev[0] == EV_PEER_RESTARTED]
+    restarts = [k for k, (_t, i, ev) in enumerate(p.timeline) if i == 0 and type(ev) is PeerRestartedEvent]
     assert len(restarts) <= 1
     if restarts:
-        late_old = [ev for (_t, i, ev) in p.timeline[restarts[0]:] if i == 0 and ev[0] == EV_MESSAGE
-                    and ev[2] < 1000]
+        late_old = [ev for (_t, i, ev) in p.timeline[restarts[0]:] if i == 0 and type(ev) is MessageReceived
+                    and ev.tag < 1000]
         assert late_old == []
 
 

@@ -5,9 +5,17 @@ from __future__ import annotations
 import json
 
 from btlcore import Config
-from btlcore.stats import MODULE_COUNTERS, PEER_COUNTERS, ModuleCounters, PeerCounters, aggregate, stats_json, stats_line
-from btlcore.wire import T_ACK, T_DATA, T_HELLO, T_HELLO_ACK
-from enginepair import EngineNet, EnginePair, safe_decode
+from btlcore.protocol.stats import (
+    MODULE_COUNTERS,
+    PEER_COUNTERS,
+    ModuleCounters,
+    PeerCounters,
+    aggregate,
+    stats_json,
+    stats_line,
+)
+from btlcore.protocol.wire import T_ACK, T_DATA, T_HELLO, T_HELLO_ACK
+from btlcore.testing.enginepair import EngineNet, EnginePair, safe_decode
 
 
 def lossy_run() -> EnginePair:
@@ -70,7 +78,7 @@ def test_module_stats_are_sum_over_peers() -> None:
             net.send(0, j, 1, bytes(j * 1000), key=(j, i))
     net.add_hook(lambda s, d, raw, k: "drop" if k % 6 == 2 else None)
     net.run(lambda: all(v for v in net.completions.values()))
-    net.engines[0].receive_datagram(b"junk", net.now)
+    net.engines[0].receive_datagram(b"junk", None, net.now)
     a = net.engines[0]
     st = a.stats()
     peers = list(a.peers_by_addr.values())
@@ -121,8 +129,8 @@ def test_duplicate_and_old_ack_counters() -> None:
     last_ack = [raw for _t, s, _d, raw in p.log if s == 1 and safe_decode(raw).type == T_ACK][-1]
     c = p.pa.counters
     dup0, old0 = c.num_dup_acks, c.num_old_dup_acks
-    p.a.receive_datagram(last_ack, p.now)  # the same ACK point again: a duplicate ACK
+    p.a.receive_datagram(last_ack, None, p.now)  # the same ACK point again: a duplicate ACK
     assert (c.num_dup_acks, c.num_old_dup_acks) == (dup0 + 1, old0)
-    p.a.receive_datagram(first_ack, p.now)  # an ACK point behind the current one: old
+    p.a.receive_datagram(first_ack, None, p.now)  # an ACK point behind the current one: old
     assert c.num_old_dup_acks == old0 + 1
     assert p.pa.snd_una == p.pa.next_seq - 1  # nothing moved backwards

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from btlcore.window import ABOVE_WINDOW, BELOW_WINDOW, DUPLICATE, NEW, ReceiveWindow, SackScoreboard
+from btlcore.protocol.window import ABOVE_WINDOW, BELOW_WINDOW, DUPLICATE, NEW, ReceiveWindow, SackScoreboard
 
 
 def ranges_of(w: ReceiveWindow) -> list[tuple[int, int]]:

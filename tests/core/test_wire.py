@@ -8,11 +8,32 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from btlcore import wire
-from btlcore.wire import (
-    ACK_BODY, AF_DUPLICATE, AF_TRUNCATED, CHUNK_LEN, F_ACK, F_CHUNK, F_CRC, F_PUT, HEADER_LEN,
-    MAX_SACK_RANGES, PUT_LEN, SEQ_MASK, T_ACK, T_DATA, T_HELLO, T_HELLO_ACK, Datagram, Hello,
-    MalformedDatagram, ack_payload, crc_ok, decode, parse_ack_payload, unwrap_seq,
+from btlcore.protocol import wire
+from btlcore.protocol.wire import (
+    ACK_BODY,
+    AF_DUPLICATE,
+    AF_TRUNCATED,
+    CHUNK_LEN,
+    F_ACK,
+    F_CHUNK,
+    F_CRC,
+    F_PUT,
+    HEADER_LEN,
+    MAX_SACK_RANGES,
+    PUT_LEN,
+    SEQ_MASK,
+    T_ACK,
+    T_DATA,
+    T_HELLO,
+    T_HELLO_ACK,
+    Datagram,
+    Hello,
+    MalformedDatagram,
+    ack_payload,
+    crc_ok,
+    decode,
+    parse_ack_payload,
+    unwrap_seq,
 )
 
 u32 = st.integers(0, 2**32 - 1)

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from btlcore import wire
 from btlcore.config import Config
+from btlcore.protocol import wire
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -97,14 +97,14 @@ class RawSender:
     collects the engine's standalone ACKs: to check protocol.md's ACK rules one by one."""
 
     def __init__(self, config: Config | None = None) -> None:
-        from btlcore.engine import Engine
+        from btlcore.protocol.engine import Engine
 
         self.e = Engine(config or Config(), address=b"E", resolve=lambda a: bytes(a), data_mtu=1500,
                         priority_mtu=768, crc=True, rng=random.Random(4), now=0.0)
         self.inc, self.conn, self.isn = 0x1234, 0x5678, 1000
         hello = wire.Hello(self.inc, self.conn, self.isn, 0, 4096, b"R")
         self.e.receive_datagram(wire.Datagram(wire.T_HELLO, src_incarnation=self.inc,
-                                              payload=hello.encode()).encode(), 0.0)
+                                              payload=hello.encode()).encode(), None, 0.0)
         (reply,) = self.collect(0.0)
         assert reply.type == wire.T_HELLO_ACK
         self.dst = wire.Hello.decode(reply.payload).conn_id
@@ -118,12 +118,12 @@ class RawSender:
         """DATA number ``isn + k`` arrives now; returns what the engine sends at once."""
         dg = wire.Datagram(wire.T_DATA, dst_conn=self.dst, src_incarnation=self.inc,
                            seq=self.isn + k, tag=1, payload=payload).encode()
-        self.e.receive_datagram(dg, self.now)
+        self.e.receive_datagram(dg, None, self.now)
         return [d for d in self.collect(self.now) if d.type == wire.T_ACK]
 
     def advance(self, dt: float) -> list[wire.Datagram]:
         self.now += dt
-        t = self.e.get_timer()
+        t = self.e.next_deadline()
         if t is not None and t <= self.now:
             self.e.handle_timer(self.now)
         return [d for d in self.collect(self.now) if d.type == wire.T_ACK]

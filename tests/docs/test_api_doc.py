@@ -26,7 +26,7 @@ from docskit import (  # type: ignore[import-not-found]
 
 from btlcore.cli import build_parser
 from btlcore.config import Config
-from btlcore.stats import MODULE_COUNTERS, PEER_COUNTERS
+from btlcore.protocol.stats import MODULE_COUNTERS, PEER_COUNTERS
 
 # ------------------------------------------------------------------------------ parameters
 
@@ -60,7 +60,7 @@ def test_every_counter_in_api_md(name: str) -> None:
 
 def test_counter_split_between_peer_and_transport_tables() -> None:
     text = read("api.md")
-    peer_part, module_part = text.split("Per transport (`btlcore.stats.MODULE_COUNTERS`")
+    peer_part, module_part = text.split("Per transport (`btlcore.protocol.stats.MODULE_COUNTERS`")
     for name in PEER_COUNTERS:
         assert f"| `{name}` |" in peer_part
     for name in MODULE_COUNTERS:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from docskit import DOCS, ROOT, read  # type: ignore[import-not-found]
 
-from btlcore.stats import MODULE_COUNTERS, PEER_COUNTERS
+from btlcore.protocol.stats import MODULE_COUNTERS, PEER_COUNTERS
 
 
 def test_docs_name_no_counter_that_does_not_exist() -> None:

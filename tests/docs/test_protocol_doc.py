@@ -15,8 +15,8 @@ import pytest
 from docskit import cells, read, row  # type: ignore[import-not-found]
 
 import btlcore
-from btlcore import wire
 from btlcore.config import Config
+from btlcore.protocol import wire
 
 # ------------------------------------------------------------------------------ parameters
 
@@ -93,7 +93,9 @@ def _struct_tables(text: str) -> dict[str, list[tuple[int, int, str]]]:
     return tables
 
 
-WIRE_STRUCTS = ("HEADER", "CHUNK", "PUT", "PUT_STATUS", "ACK_BODY", "SACK_RANGE", "HELLO_BODY")
+WIRE_STRUCTS = ("HEADER", "CHUNK", "PUT", "PUT_STATUS", "ACK_BODY", "SACK_RANGE", "HELLO_BODY",
+                "PARAM_HEAD", "CLOSE_BODY", "NOTICE_BODY", "CHALLENGE_BODY", "PING_BODY",
+                "VERSION_HEAD")
 
 
 @pytest.mark.parametrize("name", WIRE_STRUCTS)
@@ -130,6 +132,22 @@ def test_constants_match_wire_py() -> None:
     for name in ("F_ACK", "F_CHUNK", "F_PUT", "F_CRC", "F_STATUS", "AF_TRUNCATED", "AF_DUPLICATE"):
         assert cells(row(text, f"`{name}`"))[1] == f"0x{getattr(wire, name):02X}".replace("0X", "0x"), name
     assert cells(row(text, "`MAX_SACK_RANGES`"))[1] == str(wire.MAX_SACK_RANGES)
+    # version 2: every type, transport parameter and close reason wire.py defines, and no other
+    v2 = [n for n in dir(wire) if re.fullmatch(r"(T|TP|CR)_[A-Z_]+", n)]
+    for name in v2:
+        assert cells(row(text, f"`{name}`"))[1] == str(getattr(wire, name)), name
+    assert len(v2) == 11 + len(wire.PARAM_SPECS) + len(wire.CLOSE_REASON_NAMES)
+    params = {getattr(wire, n): n for n in v2 if n.startswith("TP_")}
+    defaults = wire.TransportParameters()
+    for typ, (name, width, low, high) in wire.PARAM_SPECS.items():
+        meaning = cells(row(text, f"`{params[typ]}`"))[2]
+        top = "2^32-1" if high == wire.U32_MASK else "2^64-1"
+        default = getattr(defaults, name)
+        quoted = "2^32-1" if default == wire.U32_MASK else str(default)
+        assert meaning.startswith(f"u{8 * width}, {low}..{top}, default {quoted}:"), name
+    assert f"`NOTICE_LEN` = {wire.NOTICE_LEN}" in text
+    assert "`VERSION_NEGOTIATION`, never a version" in text and wire.VERSION_NEGOTIATION == 0
+    assert "(`SUPPORTED_VERSIONS` in `wire.py`)" in text and wire.SUPPORTED_VERSIONS == (2,)
     assert f"`WIRE_VERSION` = {wire.WIRE_VERSION}" in text
     # the flag values quoted inline in the header table
     for name in ("F_ACK", "F_CHUNK", "F_PUT", "F_CRC", "F_STATUS"):
@@ -169,13 +187,34 @@ def test_worked_examples_are_exact() -> None:
         assert wire.crc_ok(_example(text, name))
 
 
+def test_version_2_worked_examples_are_exact() -> None:
+    text = read("protocol.md")
+    params = wire.TransportParameters(max_datagram_size=1500, max_message_size=64 << 20,
+                                      peer_timeout_ms=10_000, window_bytes=16 << 20)
+    hello_body = wire.Hello(0x55667788, 0x0A0B0C0D, 0x1000, 0, 4096, bytes.fromhex("020000000001"), 200,
+                            params)
+    hello = wire.Datagram(wire.T_HELLO, src_incarnation=0x55667788, payload=hello_body.encode(),
+                          version=2).encode()
+    assert _example(text, "hello_v2") == hello
+    assert wire.Hello.decode(wire.decode(hello, versions=(2,)).payload) == hello_body
+    # version 1's HELLO body, then the parameter block
+    v1_body = wire.decode(_example(text, "hello")).payload
+    assert wire.decode(hello, versions=(2,)).payload == v1_body + params.encode()
+    close = wire.Datagram(wire.T_CLOSE, dst_conn=0x11223344, src_incarnation=0x55667788, version=2,
+                          payload=wire.Close(0x0A0B0C0D, 0x99AABBCC, wire.CR_CLOSED).encode()).encode()
+    assert _example(text, "close") == close and wire.crc_ok(close)
+    version = _example(text, "version")
+    assert version == wire.version_reply(0x11223344, 0x55667788)
+    assert wire.parse_version_reply(version) == (0x11223344, 0x55667788, wire.SUPPORTED_VERSIONS)
+
+
 def test_worked_examples_are_accepted_by_an_engine() -> None:
     """The HELLO example, sent to a fresh engine, creates a peer and is answered."""
-    from btlcore.engine import Engine
+    from btlcore.protocol.engine import Engine
 
     e = Engine(Config(), address=b"\x02\x00\x00\x00\x00\x02", resolve=lambda a: bytes(a), data_mtu=1500,
                priority_mtu=768, crc=True, rng=random.Random(5), now=0.0)
-    e.receive_datagram(_example(read("protocol.md"), "hello"), 0.0)
+    e.receive_datagram(_example(read("protocol.md"), "hello"), None, 0.0)
     assert list(e.peers_by_addr) == [bytes.fromhex("020000000001")]
     out = e.datagrams_to_send(0.0)
     replies = [wire.decode(bytes(buf)) for _, _, buf in out]
@@ -193,7 +232,8 @@ def test_worked_examples_are_accepted_by_an_engine() -> None:
 
 
 def test_engine_constants_quoted_in_protocol_md() -> None:
-    from btlcore import engine, rtt
+    from btlcore.protocol import handshake as engine
+    from btlcore.protocol import recovery as rtt
     from btlcore.transport import Transport
 
     text = read("protocol.md")
@@ -206,7 +246,7 @@ def test_engine_constants_quoted_in_protocol_md() -> None:
 def test_hello_retry_schedule_as_documented() -> None:
     """protocol.md §5.3: HELLOs at 0, then +10, +20, +40 ... +640 ms, then every 1 s, until
     handshake_timeout fails the peer."""
-    from btlcore.engine import Engine
+    from btlcore.protocol.engine import Engine
 
     assert "10, 20, 40, ... 640 ms, 1 s, 1 s" in read("protocol.md")
     e = Engine(Config(), address=b"E", resolve=lambda a: bytes(a), data_mtu=1500, priority_mtu=768,
@@ -218,7 +258,7 @@ def test_hello_retry_schedule_as_documented() -> None:
         for _, _, buf in e.datagrams_to_send(now):
             assert buf[1] == wire.T_HELLO
             times.append(round(now, 6))
-        t = e.get_timer()
+        t = e.next_deadline()
         assert t is not None
         now = t
         e.handle_timer(now)

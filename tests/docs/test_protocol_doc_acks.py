@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from docskit import RawSender  # type: ignore[import-not-found]
 
-from btlcore import wire
+from btlcore.protocol import wire
 
 
 def _ack_body(d: wire.Datagram) -> tuple[int, list[tuple[int, int]], int, int]:

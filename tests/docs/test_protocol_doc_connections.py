@@ -10,22 +10,22 @@ import pytest
 from docskit import RawSender, read  # type: ignore[import-not-found]
 
 import btlcore
-from btlcore import wire
 from btlcore.config import Config
+from btlcore.protocol import wire
 
 
 def _hello(r: RawSender, inc: int, conn: int, isn: int, *, dst: int = 0, echo: int = 0,
            delay_us: int = 200) -> None:
     body = wire.Hello(inc, conn, isn, echo, 4096, b"R", delay_us)
     r.e.receive_datagram(wire.Datagram(wire.T_HELLO, dst_conn=dst, src_incarnation=inc,
-                                       payload=body.encode()).encode(), r.now)
+                                       payload=body.encode()).encode(), None, r.now)
 
 
 def test_the_last_16_replaced_incarnations_and_connections_are_stale() -> None:
     """A late HELLO of one of the last 16 replaced incarnations, or of one up to a minute of
     the clock older than the recorded one, or of the last 16 replaced connections of the
     recorded incarnation, is stale; any other new incarnation is a restart."""
-    from btlcore.engine import STALE_INCARNATION_WINDOW
+    from btlcore.protocol.handshake import STALE_INCARNATION_WINDOW
 
     text = read("protocol.md")
     assert "the last 16 that a restart\nreplaced" in text and "last 16 remote connection ids" in text
@@ -56,7 +56,7 @@ def test_the_last_16_replaced_incarnations_and_connections_are_stale() -> None:
 
 
 def test_a_new_connection_in_the_same_incarnation_as_documented() -> None:
-    from btlcore.engine import EV_COMPLETE
+    from btlcore.protocol.events import SendCompleted
 
     # nothing sent on ours: the new remote connection is followed, ours stays
     r = RawSender()
@@ -72,12 +72,12 @@ def test_a_new_connection_in_the_same_incarnation_as_documented() -> None:
     done: list[Any] = []
     r.e.send(r.peer, 2, b"unacknowledged", done.append, r.now)
     assert [d.type for d in r.collect(r.now)] == [wire.T_DATA]
-    r.e.drain_events()
+    r.e.take_events()
     conn = r.peer.local_conn
     _hello(r, r.inc, 0x9999, 77_000, dst=conn, echo=r.e.incarnation)
-    events = r.e.drain_events()
-    assert [ev[0] for ev in events] == [EV_COMPLETE]  # no "failed" or "restarted" event
-    events[0][1](events[0][2])
+    events = r.e.take_events()
+    assert [type(ev) for ev in events] == [SendCompleted]  # no "failed" or "restarted" event
+    events[0].callback(events[0].error)
     assert len(done) == 1 and isinstance(done[0], btlcore.PeerUnreachable)
     assert r.peer.local_conn != conn and r.peer.state.value == "connecting" and not r.peer.confirmed
     assert r.peer.remote_conn == 0x9999

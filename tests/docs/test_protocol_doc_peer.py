@@ -1,5 +1,5 @@
 """A peer written from docs/protocol.md alone (struct and the crc32c package; nothing of
-btlcore.wire) interoperates with btlcore's engine, in memory and over real UDP: the page
+btlcore.protocol.wire) interoperates with btlcore's engine, in memory and over real UDP: the page
 says enough to build a compatible peer."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from btlcore.config import Config
 
 class DocPeer:
     """A peer written from docs/protocol.md alone (struct and the crc32c package; nothing of
-    btlcore.wire): it answers the handshake, reassembles chunks, acknowledges with SACK
+    btlcore.protocol.wire): it answers the handshake, reassembles chunks, acknowledges with SACK
     ranges, and sends a message of its own.  If btlcore's engine talks to it, the page says
     enough to build a compatible peer."""
 
@@ -112,7 +112,8 @@ class DocPeer:
 
 
 def test_a_peer_written_from_protocol_md_interoperates() -> None:
-    from btlcore.engine import EV_COMPLETE, EV_MESSAGE, Engine
+    from btlcore.protocol.engine import Engine
+    from btlcore.protocol.events import MessageReceived, SendCompleted
 
     e = Engine(Config(), address=b"E", resolve=lambda a: bytes(a), data_mtu=1500, priority_mtu=768,
                crc=True, rng=random.Random(9), now=0.0)
@@ -135,15 +136,15 @@ def test_a_peer_written_from_protocol_md_interoperates() -> None:
             sent_own = True
         now += 0.0005
         for r in replies:
-            e.receive_datagram(r, now)
-        t = e.get_timer()
+            e.receive_datagram(r, None, now)
+        t = e.next_deadline()
         if t is not None and t <= now:
             e.handle_timer(now)
-        for ev in e.drain_events():
-            if ev[0] == EV_COMPLETE:
-                ev[1](ev[2])
-            elif ev[0] == EV_MESSAGE:
-                got.append((ev[2], bytes(ev[3])))
+        for ev in e.take_events():
+            if type(ev) is SendCompleted:
+                ev.callback(ev.error)
+            elif type(ev) is MessageReceived:
+                got.append((ev.tag, bytes(ev.data)))
         if len(done) == 2 and got and doc.data_acked:
             break
     assert done == [None, None]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from btlcore import wire
 from btlcore.device import Channel, DeviceOps
+from btlcore.protocol import wire
 from btlcore_sim import Fabric
 
 

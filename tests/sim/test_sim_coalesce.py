@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 import btlcore
-from btlcore import wire
 from btlcore.device import Channel
 from btlcore.errors import ConfigError
+from btlcore.protocol import wire
 from btlcore_sim import Fabric, LinkModel
 
 

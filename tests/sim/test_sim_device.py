@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import scapy.all as scapy_all
 
-from btlcore import registry, wire
+from btlcore import registry
 from btlcore.device import REQUIRED_HOOKS, Channel, DeviceSpec
 from btlcore.errors import ConfigError
+from btlcore.protocol import wire
 from btlcore_sim import Fabric, LinkModel, default_fabric, layers
 from btlcore_sim import plugin as sim_plugin
 
@@ -274,7 +275,7 @@ def test_crc_on_at_one_end_and_not_the_other_still_talk(opener: str, tmp_path) -
     every frame without one.  The handshake tells each side what the other requires, so the
     'auto' end puts a CRC on what it sends to the 'on' end (and only there), whichever opens."""
     import btlcore
-    from btlcore.wire import F_CRC, T_DATA
+    from btlcore.protocol.wire import F_CRC, T_DATA
 
     fabric = Fabric(seed=3, integrity=True, pcap=tmp_path / "crc.pcapng")
     strict = btlcore.open("sim", fabric=fabric, name="strict", config=btlcore.Config(crc="on"))

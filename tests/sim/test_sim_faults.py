@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from btlcore import wire
 from btlcore.device import Channel
+from btlcore.protocol import wire
 from btlcore_sim import Fabric, LinkModel
 
 from simkit import Pair, frame, paced, seq_of, tiny  # type: ignore[import-not-found]

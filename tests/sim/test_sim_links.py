@@ -11,9 +11,9 @@ import statistics
 
 import pytest
 
-from btlcore import wire
 from btlcore.device import Channel
 from btlcore.errors import ConfigError
+from btlcore.protocol import wire
 from btlcore_sim import Fabric, LinkModel
 
 from simkit import Pair, frame, paced, seq_of, tiny  # type: ignore[import-not-found]

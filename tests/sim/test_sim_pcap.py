@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from btlcore import wire
 from btlcore.device import Channel
+from btlcore.protocol import wire
 from btlcore_sim import Fabric, LinkModel
 
 from simkit import Pair, frame  # type: ignore[import-not-found]

@@ -75,7 +75,7 @@ def test_gathered_bulk_arrives_intact(mtu: int, lossy: bool) -> None:
     a = btlcore.open("udp", bind="127.0.0.1:0", config=btlcore.Config(mtu=mtu))
     b = btlcore.open("udp", bind="127.0.0.1:0", config=btlcore.Config(mtu=mtu))
     try:
-        gathering = a.engine._gather_min is not None
+        gathering = a.engine.state.gather_min is not None
         assert gathering == (mtu >= 4096)  # below GATHER_MIN + headers, nothing to gather
         if lossy:
             count = [0]

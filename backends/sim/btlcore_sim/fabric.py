@@ -21,8 +21,8 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from btlcore import wire
 from btlcore.errors import ConfigError
+from btlcore.protocol import wire
 
 from .links import DROP_CAUSES, Link, LinkModel
 from .nic import MAX_NODES, SimNIC, check_options, parse_address

@@ -15,6 +15,17 @@ Layout, as ``wire.py`` documents it::
     BTLPutStatus the body of a T_DATA with F_STATUS (a put status: put_seq, status)
     Raw          any other T_DATA payload
 
+and, for version 2 (``wire.SUPPORTED_VERSIONS``)::
+
+    BTLParam     one transport parameter (type, length, value), a list of which follows a
+                 HELLO's address (BTLHello.params)
+    BTLClose     the T_CLOSE / T_CLOSE_ACK body
+    BTLNotice    the T_UNKNOWN_CONN body
+    BTLChallenge the T_CHALLENGE / T_RESPONSE body (the nonce)
+    BTLPing      the T_PING body (12 reserved bytes)
+    BTLVersion   a whole VERSION reply (version byte 0): BTL dispatches to it, since its
+                 layout is not the header's
+
 Binding: UDP port :data:`btlcore.wire.PCAP_UDP_PORT` (either direction) carries BTL, so a
 capture of the simulated fabric dissects as Ether / IP / UDP / BTL.
 
@@ -33,20 +44,24 @@ from scapy.fields import (
     ByteField,
     ConditionalField,
     FieldLenField,
+    FieldListField,
     FlagsField,
     IntField,
     LongField,
     PacketListField,
+    ShortEnumField,
     ShortField,
+    StrFixedLenField,
     StrLenField,
     XByteField,
     XIntField,
+    XLongField,
     XShortField,
 )
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
 
-from btlcore import wire
+from btlcore.protocol import wire
 
 FLAG_NAMES = ["ACK", "CHUNK", "PUT", "CRC", "STATUS"]  # bit 0 first, matching wire.F_*
 ACK_FLAG_NAMES = ["TRUNCATED", "DUPLICATE"]  # wire.AF_*
@@ -84,6 +99,13 @@ class BTL(Packet):
         ConditionalField(IntField("put_key", 0), lambda p: bool(int(p.flags) & wire.F_PUT)),
         ConditionalField(LongField("put_offset", 0), lambda p: bool(int(p.flags) & wire.F_PUT)),
     ]
+
+    @classmethod
+    def dispatch_hook(cls, _pkt: bytes | None = None, *args: Any, **kargs: Any) -> Any:
+        # a VERSION reply (version byte 0) is not a header followed by a body
+        if _pkt and _pkt[0] == wire.VERSION_NEGOTIATION:
+            return BTLVersion
+        return cls
 
     def post_build(self, pkt: bytes, pay: bytes) -> bytes:
         if self.payload_len is None:
@@ -130,6 +152,21 @@ class BTLAck(Packet):
     ]
 
 
+class BTLParam(Packet):
+    """One transport parameter: type (wire.TP_*; unknown ones are kept as bytes), length,
+    value."""
+
+    name = "btlcore transport parameter"
+    fields_desc = [
+        XShortField("type", 0),
+        FieldLenField("length", None, fmt="H", length_of="value"),
+        StrLenField("value", b"", length_from=lambda p: p.length),
+    ]
+
+    def extract_padding(self, s: bytes) -> tuple[bytes, bytes]:
+        return b"", s
+
+
 class BTLHello(Packet):
     """The T_HELLO / T_HELLO_ACK body."""
 
@@ -143,6 +180,63 @@ class BTLHello(Packet):
         IntField("max_ack_delay", 0),
         FieldLenField("addr_len", None, fmt="H", length_of="address"),
         StrLenField("address", b"", length_from=lambda p: p.addr_len),
+        PacketListField("params", [], BTLParam),
+    ]
+
+
+class BTLClose(Packet):
+    """The T_CLOSE / T_CLOSE_ACK body: the sender's conn id, the receiver's incarnation, the
+    reason (wire.CR_*)."""
+
+    name = "btlcore CLOSE"
+    fields_desc = [
+        IntField("conn_id", 0),
+        XIntField("echo_incarnation", 0),
+        ShortEnumField("reason", wire.CR_CLOSED, wire.CLOSE_REASON_NAMES),
+        XShortField("reserved", 0),
+    ]
+
+
+class BTLNotice(Packet):
+    """The T_UNKNOWN_CONN body: what the provoking datagram's sender alone can check."""
+
+    name = "btlcore unknown-connection notice"
+    fields_desc = [
+        XIntField("echo_incarnation", 0),
+        XIntField("echo_digest", 0),
+        ByteEnumField("echo_type", 0, wire.TYPE_NAMES),
+        XByteField("reserved0", 0),
+        XShortField("reserved1", 0),
+    ]
+
+
+class BTLChallenge(Packet):
+    """The T_CHALLENGE / T_RESPONSE body: a 64-bit nonce (echoed by the RESPONSE)."""
+
+    name = "btlcore CHALLENGE"
+    fields_desc = [XLongField("nonce", 0)]
+
+
+class BTLPing(Packet):
+    """The T_PING body: reserved bytes that make a PING as large as a notice."""
+
+    name = "btlcore PING"
+    fields_desc = [StrFixedLenField("reserved", bytes(wire.PING_BODY.size), wire.PING_BODY.size)]
+
+
+class BTLVersion(Packet):
+    """A VERSION reply: version byte 0, the provoking datagram's ids echoed, the versions
+    this end speaks (one byte each)."""
+
+    name = "btlcore VERSION"
+    fields_desc = [
+        ByteField("version", wire.VERSION_NEGOTIATION),
+        ByteEnumField("type", wire.T_VERSION, wire.TYPE_NAMES),
+        FieldLenField("count", None, fmt="B", count_of="versions"),
+        XByteField("reserved", 0),
+        IntField("echo_dst_conn", 0),
+        XIntField("echo_incarnation", 0),
+        FieldListField("versions", [], ByteField("", 0), count_from=lambda p: p.count),
     ]
 
 
@@ -164,6 +258,12 @@ bind_layers(UDP, BTL, sport=wire.PCAP_UDP_PORT)
 bind_layers(BTL, BTLAck, type=wire.T_ACK)
 bind_layers(BTL, BTLHello, type=wire.T_HELLO)
 bind_layers(BTL, BTLHello, type=wire.T_HELLO_ACK)
+bind_layers(BTL, BTLClose, type=wire.T_CLOSE)
+bind_layers(BTL, BTLClose, type=wire.T_CLOSE_ACK)
+bind_layers(BTL, BTLNotice, type=wire.T_UNKNOWN_CONN)
+bind_layers(BTL, BTLChallenge, type=wire.T_CHALLENGE)
+bind_layers(BTL, BTLChallenge, type=wire.T_RESPONSE)
+bind_layers(BTL, BTLPing, type=wire.T_PING)
 
 
 def dissect(frame: bytes | bytearray | memoryview) -> BTL:
@@ -174,7 +274,13 @@ def dissect(frame: bytes | bytearray | memoryview) -> BTL:
 def fields(pkt: Packet) -> dict[str, Any]:
     """The btlcore fields of a dissected packet, named as :class:`wire.Datagram` names them
     (plus ``window``/``ack_flags``/``ack_delay``/``ranges`` for an ACK body, ``hello`` for
-    a HELLO, ``put_seq``/``status`` for a put status)."""
+    a HELLO, ``put_seq``/``status`` for a put status, ``close`` for a CLOSE / CLOSE_ACK,
+    ``notice`` for an UNKNOWN_CONN, ``nonce`` for a CHALLENGE / RESPONSE; a VERSION reply
+    gives version, type, dst_conn, src_incarnation and ``versions``)."""
+    if BTLVersion in pkt:
+        reply = pkt[BTLVersion]
+        return {"version": reply.version, "type": reply.type, "dst_conn": reply.echo_dst_conn,
+                "src_incarnation": reply.echo_incarnation, "versions": tuple(reply.versions)}
     btl = pkt[BTL]
     flags = int(btl.flags)
     out: dict[str, Any] = {
@@ -207,7 +313,20 @@ def fields(pkt: Packet) -> dict[str, Any]:
         out["status"] = status.status
     if BTLHello in btl:
         hello = btl[BTLHello]
+        params = None
+        if hello.params:
+            block = b"".join(bytes(p) for p in hello.params)
+            params = wire.TransportParameters.decode(block)
         out["hello"] = wire.Hello(hello.incarnation, hello.conn_id, hello.isn,
                                   hello.echo_incarnation, hello.window, bytes(hello.address),
-                                  hello.max_ack_delay)
+                                  hello.max_ack_delay, params)
+    if BTLClose in btl:
+        close = btl[BTLClose]
+        out["close"] = wire.Close(close.conn_id, close.echo_incarnation, close.reason)
+    if BTLNotice in btl:
+        notice = btl[BTLNotice]
+        out["notice"] = wire.Notice(notice.echo_incarnation, notice.echo_digest,
+                                    notice.echo_type)
+    if BTLChallenge in btl:
+        out["nonce"] = btl[BTLChallenge].nonce
     return out

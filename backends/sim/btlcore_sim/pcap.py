@@ -23,7 +23,7 @@ import os
 import struct
 from typing import IO, Any
 
-from btlcore import wire
+from btlcore.protocol import wire
 
 LINKTYPE_ETHERNET = 1
 IFACE_DELIVERED = 0

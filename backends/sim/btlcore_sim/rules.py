@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from btlcore import wire
+from btlcore.protocol import wire
 
 DATAGRAM_FIELDS = tuple(a.name for a in attrs.fields(wire.Datagram))
 TYPE_BY_NAME = {name: typ for typ, name in wire.TYPE_NAMES.items()}

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import time
 
-from btlcore import wire
 from btlcore.device import Channel
+from btlcore.protocol import wire
 
 from .fabric import Fabric
 from .links import LinkModel

@@ -1,5 +1,22 @@
 """Engines joined by a scriptable in-memory link on a virtual clock (no device at all): the
-sans-I/O core tested on its own, as aioquic's tests drive two connections by hand.
+sans-I/O core tested on its own, as aioquic's tests drive two connections by hand.  A public
+testing API: a user's or a backend's tests drive two engines like this::
+
+    from btlcore import Config
+    from btlcore.testing.enginepair import EnginePair
+
+    p = EnginePair(Config(), seed=1)          # engines p.a, p.b at addresses b"A", b"B"
+    p.handshake()                             # run until both are established
+    p.drop_nth(0, 1, 0)                       # lose the next datagram from a to b
+    p.send(0, 1, 7, b"hello", key="m")        # a sends tag 7 to b; its completion goes to "m"
+    p.run(lambda: p.completions.get("m"))     # step virtual time until the predicate holds
+    assert p.delivered[1] == [(b"A", 7, b"hello")] and p.completions["m"] == [None]
+
+Each step hands every engine what arrived (``receive_datagram`` or, with
+``batch_receive=True``, ``receive_datagrams``), runs its due timers (``next_deadline`` /
+``handle_timer``), takes its events (``take_events``: deliveries into ``delivered``,
+completions into ``completions``, the rest into ``other_events``; all into ``timeline``) and
+sends what it wants sent (``datagrams_to_send``), logging every datagram in ``log``.
 
 :class:`EngineNet` joins any number of engines (addresses ``b"A"``, ``b"B"``, ``b"C"``...);
 :class:`EnginePair` is the two-engine case with ``a`` and ``b``.  Every datagram an engine
@@ -25,9 +42,10 @@ from collections.abc import Callable
 from typing import Any
 
 from btlcore import Config
-from btlcore.engine import EV_COMPLETE, EV_MESSAGE, Engine
-from btlcore.peer import PeerState
-from btlcore.wire import Datagram, MalformedDatagram, decode
+from btlcore.protocol.engine import Engine
+from btlcore.protocol.events import Event, MessageReceived, SendCompleted
+from btlcore.protocol.peers import PeerState
+from btlcore.protocol.wire import Datagram, MalformedDatagram, decode
 
 DELIVER = "deliver"
 DROP = "drop"
@@ -75,8 +93,8 @@ class EngineNet:
         self._n = 0
         self.delivered: list[list[tuple[bytes, int, bytes]]] = [[] for _ in range(n)]
         self.completions: dict[Any, list[BaseException | None]] = {}
-        self.other_events: list[list[tuple[Any, ...]]] = [[] for _ in range(n)]
-        self.timeline: list[tuple[float, int, tuple[Any, ...]]] = []  # every event, in order
+        self.other_events: list[list[Event]] = [[] for _ in range(n)]
+        self.timeline: list[tuple[float, int, Event]] = []  # every event, in order
         self.steps = 0
 
     def _make(self, i: int, seed: int) -> Engine:
@@ -135,7 +153,7 @@ class EngineNet:
         (default: now + 1 s)."""
         limit = self.now + 1.0 if max_time is None else max_time
         while self.steps < self.max_steps:
-            timers = [t for e in self.engines if (t := e.get_timer()) is not None]
+            timers = [t for e in self.engines if (t := e.next_deadline()) is not None]
             if not self._flight and (not timers or min(timers) > limit):
                 return self.now
             if not self.step():
@@ -188,13 +206,13 @@ class EngineNet:
 
     def _collect(self) -> None:
         for i, eng in enumerate(self.engines):
-            for ev in eng.drain_events():
+            for ev in eng.take_events():
                 self.timeline.append((self.now, i, ev))
-                if ev[0] == EV_MESSAGE:
-                    self.delivered[i].append((ev[1].address, ev[2], bytes(ev[3])))
-                elif ev[0] == EV_COMPLETE:
-                    if ev[1] is not None:
-                        ev[1](ev[2])
+                if type(ev) is MessageReceived:
+                    self.delivered[i].append((ev.peer.address, ev.tag, bytes(ev.data)))
+                elif type(ev) is SendCompleted:
+                    if ev.callback is not None:
+                        ev.callback(ev.error)
                 else:
                     self.other_events[i].append(ev)
 
@@ -241,7 +259,7 @@ class EngineNet:
         (not beyond ``cap``).  False when nothing at all is left to happen."""
         self.steps += 1
         for src, eng in enumerate(self.engines):
-            t = eng.get_timer()
+            t = eng.next_deadline()
             if t is not None and t <= self.now:
                 eng.handle_timer(self.now)
             out = eng.datagrams_to_send(self.now, self.budget)
@@ -255,7 +273,7 @@ class EngineNet:
         self._collect()
         nexts = [f[0] for f in self._flight[:1]]
         for eng in self.engines:
-            t = eng.get_timer()
+            t = eng.next_deadline()
             if t is not None:
                 nexts.append(max(t, self.now))
         if not nexts:
@@ -272,10 +290,10 @@ class EngineNet:
                 batches.setdefault(dst, []).append(data)
             elif self.reuse_rx_buffer:
                 self._rx[:len(data)] = data
-                self.engines[dst].receive_datagram(memoryview(self._rx)[:len(data)], self.now)
+                self.engines[dst].receive_datagram(memoryview(self._rx)[:len(data)], None, self.now)
                 self._rx[:len(data)] = b"\xa5" * len(data)
             else:
-                self.engines[dst].receive_datagram(data, self.now)
+                self.engines[dst].receive_datagram(data, None, self.now)
         for dst, batch in batches.items():
             self.engines[dst].receive_datagrams(batch, self.now)
         self._collect()

@@ -1,0 +1,81 @@
+"""Congestion control behind a small interface, chosen by name.
+
+An algorithm is a class built once per engine from its :class:`~btlcore.config.Config`; it
+serves every peer of that engine and keeps its per-peer state on the
+:class:`~btlcore.protocol.peers.Peer` (``cwnd``, the window the send pass reads, in segments;
+``ssthresh``).  The engine calls it at four moments:
+
+* :meth:`CongestionControl.on_new_peer`: a connection starts (or starts again after a reset);
+* :meth:`CongestionControl.on_ack`: one segment was acknowledged (cumulatively or by SACK) while
+  the window is below ``cwnd_max`` -- this runs per segment, so the engine binds it once and it
+  should stay a few lines;
+* :meth:`CongestionControl.on_loss_episode`: a loss episode began (fast retransmit, or a
+  timeout's probes were found lost); once per episode;
+* :meth:`CongestionControl.on_persistent_congestion`: several retransmit timeouts in a row.
+
+Algorithms are registered in the entry-point group ``btlcore.congestion`` (``aimd``, today's
+AIMD with slow start and a Veno-style decrease, is btlcore's own) and picked by
+``Config.cc``; :func:`load` resolves the name once, when an engine is made.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ...errors import ConfigError
+
+if TYPE_CHECKING:
+    from ...config import Config
+    from ..peers import Peer
+
+GROUP = "btlcore.congestion"
+
+
+class CongestionControl(Protocol):
+    """What the engine needs of a congestion control algorithm (see the module docstring)."""
+
+    #: the largest window it ever sets (``inf``: none); the engine skips :meth:`on_ack`
+    #: while a peer's window is there, so that a full window costs no call per ACK
+    cwnd_max: float
+
+    def on_new_peer(self, peer: Peer) -> None:
+        """Set the window of a connection that starts."""
+
+    def on_ack(self, peer: Peer) -> None:
+        """One segment toward ``peer`` was acknowledged."""
+
+    def on_loss_episode(self, peer: Peer) -> None:
+        """A loss episode began: decrease (once per episode)."""
+
+    def on_persistent_congestion(self, peer: Peer) -> None:
+        """Retransmit timeouts in a row with nothing acknowledged."""
+
+
+Factory = Callable[["Config"], CongestionControl]
+
+
+@functools.cache
+def _registered() -> dict[str, Any]:
+    """The group's entry points, by name (read once per process: the scan costs milliseconds)."""
+    return {ep.name: ep for ep in entry_points(group=GROUP)}
+
+
+def available() -> list[str]:
+    """The names ``Config.cc`` may take."""
+    return sorted(set(_registered()) | {"aimd"})
+
+
+def load(name: str) -> Factory:
+    """The algorithm registered as ``name``; ConfigError listing the known ones otherwise."""
+    ep = _registered().get(name)
+    if ep is not None:
+        factory: Factory = ep.load()
+        return factory
+    if name == "aimd":  # (btlcore's own: found even where the package metadata is stale)
+        from .aimd import Aimd
+        return Aimd
+    raise ConfigError(f"bad value {name!r} for parameter 'cc' (BTL_CC): allowed is one of "
+                      f"{', '.join(available())} (the entry-point group {GROUP!r})")

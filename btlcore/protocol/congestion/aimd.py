@@ -1,0 +1,47 @@
+"""AIMD: slow start, then one segment per window per round trip; a multiplicative decrease
+per loss episode whose factor follows TCP Veno (gentler when the round trip shows no queue,
+so the loss was likely not congestion); persistent congestion restarts slow start."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ...config import Config
+    from ..peers import Peer
+
+CWND_BETA = 0.7  # multiplicative decrease per loss episode (CUBIC's; Reno halves)
+CWND_BETA_RANDOM = 0.8  # ... when the RTT shows no queue: the loss was likely not congestion (Veno)
+VENO_BACKLOG = 3.0  # segments this flow keeps queued (cwnd x (1 - min_rtt/srtt)) below which a loss looks random
+
+
+class Aimd:
+    """The ``aimd`` algorithm (``Config.cwnd_initial``, ``Config.cwnd_max``; ``cwnd_max=0``
+    turns congestion control off: a window so large it never binds)."""
+
+    __slots__ = ("cwnd_max", "cwnd_initial")
+
+    def __init__(self, config: Config) -> None:
+        self.cwnd_max = float(config.cwnd_max) if config.cwnd_max else float("inf")
+        self.cwnd_initial = float(min(config.cwnd_initial, config.cwnd_max)) if config.cwnd_max else float("inf")
+
+    def on_new_peer(self, peer: Peer) -> None:
+        peer.cwnd = self.cwnd_initial
+
+    def on_ack(self, peer: Peer) -> None:
+        cwnd = peer.cwnd
+        if cwnd < self.cwnd_max:  # slow start, then one segment per window
+            peer.cwnd = cwnd + (1.0 if cwnd < peer.ssthresh else 1.0 / cwnd)
+
+    def on_loss_episode(self, peer: Peer) -> None:
+        """Decrease once.  Veno's rule picks the factor; either way the window decreases, so
+        AIMD still converges where the estimate is wrong (a shallow-buffered switch)."""
+        t = peer.timer
+        beta = CWND_BETA
+        if t.min_rtt and t.srtt and peer.cwnd * (1.0 - t.min_rtt / t.srtt) < VENO_BACKLOG:
+            beta = CWND_BETA_RANDOM
+        peer.ssthresh = peer.cwnd = max(peer.cwnd * beta, 2.0)
+
+    def on_persistent_congestion(self, peer: Peer) -> None:
+        peer.ssthresh = max(peer.cwnd / 2, 2.0)
+        peer.cwnd = min(self.cwnd_initial, peer.ssthresh)

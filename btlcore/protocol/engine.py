@@ -1,0 +1,299 @@
+"""The protocol engine: reliable, exactly-once delivery over unreliable datagrams, sans I/O.
+
+Bytes and ``now`` go in; datagrams to send and the next deadline come out.  Nothing here
+touches a socket, a thread, a sleep or a clock: :class:`btlcore.transport.Transport` (or a
+test, see :mod:`btlcore.testing.enginepair`) drives it::
+
+    engine.receive_datagrams(batch, now)    # what the device delivered (or receive_datagram)
+    engine.handle_timer(now)                # when now >= engine.next_deadline()
+    for channel, dest, buf in engine.datagrams_to_send(now, budget):
+        device.post_send(channel, dest, buf)
+    for event in engine.take_events(): ...   # deliveries and completions (events.py)
+
+:class:`Engine` is the facade: it builds the shared :class:`~.state.EngineState` and the
+parts over it, wires them, and holds no protocol logic of its own beyond handing work to
+them (see :mod:`btlcore.protocol` for where each thing happens).  The parts do not inherit
+from one another; each gets the state and, at construction, the bound methods of the parts
+it calls::
+
+    state      = EngineState(config, ...)         # shared containers, constants, now, closed
+    packetizer = Packetizer(state)                # uses nothing else
+    recovery   = Recovery(state, packetizer)      # resends with packetizer.stamp
+    handshake  = Handshake(state, packetizer, recovery)   # fail_messages, build_hello
+    recovery.wire(confirm=handshake.confirm)      # the one cycle: an ACK confirms
+    receiver   = Receiver(state, recovery, handshake)
+
+Hot entry points with nothing to add are the parts' own bound methods, set on the engine at
+construction (no delegating call): ``receive_datagrams`` (the receiver's),
+``next_deadline`` and ``handle_timer`` (recovery's), ``enable_gather`` (the packetizer's).
+The engine's public attributes (``config``, ``address``, ``incarnation``, ``data_mtu``,
+``peers_by_addr``, ``peers_by_conn``, ``counters``, ``events``, ``regions``, ...) are the
+state's own objects, never rebound (``take_events`` empties the one events list); ``closed``
+and ``now`` are read from the state.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
+
+from ..config import Config
+from ..errors import MessageTooLarge, PeerUnreachable, TransportClosed
+from .events import Event, legacy
+from .handshake import Handshake
+from .packetizer import Packetizer
+from .peers import Callback, Frame, OutMessage, Peer, PeerEvent, PeerState
+from .receive import Receiver
+from .recovery import Recovery
+from .state import EngineState
+from .stats import aggregate
+from .wire import (
+    PUT_LEN,
+    T_DATA,
+    U32_MASK,
+)
+
+_FAILED = PeerState.FAILED
+_ESTABLISHED = PeerState.ESTABLISHED
+
+_UNSET: Any = object()  # receive_datagram's now, not given: the old (data, now) form
+
+
+class _ReceiveDatagrams(Protocol):  # Receiver.receive_datagrams
+    def __call__(self, batch: Iterable[Any], now: float, sources: Sequence[Any] | None = None) -> None: ...
+
+
+class _NextDeadline(Protocol):  # Recovery.next_deadline
+    def __call__(self, pending_work: bool = True) -> float | None: ...
+
+
+class Engine:
+    """One local endpoint talking to any number of peers over one device."""
+
+    __slots__ = (
+        "state", "packetizer", "recovery", "handshake", "receiver",
+        "config", "address", "incarnation", "data_mtu", "priority_mtu", "crc", "peers_by_addr",
+        "peers_by_conn", "counters", "events", "regions",
+        "receive_datagrams", "next_deadline", "handle_timer", "enable_gather",
+        "_single_cap", "_resending", "_sending", "_acking", "_hello", "_timed", "_touched",
+        "_deadlines", "_actions", "_resend_pass", "_send_pass", "_ack_pass", "_hello_pass",
+        "_dispatch", "_new_peer", "_reset_peer", "_start_hello", "_fail_messages",
+    )
+
+    # the parts' own bound methods (see the module docstring)
+    receive_datagrams: _ReceiveDatagrams
+    next_deadline: _NextDeadline
+    handle_timer: Callable[[float], None]
+    enable_gather: Callable[[], None]
+
+    def __init__(self, config: Config, *, address: bytes, resolve: Callable[[bytes], Any],
+                 data_mtu: int, priority_mtu: int, crc: bool, rng: random.Random, now: float,
+                 incarnation: int | None = None) -> None:
+        state = self.state = EngineState(
+            config, address=address, resolve=resolve, data_mtu=data_mtu, priority_mtu=priority_mtu,
+            crc=crc, rng=rng, now=now, incarnation=incarnation)
+        packetizer = self.packetizer = Packetizer(state)
+        recovery = self.recovery = Recovery(state, packetizer)
+        handshake = self.handshake = Handshake(state, packetizer, recovery)
+        recovery.wire(confirm=handshake.confirm)
+        receiver = self.receiver = Receiver(state, recovery, handshake)
+        self.config, self.address, self.incarnation = state.config, state.address, state.incarnation
+        self.data_mtu, self.priority_mtu, self.crc = state.data_mtu, state.priority_mtu, state.crc
+        self.peers_by_addr, self.peers_by_conn = state.peers_by_addr, state.peers_by_conn
+        self.counters, self.events, self.regions = state.counters, state.events, state.regions
+        self.receive_datagrams = receiver.receive_datagrams
+        self.next_deadline = recovery.next_deadline
+        self.handle_timer = recovery.handle_timer
+        self.enable_gather = packetizer.enable_gather
+        self._single_cap = state.single_cap
+        self._resending, self._sending, self._acking, self._hello = \
+            state.resending, state.sending, state.acking, state.hello
+        self._timed, self._touched, self._deadlines, self._actions = \
+            state.timed, state.touched, state.deadlines, state.actions
+        self._resend_pass, self._send_pass = recovery.resend_pass, packetizer.send_pass
+        self._ack_pass, self._hello_pass = packetizer.ack_pass, handshake.hello_pass
+        self._dispatch = receiver.dispatch
+        self._new_peer, self._reset_peer = handshake.new_peer, handshake.reset_peer
+        self._start_hello, self._fail_messages = handshake.start_hello, recovery.fail_messages
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self.state.closed
+
+    @property
+    def now(self) -> float:
+        """The ``now`` of the last entry point called."""
+        return self.state.now
+
+    def connect(self, address: bytes, now: float) -> Peer:
+        """Return the peer at ``address``, starting a handshake if it is new."""
+        state = self.state
+        state.now = now
+        if state.closed:
+            raise TransportClosed("transport is closed")
+        peer = self.peers_by_addr.get(address)
+        if peer is None:
+            peer = self._new_peer(bytes(address), state.resolve(bytes(address)))
+        elif peer.state is PeerState.FAILED:
+            self._reset_peer(peer)  # connecting again after a failure: a new connection
+        peer.inbound_since = None  # the application holds it now: never swept
+        if peer.state is PeerState.CONNECTING and peer.hello_next is None and not peer.confirmed:
+            self._start_hello(peer, now)
+        return peer
+
+    def send(self, peer: Peer, tag: int, data: Any, callback: Callback | None, now: float,
+             put_key: int | None = None, put_offset: int = 0) -> OutMessage:
+        """Queue a message (or, with ``put_key``, a put) for ``peer``."""
+        shared = self.state
+        shared.now = now
+        if shared.closed:
+            raise TransportClosed("transport is closed")
+        state = peer.state
+        if state is _FAILED:
+            raise peer.error or PeerUnreachable(f"peer {peer.address.hex()} has failed")
+        if not 0 <= tag <= 0xFFFF:
+            raise ValueError(f"tag {tag} is out of range: tags are 0 to 65535")
+        if type(data) is bytes:
+            view = memoryview(data)  # already flat bytes: no cast needed
+        else:
+            view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
+        size = len(view)
+        if size > self.config.max_message_size:
+            raise MessageTooLarge(
+                f"message of {size} bytes exceeds max_message_size={self.config.max_message_size}")
+        extra = PUT_LEN if put_key is not None else 0
+        chunked = size > self._single_cap - extra
+        peer.msg_counter += 1
+        msg = OutMessage(tag, view, callback, peer.msg_counter & U32_MASK, chunked, put_key, put_offset)
+        queue = peer.queue
+        if isinstance(queue, tuple):  # made on first use: an idle peer holds no deque (~770 B),
+            queue = peer.queue = deque()  # and kept once emptied (not one per message)
+        queue.append(msg)
+        peer.counters.num_msgs_sent += 1
+        if state is _ESTABLISHED:
+            self._sending[peer] = None
+        elif peer.hello_next is None and not peer.confirmed:
+            self._start_hello(peer, now)
+        return msg
+
+    def expose(self, buffer: Any) -> int:
+        """Expose a writable buffer to puts from peers; returns its key."""
+        view = memoryview(buffer).cast("B")
+        if view.readonly:
+            raise ValueError("a put target must be writable (bytearray, memoryview of one, ...)")
+        key = self.state.next_region
+        self.state.next_region += 1
+        self.regions[key] = view
+        return key
+
+    def unexpose(self, key: int) -> None:
+        self.regions.pop(key, None)
+
+    def close(self) -> None:
+        """Fail everything still pending and refuse new work."""
+        if self.state.closed:
+            return
+        self.state.closed = True
+        for peer in list(self.peers_by_addr.values()):
+            if peer.state not in (PeerState.FAILED, PeerState.CLOSED):
+                self._fail_messages(peer, TransportClosed("transport closed before the peer acknowledged"))
+                peer.transition(PeerEvent.CLOSED)
+        self._resending.clear()
+        self._sending.clear()
+        self._acking.clear()
+        self._hello.clear()
+        self._timed.clear()
+        self._touched.clear()
+        self._deadlines.clear()
+        self._actions.clear()
+
+    def has_outstanding(self) -> bool:
+        """True while some message is unsent or unacknowledged (what close() flushes)."""
+        return any(p.has_outstanding() for p in self.peers_by_addr.values()
+                   if p.state is not PeerState.FAILED)
+
+    def has_work(self) -> bool:
+        """True if a send pass would produce something right now."""
+        if self._resending or self._sending:
+            return True
+        for peer in self._acking:
+            if peer.ack_now:
+                return True
+        for peer in self._hello:
+            if peer.hello_reply:
+                return True
+        return False
+
+    def ack_now(self) -> None:
+        """Owe no ACK: make every pending standalone ACK due at once (close/flush, so that
+        the peers' last messages complete without waiting for their retransmit timer)."""
+        for peer in self._acking:
+            peer.ack_now = True
+            self._touched[peer] = None
+
+    def stats(self) -> dict[str, int]:
+        return aggregate(self.counters, (p.counters for p in self.peers_by_addr.values()))
+
+    def get_timer(self, pending_work: bool = True) -> float | None:
+        """Deprecated: :meth:`next_deadline`."""
+        warnings.warn("Engine.get_timer() is deprecated: use next_deadline()", DeprecationWarning, stacklevel=2)
+        return self.next_deadline(pending_work)
+
+    def take_events(self) -> list[Event]:
+        """The events since the last call, in order (see :mod:`btlcore.protocol.events`)."""
+        events = self.events  # (shared with the parts: emptied, never replaced)
+        out = events[:]
+        events.clear()
+        return out
+
+    def drain_events(self) -> list[tuple[Any, ...]]:
+        """Deprecated: :meth:`take_events`, as the last release's ``(EV_*, ...)`` tuples."""
+        warnings.warn("Engine.drain_events() is deprecated: use take_events() (typed events)",
+                      DeprecationWarning, stacklevel=2)
+        return [legacy(event) for event in self.take_events()]
+
+    def receive_datagram(self, data: Any, source: Any = None, now: Any = _UNSET) -> None:
+        """Process one datagram from the device, which saw it come from ``source`` (an
+        address as the device reports it, or None).  Malformed, corrupted, stale and unknown
+        datagrams are dropped and counted; nothing here raises on bad input.  (The form of
+        the last release, ``receive_datagram(data, now)``, still works, with a warning.)"""
+        if now is _UNSET:
+            warnings.warn("Engine.receive_datagram(data, now) is deprecated: pass "
+                          "receive_datagram(data, source, now)", DeprecationWarning, stacklevel=2)
+            source, now = None, source
+        try:
+            data_type = data[1]
+        except IndexError:
+            data_type = -1
+        if data_type == T_DATA:  # the one receive path for data
+            self.receive_datagrams((data,), now, None if source is None else (source,))
+        else:  # (anything else: checked and handed on by type, without the data path's set-up)
+            state = self.state
+            state.now = now
+            if not state.closed:
+                self._dispatch(data, source, now)
+
+    def datagrams_to_send(self, now: float, budget: int = 1 << 30,
+                          resends: bool = True) -> list[tuple[int, Any, Frame]]:
+        """Up to ``budget`` datagrams to post now, as ``(channel, dest, datagram)``.
+
+        The engine counts them as sent, and never changes a datagram it handed out (a
+        retransmission re-stamps a copy), so the device may keep one without copying.  A
+        driver calling it several times in one progress pass asks for ``resends`` only the
+        first time, so that ``max_resends_per_pass`` holds per pass."""
+        self.state.now = now
+        out: list[tuple[int, Any, Frame]] = []
+        cfg = self.config
+        if self._resending and resends:
+            self._resend_pass(out, now, min(budget, cfg.max_resends_per_pass))
+        if self._sending and len(out) < budget:
+            self._send_pass(out, now, budget)
+        if self._acking and len(out) < budget:
+            self._ack_pass(out, now, budget)
+        if self._hello and len(out) < budget:
+            self._hello_pass(out, now, budget)
+        return out

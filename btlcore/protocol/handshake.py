@@ -1,0 +1,290 @@
+"""HELLO and HELLO_ACK: connection ids, ISNs, incarnations (a restart told from a late packet
+of an older life), and a peer's reset or restart.
+
+From the other parts it gets, at construction, recovery's ``fail_messages`` (a restart or a
+reset fails what was pending) and the packetizer's ``build_hello``; recovery and the receiver
+call :meth:`Handshake.confirm`, the receiver :meth:`Handshake.on_hello`, the engine
+:meth:`Handshake.new_peer`, :meth:`Handshake.start_hello`, :meth:`Handshake.reset_peer` and
+the HELLO pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import PeerRestarted as RestartError
+from ..errors import PeerUnreachable
+from .events import PeerRestarted
+from .packetizer import Packetizer
+from .peers import Peer, PeerEvent, PeerState
+from .recovery import Recovery, RetransmitTimer
+from .state import EngineState
+from .window import ReceiveWindow
+from .wire import (
+    T_HELLO,
+    T_HELLO_ACK,
+    Hello,
+)
+
+_HELLO_INTERVAL_MAX = 1.0
+
+#: how much older (in incarnation units: 1/1024 s of the clock the driver built them from)
+#: a HELLO's incarnation may be than the one we know and still be a late packet of an older
+#: life; anything else that differs is a restart
+STALE_INCARNATION_WINDOW = 60 * 1024
+
+
+def stale_incarnation(candidate: int, current: int) -> bool:
+    """True if ``candidate`` is slightly older than ``current`` (serial arithmetic on 32
+    bits): a delayed packet of a previous life, not a restart."""
+    return 0 < (current - candidate) & 0xFFFFFFFF <= STALE_INCARNATION_WINDOW
+
+
+class Handshake:
+    """Connection set-up, and what a HELLO says about the peer's life."""
+
+    __slots__ = ("_state", "config", "crc", "incarnation", "counters", "events", "peers_by_addr",
+                 "peers_by_conn", "_cc", "_rng", "_hello", "_timed", "_touched", "_sending", "_acking",
+                 "_ack_channel", "_unschedule", "_fail_messages", "_build_hello")
+
+    def __init__(self, state: EngineState, packetizer: Packetizer, recovery: Recovery) -> None:
+        self._state = state  # for closed and resolve
+        self.config = state.config
+        self.crc = state.crc
+        self.incarnation = state.incarnation
+        self.counters = state.counters
+        self.events = state.events
+        self.peers_by_addr = state.peers_by_addr
+        self.peers_by_conn = state.peers_by_conn
+        self._cc = state.cc
+        self._rng = state.rng
+        self._hello = state.hello
+        self._timed = state.timed
+        self._touched = state.touched
+        self._sending = state.sending
+        self._acking = state.acking
+        self._ack_channel = state.ack_channel
+        self._unschedule = state.unschedule
+        self._fail_messages = recovery.fail_messages
+        self._build_hello = packetizer.build_hello
+
+    def new_peer(self, address: bytes, dest: Any) -> Peer:
+        cfg = self.config
+        conn = self._fresh_conn_id()
+        timer = RetransmitTimer(cfg.rto_mode == "adaptive", cfg.rto_initial, cfg.rto_min,
+                                cfg.rto_max, cfg.retrans_timeout, cfg.ack_delay)
+        peer = Peer(address, dest, conn, self._rng.randrange(1, 1 << 62), timer, cfg.window)
+        self._cc.on_new_peer(peer)
+        peer.crc = self.crc
+        self.peers_by_addr[address] = peer
+        self.peers_by_conn[conn] = peer
+        return peer
+
+    def _fresh_conn_id(self) -> int:
+        while True:
+            conn = self._rng.randrange(1, 1 << 32)
+            if conn not in self.peers_by_conn:
+                return conn
+
+    def start_hello(self, peer: Peer, now: float) -> None:
+        peer.hello_next = now
+        peer.hello_interval = self.config.handshake_interval
+        peer.hello_started = now
+        self._hello[peer] = None
+        self._timed[peer] = None
+
+    def confirm(self, peer: Peer, now: float) -> None:
+        """The peer has shown it knows our current incarnation."""
+        peer.confirmed = True
+        peer.inbound_since = None
+        self._touched[peer] = None
+        if peer.remote_known and peer.state is PeerState.CONNECTING:
+            peer.transition(PeerEvent.CONFIRMED)
+            peer.hello_next = None
+            peer.hello_started = None
+            peer.last_progress = now
+            if peer.queue:
+                self._sending[peer] = None
+
+    def _sweep_inbound(self, now: float) -> bool:
+        """At the peer cap: forget peers that a HELLO created and that never confirmed within
+        ``handshake_timeout`` (the application never saw them: nothing was delivered).  A
+        flood of HELLOs from forged addresses leaves only such peers.  True if room was made."""
+        limit = now - self.config.handshake_timeout
+        gone = [p for p in self.peers_by_addr.values()
+                if p.inbound_since is not None and p.inbound_since <= limit and not p.unacked and not p.queue]
+        for peer in gone:
+            del self.peers_by_addr[peer.address]
+            self.peers_by_conn.pop(peer.local_conn, None)
+            self._unschedule(peer)
+        return len(self.peers_by_addr) < self.config.max_peers
+
+    def on_hello(self, typ: int, dst: int, hello: Hello, wants_crc: bool, source: Any, now: float) -> None:
+        """A HELLO or HELLO_ACK (checked): learn the peer, follow its restarts and new
+        connections, answer a HELLO, confirm the connection."""
+        peer = self._hello_peer(typ, dst, hello, now)
+        if peer is None:
+            return
+        c = peer.counters
+        c.num_hello_recvs += 1
+        self._touched[peer] = None  # (its timers are looked at again)
+        if hello.incarnation in peer.past_incarnations:
+            c.num_stale_recvs += 1  # a late HELLO of an incarnation already replaced
+            return
+        if hello.conn_id in peer.past_remote_conns and hello.incarnation == peer.remote_inc:
+            c.num_stale_recvs += 1  # a late HELLO of a connection already replaced
+            return
+        renewed = self._hello_renews(peer, hello, now)
+        if renewed is None:
+            return  # stale
+        # CRC32C on what we send it if either side requires one: crc=on at one end and
+        # off (or auto on a device with integrity) at the other still talk
+        peer.crc = self.crc or wants_crc
+        peer.source = source  # where its handshake came from (as the device reports it)
+        if not peer.remote_known:
+            peer.remote_known = True
+            peer.remote_inc = hello.incarnation
+            peer.remote_conn = hello.conn_id
+            peer.remote_isn = hello.isn
+            # how long the peer may sit on an ACK: part of our retransmit timeout
+            peer.timer.set_max_ack_delay(min(hello.max_ack_delay_us * 1e-6, 1.0))
+            peer.remote_window = max(8, hello.window)
+            peer.window = ReceiveWindow(hello.isn, self.config.window)
+        if typ == T_HELLO:
+            peer.hello_reply = True
+            self._hello[peer] = None
+        if renewed:
+            # this datagram was addressed to our old connection: the peer cannot know the
+            # new one until our HELLO tells it
+            self.start_hello(peer, now)
+        # A HELLO_ACK proves the peer knows our current connection (it was looked up by
+        # it); a HELLO does only if it is addressed to it.
+        elif hello.echo_incarnation == self.incarnation and (typ == T_HELLO_ACK or dst == peer.local_conn):
+            first = not peer.confirmed
+            if first and typ == T_HELLO_ACK and peer.hello_count == 1 and peer.hello_sent_at is not None:
+                peer.timer.sample(now - peer.hello_sent_at)  # one HELLO, one answer: an RTT
+            self.confirm(peer, now)
+            if first and typ == T_HELLO_ACK:
+                # let the other side know at once that we know it (confirms it)
+                peer.ack_now = True
+                self._acking[peer] = None
+        elif peer.state is PeerState.CONNECTING and peer.hello_next is None and peer.queue:
+            self.start_hello(peer, now)
+
+    def _hello_peer(self, typ: int, dst: int, hello: Hello, now: float) -> Peer | None:
+        """The peer a HELLO (by its address: it may be new) or a HELLO_ACK (by our connection
+        id) is from; None, counted, if there is none or none may be made."""
+        if typ == T_HELLO:
+            peer = self.peers_by_addr.get(hello.address)
+            if peer is None:
+                if not self.config.accept_peers or self._state.closed:
+                    self.counters.num_unk_recvs += 1
+                    return None
+                if len(self.peers_by_addr) >= self.config.max_peers and not self._sweep_inbound(now):
+                    self.counters.num_refused_peers += 1
+                    return None
+                try:
+                    dest = self._state.resolve(hello.address)
+                except (ValueError, TypeError):
+                    self.counters.num_malformed_recvs += 1
+                    return None
+                peer = self.new_peer(hello.address, dest)
+                peer.inbound_since = now
+        else:
+            peer = self.peers_by_conn.get(dst)
+            if peer is None or hello.echo_incarnation != self.incarnation:
+                self.counters.num_unk_recvs += 1
+                return None
+        return peer
+
+    def _hello_renews(self, peer: Peer, hello: Hello, now: float) -> bool | None:
+        """What a HELLO says about the peer's life: a restart, a new connection, or a
+        failed peer speaking again.  True if we took a new connection id; None if stale."""
+        c = peer.counters
+        renewed = False  # we took a new connection id in this call
+        if peer.remote_known and hello.incarnation != peer.remote_inc:
+            if stale_incarnation(hello.incarnation, peer.remote_inc):
+                c.num_stale_recvs += 1  # an older life's HELLO, delayed in the network
+                return None
+            self._restart_peer(peer, now)
+            renewed = True
+        elif peer.remote_known and (hello.conn_id != peer.remote_conn or hello.isn != peer.remote_isn) \
+                and not self._state.closed:
+            # Same incarnation, new connection: the other side started afresh with us (it had
+            # declared us dead, or it saw a restart of ours race its handshake).
+            if peer.next_seq == peer.isn + 1 and peer.state is not PeerState.FAILED:
+                # We sent nothing on the old connection: simply follow it.  Its old segments
+                # cannot pass for new ones: they sit ~2**61 away from the new random ISN.
+                peer.remember_conn(peer.remote_conn)
+                peer.remote_known = False
+                peer.ready.clear()
+                peer.reassembly.clear()
+            else:
+                # What it had not acknowledged may or may not have been delivered before it
+                # reset: fail it (at most once, never twice), and start a new connection of
+                # our own that it learns from our HELLO.
+                self._fail_messages(peer, PeerUnreachable(
+                    f"peer {peer.address.hex()} reset the connection (it had declared us dead)"))
+                self.reset_peer(peer)
+                renewed = True
+        elif peer.state is PeerState.FAILED and not peer.remote_known and not self._state.closed:
+            # it never answered our handshake and we gave up; now it speaks: a new connection
+            self.reset_peer(peer)
+        elif peer.state is PeerState.FAILED or peer.state is PeerState.CLOSED:
+            c.num_stale_recvs += 1
+            return None
+        return renewed
+
+    def _restart_peer(self, peer: Peer, now: float) -> None:
+        """The peer came back as a new incarnation: fail what was meant for the old one and
+        start afresh (new connection id and ISN, so nothing stale can be delivered)."""
+        self.counters.num_peer_restarts += 1
+        self._fail_messages(peer, RestartError(
+            f"peer {peer.address.hex()} restarted (incarnation {peer.remote_inc:#x} -> new)"))
+        peer.remember_incarnation(peer.remote_inc)
+        self.reset_peer(peer)
+        self.events.append(PeerRestarted(peer))
+
+    def reset_peer(self, peer: Peer) -> None:
+        """Forget the connection with ``peer`` and make it ready for a new one: a new
+        connection id and ISN (so that nothing of the old connection can be taken for the
+        new), fresh windows and timers.  Counters and history stay."""
+        if peer.remote_known:
+            peer.remember_conn(peer.remote_conn)
+        peer.transition(PeerEvent.RESET)  # (Peer.__init__ below leaves it in that state)
+        keep = (peer.counters, peer.user_data, peer.past_incarnations, peer.past_remote_conns)
+        self.peers_by_conn.pop(peer.local_conn, None)
+        self._unschedule(peer)
+        cfg = self.config
+        timer = RetransmitTimer(cfg.rto_mode == "adaptive", cfg.rto_initial, cfg.rto_min,
+                                cfg.rto_max, cfg.retrans_timeout, cfg.ack_delay)
+        conn = self._fresh_conn_id()
+        Peer.__init__(peer, peer.address, peer.dest, conn, self._rng.randrange(1, 1 << 62),
+                      timer, cfg.window)
+        peer.counters, peer.user_data, peer.past_incarnations, peer.past_remote_conns = keep
+        self._cc.on_new_peer(peer)
+        peer.crc = self.crc
+        self.peers_by_conn[conn] = peer
+
+    def hello_pass(self, out: list[Any], now: float, budget: int) -> None:
+        for peer in list(self._hello):
+            if len(out) >= budget:
+                break
+            if peer.hello_reply:
+                out.append((self._ack_channel, peer.dest, self._build_hello(peer, T_HELLO_ACK)))
+                peer.hello_reply = False
+                peer.counters.num_hello_sends += 1
+                peer.counters.num_total_sends += 1
+            if peer.hello_next is not None and peer.hello_next <= now and not peer.confirmed:
+                out.append((self._ack_channel, peer.dest, self._build_hello(peer, T_HELLO)))
+                peer.counters.num_hello_sends += 1
+                peer.counters.num_total_sends += 1
+                peer.hello_count += 1
+                peer.hello_sent_at = now
+                peer.hello_next = now + peer.hello_interval
+                peer.hello_interval = min(peer.hello_interval * 2, _HELLO_INTERVAL_MAX)
+            if peer.hello_next is None or peer.confirmed:
+                peer.hello_next = None if peer.confirmed else peer.hello_next
+            if not peer.hello_reply and peer.hello_next is None:
+                del self._hello[peer]
+            self._touched[peer] = None

@@ -1,0 +1,285 @@
+"""Where a message becomes datagrams: segments cut from the send queue (chunking, channel
+choice, cached header prefixes, gathered payloads), the ACK point stamped on every data
+segment (piggy-backed ACKs), standalone ACKs and HELLOs built, and the send passes that
+produce them.
+
+Uses nothing of the other parts: only the shared :class:`~.state.EngineState` (constants,
+header prefixes, and the work lists it marks: ``sending``, ``acking``, ``timed``,
+``touched``).  Recovery calls :meth:`Packetizer.stamp` to resend a segment, the handshake
+:meth:`Packetizer.build_hello`, the engine the send and ACK passes.
+"""
+
+from __future__ import annotations
+
+import struct
+from math import ceil
+from typing import Any
+
+from .peers import Frame, Peer, Segment
+from .state import DATA, PRIORITY, EngineState
+from .wire import (
+    ACK_BODY,
+    AF_DUPLICATE,
+    AF_TRUNCATED,
+    CRC_OFFSET,
+    F_ACK,
+    F_CHUNK,
+    F_CRC,
+    F_PUT,
+    HEAD_PREFIX,
+    HEAD_REST,
+    HEAD_REST_CHUNK,
+    HEAD_REST_CHUNK_PUT,
+    HEAD_REST_PUT,
+    HEADER,
+    HEADER_LEN,
+    HF_CRC_REQUIRED,
+    PUT_LEN,
+    SACK_RANGE,
+    SEQ_MASK,
+    T_ACK,
+    T_DATA,
+    U32_MASK,
+    WIRE_VERSION,
+    Hello,
+    crc32c,
+    datagram_crc,
+    seal,
+)
+
+_U32 = struct.Struct("!I")
+_U64 = struct.Struct("!Q")
+_NO_CRC = bytes(4)
+GATHER_MIN = 2048  # with enable_gather, chunks from this size keep their payload uncopied
+_PREFIXES_MAX = 4096  # header prefixes kept (EngineState.prefixes)
+_NEVER = 1 << 62  # a size no chunk reaches
+
+
+class Packetizer:
+    """Messages to segments, and the datagrams of a send pass."""
+
+    __slots__ = ("_state", "config", "incarnation", "address", "crc", "priority_limit", "_chunk_cap",
+                 "_ack_channel", "_max_sack", "_prefixes", "_sending", "_acking", "_touched", "_timed")
+
+    def __init__(self, state: EngineState) -> None:
+        self._state = state  # for gather_min, which enable_gather changes
+        self.config = state.config
+        self.incarnation = state.incarnation
+        self.address = state.address
+        self.crc = state.crc
+        self.priority_limit = state.priority_limit
+        self._chunk_cap = state.chunk_cap
+        self._ack_channel = state.ack_channel
+        self._max_sack = state.max_sack
+        self._prefixes = state.prefixes
+        self._sending = state.sending
+        self._acking = state.acking
+        self._touched = state.touched
+        self._timed = state.timed
+
+    def enable_gather(self) -> None:
+        """The driver can post a datagram given as a list of buffers (``sendmsg`` style): from
+        now on a chunk of at least GATHER_MIN payload bytes (not a put) comes out of
+        :meth:`datagrams_to_send` as ``[header, view of the message]``, its payload not
+        copied (at 65000 B the copy was about 4 us of the sender's ~15 us per datagram);
+        every other datagram stays one buffer.  The message must stay unchanged until its
+        callback, as :meth:`send` already asks.  A no-op when no chunk can be that large."""
+        if self._chunk_cap >= GATHER_MIN:
+            self._state.gather_min = GATHER_MIN
+
+    def stamp(self, peer: Peer, seg: Segment, now: float, out: list[Any]) -> None:
+        """Fill in the current ACK point (and CRC) and count one transmission."""
+        buf: Any = seg.buf
+        if type(buf) is list:  # [header, payload] (enable_gather): a new header, same payload
+            header = bytearray(buf[0])
+            _U64.pack_into(header, 24, peer.window.cum & SEQ_MASK)
+            if header[2] & F_CRC:
+                _U32.pack_into(header, CRC_OFFSET, datagram_crc(header, buf[1]))
+            buf = seg.buf = [header, buf[1]]
+        else:
+            buf = seg.buf = bytearray(buf)  # a copy: a datagram handed out is never changed
+            _U64.pack_into(buf, 24, peer.window.cum & SEQ_MASK)
+            if buf[2] & F_CRC:  # (as when it was cut)
+                _U32.pack_into(buf, CRC_OFFSET, datagram_crc(buf))
+        seg.sent_at = now
+        seg.tx_count += 1
+        peer.tx_serial += 1
+        seg.tx_serial = peer.tx_serial
+        # the ACK point rides along: no standalone ACK needed unless SACK news is waiting
+        peer.ack_count = 0
+        peer.ack_deadline = None
+        if not peer.sack_dirty:
+            peer.ack_now = False
+        out.append((seg.channel, peer.dest, buf))
+
+    def send_pass(self, out: list[Any], now: float, budget: int) -> None:
+        cfg = self.config
+        credits_per_peer = cfg.send_credits
+        window = cfg.window
+        sending = self._sending
+        for peer in list(sending):
+            limit = peer.snd_una + min(window, peer.remote_window)
+            unacked, resend, cwnd = peer.unacked, peer.resend, peer.cwnd
+            # how many segments this peer may send now: credits, flow and congestion window
+            room = min(credits_per_peer, limit + 1 - peer.next_seq, budget - len(out))
+            in_flight = len(unacked) - len(resend)
+            if cwnd < in_flight + room:
+                room = ceil(cwnd - in_flight)  # (exact: an int below a float is subtracted exactly)
+            if room > 0 and peer.queue:
+                self._cut_segments(peer, now, out, room)
+            del sending[peer]  # re-added by a new send or an ACK that opens the window ...
+            if peer.queue and peer.next_seq <= limit and len(unacked) - len(resend) < cwnd:
+                sending[peer] = None  # ... or, still able to send: round robin, to the back
+            if len(out) >= budget:
+                break
+            depth = peer.next_seq - 1 - peer.snd_una
+            if depth > peer.counters.max_send_window:
+                peer.counters.max_send_window = depth
+
+    def _cut_segments(self, peer: Peer, now: float, out: list[Any], room: int) -> None:
+        """Where messages become datagrams: up to ``room`` segments cut from ``peer``'s queue and sent,
+        each one immutable ``bytes`` (header pieces and payload joined once the CRC is computed: one
+        copy).  Runs per segment: the state it touches is read into locals, written back at the end."""
+        queue, unacked, dest, append, crc = peer.queue, peer.unacked, peer.dest, out.append, peer.crc
+        gather_min = self._state.gather_min
+        conn = peer.remote_conn
+        seq, serial = peer.next_seq, peer.tx_serial
+        ack_w = peer.window.cum & SEQ_MASK  # the ACK point rides along (see stamp)
+        prefixes = self._prefixes
+        nbytes = chunks = 0
+        if not unacked:
+            peer.last_progress = now  # the death clock runs only while something is unacked
+        while room and queue:
+            msg = queue[0]
+            data, length, tag, off, msg_id = msg.data, msg.length, msg.tag, msg.offset, msg.msg_id
+            put = msg.put_key is not None
+            flags = (F_ACK | F_CRC if crc else F_ACK) | msg.flags | (F_PUT if put else 0)
+            if msg.chunked:
+                flags |= F_CHUNK
+                cap = self._chunk_cap - (PUT_LEN if put else 0)
+                channel = DATA
+            else:
+                cap = length
+                channel = PRIORITY if HEADER_LEN + (PUT_LEN if put else 0) + length <= self.priority_limit else DATA
+            prefix, pre_crc = prefixes.get(conn << 8 | flags) or self._new_prefix(conn, flags, crc)
+            gather_at = gather_min if gather_min is not None and not put else _NEVER
+            first_seq, first_off = seq, off
+            end_seq = seq + room
+            while seq < end_seq:
+                n = cap if length - off > cap else length - off
+                if flags & F_CHUNK:
+                    if put:
+                        rest = HEAD_REST_CHUNK_PUT.pack(seq & SEQ_MASK, ack_w, tag, n, msg_id, length,
+                                                        off, msg.put_key, msg.put_offset)
+                    else:
+                        rest = HEAD_REST_CHUNK.pack(seq & SEQ_MASK, ack_w, tag, n, msg_id, length, off)
+                elif put:
+                    rest = HEAD_REST_PUT.pack(seq & SEQ_MASK, ack_w, tag, n, msg.put_key, msg.put_offset)
+                else:
+                    rest = HEAD_REST.pack(seq & SEQ_MASK, ack_w, tag, n)
+                payload = data[off:off + n]
+                check = _U32.pack(crc32c(payload, crc32c(rest, pre_crc))) if crc else _NO_CRC
+                if n >= gather_at:
+                    frame: Frame = [b"".join((prefix, check, rest)), payload]  # (see enable_gather)
+                else:
+                    frame = b"".join((prefix, check, rest, payload))
+                serial += 1
+                unacked[seq] = Segment(seq, frame, channel, msg, now, 1, serial)
+                append((channel, dest, frame))
+                seq += 1
+                off += n
+                if off >= length:
+                    break
+            cut = seq - first_seq
+            nbytes += off - first_off
+            room -= cut
+            msg.offset = off
+            msg.outstanding += cut
+            if flags & F_CHUNK:
+                chunks += cut
+            if off >= length:
+                msg.cut_all = True
+                queue.popleft()
+                if put:  # the receiver's put status names it by its last segment's seq
+                    peer.puts[(seq - 1) & SEQ_MASK] = msg
+        frags = seq - peer.next_seq - chunks
+        peer.next_seq = seq
+        peer.tx_serial = serial
+        c = peer.counters
+        c.num_chunk_sends += chunks
+        c.num_frag_sends += frags
+        c.num_total_sends += chunks + frags
+        c.num_bytes_sent += nbytes
+        self._timed[peer] = None
+        # the ACK point rode along: no standalone ACK needed unless SACK news is waiting
+        peer.ack_count = 0
+        peer.ack_deadline = None
+        if not peer.sack_dirty:
+            peer.ack_now = False
+
+    def _new_prefix(self, conn: int, flags: int, crc: bool) -> tuple[bytes, int]:
+        """A data header's first 12 bytes to ``conn`` with ``flags``, and their CRC32C, packed
+        once and kept (the same for every segment: the incarnation is ours)."""
+        prefixes = self._prefixes
+        if len(prefixes) >= _PREFIXES_MAX:  # peers come and go: stay bounded
+            prefixes.clear()
+        head = HEAD_PREFIX.pack(WIRE_VERSION, T_DATA, flags, 0, conn, self.incarnation)
+        pre = prefixes[conn << 8 | flags] = (head, crc32c(head) if crc else 0)
+        return pre
+
+    def ack_pass(self, out: list[Any], now: float, budget: int) -> None:
+        for peer in list(self._acking):
+            if len(out) >= budget:
+                break
+            if peer.ack_now or (peer.ack_deadline is not None and peer.ack_deadline <= now):
+                if peer.remote_known:
+                    out.append((self._ack_channel, peer.dest, self._build_ack(peer, now)))
+                    peer.last_ack_sent = now
+                    peer.counters.num_ack_sends += 1
+                    peer.counters.num_total_sends += 1
+                peer.ack_count = 0
+                peer.ack_deadline = None
+                peer.ack_now = False
+                peer.sack_dirty = False
+                del self._acking[peer]
+                self._touched[peer] = None
+            elif peer.ack_deadline is None and not peer.ack_now:
+                del self._acking[peer]  # a piggy-backed ACK paid the debt
+
+    def _build_ack(self, peer: Peer, now: float) -> bytearray:
+        w = peer.window
+        ranges = w.sack_ranges(self._max_sack) if w.has_gaps else []
+        ack_flags = AF_TRUNCATED if ranges and w.sack_truncated(self._max_sack) else 0
+        if peer.dup_seen:
+            ack_flags |= AF_DUPLICATE
+            peer.dup_seen = False
+        largest = w.cum + ranges[-1][0] + ranges[-1][1] - 1 if ranges else w.cum
+        if largest == w.high:
+            delay = min(int((now - peer.rx_high_time) * 1e6), U32_MASK - 1)
+        else:
+            delay = U32_MASK  # ranges were cut short: no RTT sample from this ACK
+        body = ACK_BODY.size + SACK_RANGE.size * len(ranges)
+        buf = bytearray(HEADER_LEN + body)
+        HEADER.pack_into(buf, 0, WIRE_VERSION, T_ACK, F_ACK | F_CRC if peer.crc else F_ACK, 0,
+                         peer.remote_conn, self.incarnation, 0, 0, w.cum & SEQ_MASK, 0, body)
+        ACK_BODY.pack_into(buf, HEADER_LEN, self.config.window, len(ranges), ack_flags, delay)
+        pos = HEADER_LEN + ACK_BODY.size
+        for start, length in ranges:
+            SACK_RANGE.pack_into(buf, pos, start, length)
+            pos += SACK_RANGE.size
+        if peer.crc:
+            seal(buf)
+        return buf
+
+    def build_hello(self, peer: Peer, typ: int) -> bytearray:
+        body = Hello(self.incarnation, peer.local_conn, peer.isn, peer.remote_inc,
+                     self.config.window, self.address, int(self.config.ack_delay * 1e6)).encode()
+        buf = bytearray(HEADER_LEN + len(body))
+        # Always with a CRC32C, whatever either side's setting (a handshake is rare, and a
+        # side that requires CRCs must be able to read it); hello_flags says whether we
+        # require one on everything else.
+        HEADER.pack_into(buf, 0, WIRE_VERSION, typ, F_CRC, HF_CRC_REQUIRED if self.crc else 0,
+                         peer.remote_conn, self.incarnation, 0, 0, 0, 0, len(body))
+        buf[HEADER_LEN:] = body
+        seal(buf)
+        return buf

@@ -1,0 +1,295 @@
+"""The state btlcore keeps for one remote peer: who it is (handshake, incarnations), what we
+sent it (send window, retransmit state), and what it sent us (receive window, reassembly,
+ACK debt).  The logic that moves this state lives in :mod:`btlcore.protocol` (see its docstring).
+
+The connection's state (:class:`PeerState`) changes only through :data:`TRANSITIONS`, one
+table of (state, event) -> next state, applied by :meth:`Peer.transition`; a pair that is not
+in the table is a bug in the engine and raises :class:`InvalidTransition`.  Everything that
+changes ``Peer.state`` goes through it (h11's ``_state.py`` is the model).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .stats import PeerCounters
+from .window import ReceiveWindow, SackScoreboard
+
+if TYPE_CHECKING:
+    from .events import Event
+    from .recovery import RetransmitTimer
+
+#: a datagram as handed to the device: one buffer, or [header, payload] (a gathered send)
+Frame = bytes | bytearray | list[Any]
+
+#: a completion callback: called once with None (success) or the exception that failed it
+Callback = Callable[[BaseException | None], Any]
+
+
+class PeerState(enum.Enum):
+    CONNECTING = "connecting"  # handshake under way (a new peer starts here)
+    ESTABLISHED = "established"
+    FAILED = "failed"  # declared dead; every pending operation failed
+    CLOSED = "closed"  # our transport closed (final)
+
+
+class PeerEvent(enum.Enum):
+    """What moves a connection from one state to another."""
+
+    CONFIRMED = "confirmed"  # each side knows the other's incarnation, connection and ISN
+    FAILED = "failed"  # declared dead: handshake, peer or retry timeout
+    RESET = "reset"  # a new connection to the same address: a restart, a reset, a reconnect
+    CLOSED = "closed"  # the local transport closed
+
+
+_C, _E, _F, _X = PeerState.CONNECTING, PeerState.ESTABLISHED, PeerState.FAILED, PeerState.CLOSED
+
+#: (state, event) -> next state: every change of Peer.state, and nothing else
+TRANSITIONS: dict[tuple[PeerState, PeerEvent], PeerState] = {
+    # state             event                   next state
+    (_C, PeerEvent.CONFIRMED): _E,
+    (_C, PeerEvent.FAILED): _F,
+    (_E, PeerEvent.FAILED): _F,
+    (_C, PeerEvent.RESET): _C,
+    (_E, PeerEvent.RESET): _C,
+    (_F, PeerEvent.RESET): _C,
+    (_C, PeerEvent.CLOSED): _X,
+    (_E, PeerEvent.CLOSED): _X,
+}
+
+
+class InvalidTransition(RuntimeError):
+    """An event that the connection's state does not allow (a bug in the engine, never the
+    network's doing: the engine checks what it receives before it moves a state)."""
+
+
+class OutMessage:
+    """A message (or put) on its way out: cut into segments lazily, as the window opens, and
+    complete once every segment is acknowledged -- a put once, in addition, the receiver's
+    put status has come back (it says whether the put landed)."""
+
+    __slots__ = ("tag", "data", "length", "callback", "msg_id", "offset", "outstanding",
+                 "chunked", "put_key", "put_offset", "done", "cut_all", "flags", "put_status")
+
+    def __init__(self, tag: int, data: memoryview, callback: Callback | None, msg_id: int,
+                 chunked: bool, put_key: int | None = None, put_offset: int = 0) -> None:
+        self.tag = tag
+        self.data = data
+        self.length = len(data)
+        self.callback = callback
+        self.msg_id = msg_id
+        self.offset = 0  # next byte to put in a segment
+        self.outstanding = 0  # segments sent and not yet acknowledged
+        self.chunked = chunked
+        self.put_key = put_key
+        self.put_offset = put_offset
+        self.done = False  # its callback has fired (or it failed)
+        self.cut_all = False  # its last segment has been cut
+        self.flags = 0  # header flags its segments carry besides the usual (F_STATUS)
+        self.put_status: int | None = None  # a put: the receiver's status code, once known
+
+
+class Segment:
+    """One sequenced datagram held until acknowledged.  ``buf`` is the whole datagram; a
+    retransmission re-stamps its ACK and CRC fields in a copy."""
+
+    __slots__ = ("seq", "buf", "channel", "msg", "sent_at", "tx_count", "tx_serial", "lost")
+
+    def __init__(self, seq: int, buf: Frame, channel: int, msg: OutMessage,
+                 sent_at: float = 0.0, tx_count: int = 0, tx_serial: int = 0) -> None:
+        self.seq = seq
+        self.buf = buf
+        self.channel = channel
+        self.msg = msg
+        self.sent_at = sent_at
+        self.tx_count = tx_count
+        self.tx_serial = tx_serial
+        self.lost = 0  # queued for retransmission: 0 no, else recovery.LOST_FAST/LOST_TIMEOUT
+
+
+class Reassembly:
+    """A chunked message being put back together (or a chunked put being tracked).
+
+    Chunks that arrive in order as immutable ``bytes`` datagrams (the simulator's) are kept
+    as views of those datagrams and joined once the last one is in: no zero-filled buffer
+    and one copy of the payload, instead of zeroing a buffer and copying every chunk into it.
+    Anything else (a chunk out of order, a datagram the device will reuse) switches to
+    copying into a buffer, with what was kept so far copied in first."""
+
+    __slots__ = ("buf", "view", "parts", "msg_len", "received", "tag", "last_seq", "put_key",
+                 "put_offset", "failed")
+
+    def __init__(self, msg_len: int, tag: int, put_key: int | None, put_offset: int) -> None:
+        self.buf: bytearray | None = None  # made when the first chunk cannot be kept
+        self.view: memoryview | None = None  # of buf: one view made once, not one per chunk
+        self.parts: list[memoryview] | None = [] if put_key is None else None  # kept chunks
+        self.msg_len = msg_len
+        self.received = 0
+        self.tag = tag
+        self.last_seq = -1
+        self.put_key = put_key
+        self.put_offset = put_offset
+        # a put that could not be placed: its put status code (wire.PS_*), reported when
+        # the whole put arrived; 0 while every chunk landed
+        self.failed = 0
+
+    def add(self, off: int, chunk: memoryview) -> None:
+        """Take the chunk at ``off`` (a view of the datagram; before ``received`` counts it)."""
+        parts = self.parts
+        if parts is not None:
+            if off == self.received and type(chunk.obj) is bytes:
+                parts.append(chunk)  # immutable: kept, not copied
+                return
+            self.buf = bytearray(self.msg_len)
+            view = self.view = memoryview(self.buf)
+            pos = 0
+            for part in parts:
+                view[pos:pos + len(part)] = part
+                pos += len(part)
+            self.parts = None
+        self.view[off:off + len(chunk)] = chunk  # type: ignore[index]
+
+    def take(self) -> bytearray:
+        """The whole message, once every byte arrived (call once)."""
+        if self.parts is not None:
+            self.buf = bytearray().join(self.parts)  # the chunks tile it: they came in order
+            self.parts = None
+        elif self.view is not None:
+            self.view.release()  # the buffer is the user's now
+        return self.buf  # type: ignore[return-value]
+
+
+class Peer:
+    """Everything about one remote peer.  Users hold it as the handle returned by
+    ``Transport.connect`` and passed to message handlers."""
+
+    __slots__ = (
+        # identity and handshake
+        "address", "dest", "local_conn", "remote_conn", "remote_inc", "state", "confirmed",
+        "remote_known", "inbound_since", "crc", "hello_next", "hello_count", "hello_sent_at", "hello_interval",
+        "hello_started", "hello_reply",
+        "error", "user_data", "source", "past_incarnations", "past_remote_conns", "remote_isn",
+        # send side
+        "isn", "next_seq", "snd_una", "queue", "unacked", "resend", "scoreboard",
+        "tx_serial", "acked_serial", "reo_mult", "reo_persist", "loss_seq_limit", "cwnd", "ssthresh",
+        "recovery_serial", "timeouts", "probe_seq", "probe_serial", "probe_dup", "timer",
+        "last_progress", "rto_base", "msg_counter", "puts",
+        "remote_window",
+        # receive side
+        "window", "rx_high_time", "dup_seen", "last_ack_sent", "ready", "reassembly", "ack_count", "ack_deadline",
+        "ack_now",
+        "sack_dirty",
+        "counters",
+        # timers (the engine's heap)
+        "timed", "timed_order",
+    )
+
+    def __init__(self, address: bytes, dest: Any, local_conn: int, isn: int,
+                 timer: RetransmitTimer, window: int) -> None:
+        self.address = address
+        self.dest = dest
+        self.local_conn = local_conn
+        self.remote_conn = 0
+        self.remote_inc = 0
+        self.state = PeerState.CONNECTING  # where a connection starts (TRANSITIONS moves it on)
+        self.confirmed = False  # the peer knows our current incarnation
+        self.remote_known = False  # we know its incarnation, connection id and ISN
+        # created by its HELLO and not confirmed yet: since when (None otherwise)
+        self.inbound_since: float | None = None
+        self.crc = False  # put a CRC32C on what we send it (we or it require one; the engine sets it)
+        self.hello_next: float | None = None  # when to (re)send a HELLO
+        self.hello_interval = 0.0
+        self.hello_count = 0  # HELLOs sent (an RTT sample needs exactly one)
+        self.hello_sent_at: float | None = None
+        self.hello_started: float | None = None
+        self.hello_reply = False  # a HELLO_ACK is owed
+        self.error: BaseException | None = None
+        self.user_data: Any = None
+        # where the peer's last accepted handshake came from, as the device reported it (None
+        # if it does not say): for source checks, which use it later
+        self.source: Any = None
+        # incarnations this address had before (a late HELLO of one is no restart)
+        self.past_incarnations: tuple[int, ...] = ()
+        self.past_remote_conns: tuple[int, ...] = ()  # likewise, connections
+        self.remote_isn = 0
+
+        self.isn = isn
+        self.next_seq = isn + 1
+        self.snd_una = isn  # everything up to here is acknowledged
+        # queue and resend are deques once used; an empty tuple until then keeps an idle
+        # peer small (a deque costs ~770 bytes)
+        self.queue: deque[OutMessage] | tuple[()] = ()
+        self.unacked: OrderedDict[int, Segment] = OrderedDict()  # in transmission order
+        self.resend: deque[Segment] | tuple[()] = ()
+        self.scoreboard = SackScoreboard()
+        self.tx_serial = 0
+        self.acked_serial = [0, 0]  # per channel: highest transmission serial acknowledged
+        self.loss_seq_limit: int | None = None  # no loss declared above (truncated SACK)
+        self.cwnd = 0.0  # congestion window, segments (set by the engine)
+        self.ssthresh = float("inf")
+        self.recovery_serial = 0  # losses of segments sent before this serial: same episode
+        # timeouts in a row without progress; the probes of the first one, judged when they
+        # are acknowledged (a duplicate report means the timeout was spurious)
+        self.timeouts = 0
+        self.probe_seq: int | None = None
+        self.probe_serial = 0
+        self.probe_dup = False
+        self.reo_mult = 1  # reordering allowance, in quarters of an RTT (grows on spurious resends)
+        self.reo_persist = 0  # loss episodes the widened allowance lasts (RACK's reo_wnd_persist)
+        self.timer = timer
+        self.last_progress = 0.0  # last time the peer acknowledged something new
+        self.rto_base = 0.0  # the retransmit timer counts from max(this, oldest send)
+        self.msg_counter = 0
+        # puts cut whole and waiting for the receiver's put status, by the wire seq of their
+        # last segment (what the status names)
+        self.puts: dict[int, OutMessage] = {}
+        self.remote_window = window
+
+        self.window = ReceiveWindow(0, window)  # rebased on the peer's ISN at handshake
+        self.last_ack_sent = -1.0
+        self.dup_seen = False  # a duplicate arrived since our last standalone ACK
+        self.rx_high_time = 0.0  # when the highest sequence number so far arrived
+        self.ready: dict[int, Event] = {}  # ordered mode: seq -> deliverable
+        self.reassembly: dict[int, Reassembly] = {}
+        self.ack_count = 0  # segments received since we last told the peer our ACK point
+        self.ack_deadline: float | None = None
+        self.ack_now = False
+        self.sack_dirty = False
+        self.counters = PeerCounters()
+        self.timed = False  # the engine keeps times for it (see Recovery._refresh_timers)
+        self.timed_order = 0  # when it became timed: timers of peers due together run in this order
+
+    def __repr__(self) -> str:
+        return f"<Peer {self.address.hex()} {self.state.value} conn={self.local_conn:#x}>"
+
+    def transition(self, event: PeerEvent) -> PeerState:
+        """Move the connection's state by ``event`` (see :data:`TRANSITIONS`)."""
+        new = TRANSITIONS.get((self.state, event))
+        if new is None:
+            allowed = sorted(e.value for (s, e) in TRANSITIONS if s is self.state)
+            raise InvalidTransition(f"peer {self.address.hex()}: event {event.value!r} in state "
+                                    f"{self.state.value!r} (allowed there: {', '.join(allowed) or 'none'})")
+        self.state = new
+        return new
+
+    def new_resend(self) -> deque[Segment]:
+        self.resend = deque()
+        return self.resend
+
+    def remember_incarnation(self, inc: int) -> None:
+        """Keep the last 16 replaced incarnations (a late HELLO of one is stale)."""
+        self.past_incarnations = (self.past_incarnations + (inc,))[-16:]
+
+    def remember_conn(self, conn: int) -> None:
+        self.past_remote_conns = (self.past_remote_conns + (conn,))[-16:]
+
+    @property
+    def in_flight(self) -> int:
+        return self.next_seq - 1 - self.snd_una
+
+    def has_outstanding(self) -> bool:
+        """Unacknowledged or unsent work toward this peer, or a put awaiting its status."""
+        return bool(self.unacked or self.queue or self.puts)

@@ -1,0 +1,467 @@
+"""Where a datagram becomes a delivered message: the one receive path for data segments.
+
+From the other parts it gets, at construction, recovery's ``on_cum_ack``,
+``detect_losses``, ``on_ack`` (what a datagram acknowledges) and ``put_done`` (a put status
+completes a put), and the handshake's ``confirm`` and ``on_hello``; the rest is the shared
+:class:`~.state.EngineState`.  The engine calls :meth:`Receiver.receive_datagrams` and
+:meth:`Receiver.dispatch`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .events import Event, MessageReceived, PutLanded, PutRefused, _new
+from .handshake import Handshake
+from .peers import OutMessage, Peer, PeerState, Reassembly
+from .recovery import Recovery
+from .state import EngineState
+from .window import ABOVE_WINDOW, DUPLICATE, NEW
+from .window import SEQ_HALF as _HALF
+from .window import SEQ_WRAP as _WRAP
+from .wire import (
+    CHUNK,
+    CHUNK_LEN,
+    CRC_OFFSET,
+    F_ACK,
+    F_CHUNK,
+    F_CRC,
+    F_PUT,
+    F_STATUS,
+    HEADER,
+    HEADER_CHUNK,
+    HEADER_LEN,
+    HF_CRC_REQUIRED,
+    PAYLOAD_AT,
+    PS_LANDED,
+    PS_OUT_OF_BOUNDS,
+    PS_UNEXPOSED,
+    PS_UNKNOWN_KEY,
+    PUT,
+    PUT_STATUS,
+    SEQ_MASK,
+    T_ACK,
+    T_DATA,
+    T_HELLO,
+    T_HELLO_ACK,
+    UNKNOWN_FLAGS,
+    WIRE_VERSION,
+    Hello,
+    MalformedDatagram,
+    crc32c,
+)
+
+_FAILED = PeerState.FAILED
+_ESTABLISHED = PeerState.ESTABLISHED
+
+_NOT_FAST = UNKNOWN_FLAGS | F_PUT | F_STATUS  # flags that keep a datagram off the in-order fast path
+_CHUNKED = HEADER_LEN + CHUNK_LEN  # where a chunk's payload starts
+
+
+class Receiver:
+    """Data segments in: ordering, reassembly, puts, put statuses, ACK debt."""
+
+    __slots__ = ("_state", "config", "crc", "counters", "events", "peers_by_conn", "regions", "_acking",
+                 "_timed", "_sending", "_ack_frequency", "_ack_delay", "_on_cum_ack", "_detect_losses",
+                 "_on_ack", "_put_done", "_confirm", "_on_hello")
+
+    def __init__(self, state: EngineState, recovery: Recovery, handshake: Handshake) -> None:
+        self._state = state  # for now and closed
+        self.config = state.config
+        self.crc = state.crc
+        self.counters = state.counters
+        self.events = state.events
+        self.peers_by_conn = state.peers_by_conn
+        self.regions = state.regions
+        self._acking = state.acking
+        self._timed = state.timed
+        self._sending = state.sending
+        self._ack_frequency = state.ack_frequency
+        self._ack_delay = state.ack_delay
+        self._on_cum_ack = recovery.on_cum_ack
+        self._detect_losses = recovery.detect_losses
+        self._on_ack = recovery.on_ack
+        self._put_done = recovery.put_done
+        self._confirm = handshake.confirm
+        self._on_hello = handshake.on_hello
+
+    def receive_datagrams(self, batch: Iterable[Any], now: float,
+                          sources: Sequence[Any] | None = None) -> None:
+        """The receive path: a poll's datagrams, arrived by ``now`` (``sources``: where each came from, or None).
+        Its first branch is the common case, written once: the next data segment in order of a confirmed peer,
+        intact, whole or a middle chunk (state read once per batch).  Else :meth:`dispatch`, :meth:`_on_segment`."""
+        self._state.now = now
+        if self._state.closed:
+            return  # nobody will read them: neither deliver nor acknowledge
+        head_chunk, check, peers, events = HEADER_CHUNK.unpack_from, crc32c, self.peers_by_conn, self.events
+        acking, timed, freq = self._acking, self._timed, self._ack_frequency
+        last_dst = last_inc = k = -1  # whose peer passed the checks (only dispatch changes that)
+        peer: Any
+        for data in batch:
+            k += 1
+            n = len(data)
+            typ = -1
+            if n >= _CHUNKED:  # the chunk extension too, in the same unpack
+                version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen, msg_id, msg_len, off \
+                    = head_chunk(data)
+            elif n >= HEADER_LEN:
+                version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = HEADER.unpack_from(data)
+            # the fast path's conditions, before believing anything (else dispatch); each `:=` only notes a value
+            if typ != T_DATA or version != WIRE_VERSION or flags & _NOT_FAST or (
+                    (dst != last_dst or inc != last_inc)
+                    and ((peer := peers.get(dst)) is None or inc != peer.remote_inc or not peer.confirmed
+                         or not peer.remote_known or peer.state is _FAILED
+                         or (last_dst := dst) < 0 or (last_inc := inc) < 0)) or (
+                    check((view := memoryview(data))[CRC_OFFSET + 4:], check(view[:CRC_OFFSET])) != crc
+                    if flags & F_CRC else self.crc or (view := memoryview(data)) is None):
+                last_dst = -1
+                self.dispatch(data, None if sources is None else sources[k], now)
+                continue
+            if n != (_CHUNKED if flags & F_CHUNK else HEADER_LEN) + plen:
+                self.counters.num_malformed_recvs += 1  # drop before anything in it is believed
+                continue
+            c = peer.counters
+            c.num_total_recvs += 1
+            if flags & F_ACK and ack_w != peer.snd_una & SEQ_MASK:  # _on_piggyback_ack inline (4% of a ping-pong)
+                at_cum = self._on_cum_ack(peer, ack_w, now)
+                if at_cum is not None:
+                    if at_cum.tx_count == 1 and at_cum.seq == peer.next_seq - 1:
+                        peer.timer.sample(now - at_cum.sent_at)
+                    if peer.unacked:
+                        self._detect_losses(peer)
+            cum = (w := peer.window).cum
+            if seq_w != (cum + 1) & SEQ_MASK or w._starts:
+                self._on_segment(peer, view, n, flags, seq_w, tag, plen, now)  # out of order
+                continue
+            if flags & F_CHUNK:
+                ras = peer.reassembly.get(msg_id)
+                # a chunk in the middle of a message being reassembled (not its first nor last)
+                if ras is None or ras.msg_len != msg_len or ras.put_key is not None or plen <= 0 \
+                        or off + plen >= msg_len or ras.received + plen >= msg_len:
+                    self._on_segment(peer, view, n, flags, seq_w, tag, plen, now)
+                    continue
+            seq = w.cum = cum + 1
+            if seq > w.high:
+                w.high = seq
+                peer.rx_high_time = now
+            if not flags & F_CHUNK:
+                c.num_frag_recvs += 1
+                c.num_msgs_delivered += 1
+                c.num_bytes_delivered += plen
+                events.append(_new(MessageReceived, (
+                    peer, tag, data[HEADER_LEN:] if type(data) is bytes else bytes(view[HEADER_LEN:]))))
+            else:
+                c.num_chunk_recvs += 1
+                parts = ras.parts
+                if parts is not None and off == ras.received and type(view.obj) is bytes:
+                    parts.append(view[_CHUNKED:])  # Reassembly.add, inline: kept, not copied
+                else:
+                    ras.add(off, view[_CHUNKED:])
+                ras.received += plen
+            peer.ack_count += 1
+            if peer.ack_count >= freq:
+                peer.ack_now = True
+            elif peer.ack_deadline is None:
+                peer.ack_deadline = now + self._ack_delay
+            acking[peer] = None
+            timed[peer] = None
+
+    def dispatch(self, data: Any, source: Any, now: float) -> None:
+        """The general handler for any datagram: checked (version, flags, CRC), counted if
+        bad, then handed on by type: data to :meth:`_on_data`, an ACK to recovery's
+        ``on_ack``, a HELLO or HELLO_ACK to the handshake's ``on_hello``."""
+        n = len(data)
+        if n < HEADER_LEN:
+            self.counters.num_malformed_recvs += 1
+            return
+        version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = HEADER.unpack_from(data)
+        if version != WIRE_VERSION or flags & UNKNOWN_FLAGS:
+            self.counters.num_malformed_recvs += 1
+            return
+        view = memoryview(data)  # one view for the CRC and the payload copy
+        if flags & F_CRC:
+            if crc32c(view[CRC_OFFSET + 4:], crc32c(view[:CRC_OFFSET])) != crc:
+                self.counters.num_crc_errors += 1
+                return
+        elif self.crc:  # we require a CRC: a frame without one may have lost its flag bit
+            self.counters.num_crc_errors += 1
+            return
+        if typ == T_DATA or typ == T_ACK:
+            peer = self.peers_by_conn.get(dst)
+            if peer is None:
+                self.counters.num_unk_recvs += 1
+                return
+            if inc != peer.remote_inc or not peer.remote_known or peer.state is _FAILED:
+                peer.counters.num_stale_recvs += 1
+                return
+            if typ == T_DATA:
+                self._on_data(peer, view, n, flags, seq_w, ack_w, tag, plen, now)
+            else:
+                self._on_ack(peer, view, n, ack_w, plen, now)
+        elif typ == T_HELLO or typ == T_HELLO_ACK:
+            if n != HEADER_LEN + plen:
+                self.counters.num_malformed_recvs += 1
+                return
+            try:
+                hello = Hello.decode(view[HEADER_LEN:])
+            except MalformedDatagram:
+                self.counters.num_malformed_recvs += 1
+                return
+            if hello.incarnation != inc or inc == 0:
+                self.counters.num_malformed_recvs += 1
+                return
+            self._on_hello(typ, dst, hello, bool(_r & HF_CRC_REQUIRED), source, now)
+        else:
+            self.counters.num_malformed_recvs += 1
+
+
+    def _on_data(self, peer: Peer, data: memoryview, n: int, flags: int, seq_w: int, ack_w: int,
+                 tag: int, plen: int, now: float) -> None:
+        """A data segment the fast path did not take (its peer unconfirmed, a put, a put
+        status...): checked, its piggy-backed ACK applied, then :meth:`_on_segment`."""
+        if n != PAYLOAD_AT[flags & (F_CHUNK | F_PUT)] + plen:  # malformed: drop before anything in it is believed
+            self.counters.num_malformed_recvs += 1
+            return
+        peer.counters.num_total_recvs += 1
+        if not peer.confirmed:
+            self._confirm(peer, now)
+        if flags & F_ACK and ack_w != peer.snd_una & SEQ_MASK:
+            self._on_piggyback_ack(peer, ack_w, now)
+        self._on_segment(peer, data, n, flags, seq_w, tag, plen, now)
+
+    def _on_piggyback_ack(self, peer: Peer, ack_w: int, now: float) -> None:
+        """A piggy-backed ACK with news (every reply in a ping-pong), applied before the
+        segment carrying it: it touches only send-side state, so the receive path sees the
+        same state either way, and events keep their order (completions first)."""
+        at_cum = self._on_cum_ack(peer, ack_w, now)
+        if at_cum is not None:
+            # a piggy-backed ACK carries no delay: sample only when it acknowledges the
+            # last thing we sent (a reply to it), which bounds the error to the peer's
+            # own turnaround
+            if at_cum.tx_count == 1 and at_cum.seq == peer.next_seq - 1:
+                peer.timer.sample(now - at_cum.sent_at)
+            if peer.unacked:  # (with nothing unacked it has nothing to do)
+                self._detect_losses(peer)
+
+    def _on_segment(self, peer: Peer, data: memoryview, n: int, flags: int, seq_w: int,
+                    tag: int, plen: int, now: float) -> None:
+        """The general receive handler for a data segment (its length checked, its ACK
+        applied): place it in the window, then reassemble, place a put, take a put status or
+        deliver, in order if ordered, and note the ACK it is owed."""
+        c = peer.counters
+        pos = PAYLOAD_AT[flags & (F_CHUNK | F_PUT)]
+        w = peer.window
+        cum = w.cum
+        seq = cum + 1 + ((seq_w - cum - 1) & SEQ_MASK)
+        if seq - cum - 1 >= _HALF:
+            seq -= _WRAP
+        msg_len = off = msg_id = 0
+        ras = None
+        if flags & F_STATUS and (flags & (F_CHUNK | F_PUT) or plen != PUT_STATUS.size):
+            self.counters.num_malformed_recvs += 1  # a put status is one unchunked body
+            return
+        if flags & F_CHUNK:
+            msg_id, msg_len, off = CHUNK.unpack_from(data, HEADER_LEN)
+            if off + plen > msg_len or msg_len > self.config.max_message_size or (plen == 0 and msg_len):
+                c.num_badfrag_recvs += 1
+                return
+            ras = peer.reassembly.get(msg_id)
+            if ras is None:
+                # At the cap, a new message is refused (not accepted, so not ACKed: it comes
+                # again) -- except the one holding the next in-order sequence number: later
+                # messages filling every slot must never lock out the one the window waits on.
+                if len(peer.reassembly) >= self.config.max_reassemblies and seq != cum + 1 \
+                        and not w.holds(seq) and cum < seq <= cum + w.size:
+                    c.num_reassembly_drops += 1
+                    return
+            elif ras.msg_len != msg_len or (ras.put_key is None) is bool(flags & F_PUT):
+                # (a chunk of a message where a put is being placed, or the reverse: the two
+                # keep different state, and a sender never reuses a live message id)
+                c.num_badfrag_recvs += 1
+                return
+        verdict = w.accept(seq)
+        if verdict != NEW:
+            self._on_not_new(peer, verdict, now)
+            return
+        new_cum = w.cum
+        if seq == w.high:
+            peer.rx_high_time = now
+        item: Event | None = None
+        seq_done = seq
+        if flags & F_STATUS:
+            # the outcome of a put of ours (accepted like any segment, so ACKed and never
+            # delivered twice); nothing for the application's message handlers
+            self._on_put_status(peer, data, pos)
+        elif flags & F_PUT:
+            item, seq_done = self._on_put(peer, data, pos, flags, seq, tag, plen, msg_id, msg_len, off, ras)
+        elif flags & F_CHUNK:
+            item, seq_done = self._on_chunk(peer, data, pos, seq, tag, plen, msg_id, msg_len, off, ras)
+        else:
+            c.num_frag_recvs += 1
+            item = _new(MessageReceived, (peer, tag, bytes(data[pos:])))
+            c.num_msgs_delivered += 1
+            c.num_bytes_delivered += plen
+        self._deliver(peer, item, seq_done, cum, new_cum)
+        self._owe_ack(peer, seq, cum, new_cum, now)
+
+    def _on_not_new(self, peer: Peer, verdict: int, now: float) -> None:
+        """A duplicate, or a segment outside the window: count it, and tell the sender where
+        we are at once -- but no more than one ACK per ack_delay, however many duplicates a
+        faulty network delivers."""
+        c = peer.counters
+        if verdict == DUPLICATE:
+            c.num_dup_recvs += 1
+            peer.dup_seen = True
+        elif verdict == ABOVE_WINDOW:
+            c.num_oow_high_recvs += 1
+        else:
+            c.num_oow_low_recvs += 1
+        if now - peer.last_ack_sent >= self._ack_delay:
+            peer.ack_now = True
+        else:
+            due = peer.last_ack_sent + self._ack_delay
+            if peer.ack_deadline is None or due < peer.ack_deadline:
+                peer.ack_deadline = due
+        self._acking[peer] = None
+        self._timed[peer] = None
+
+    def _on_chunk(self, peer: Peer, data: memoryview, pos: int, seq: int, tag: int, plen: int,
+                  msg_id: int, msg_len: int, off: int, ras: Reassembly | None) -> tuple[Event | None, int]:
+        """A new chunk of a message: reassemble; the message and the seq it completes at once
+        its last byte is in."""
+        c = peer.counters
+        c.num_chunk_recvs += 1
+        if ras is None:
+            ras = peer.reassembly[msg_id] = Reassembly(msg_len, tag, None, 0)
+        ras.add(off, data[pos:])
+        ras.received += plen
+        if off + plen == msg_len:
+            ras.last_seq = seq
+        if ras.received < msg_len:
+            return None, seq
+        del peer.reassembly[msg_id]
+        c.num_msgs_delivered += 1
+        c.num_bytes_delivered += msg_len
+        peer.ack_now = True  # usnic ACKs a completed large message at once
+        return MessageReceived(peer, ras.tag, ras.take()), ras.last_seq
+
+    def _on_put(self, peer: Peer, data: memoryview, pos: int, flags: int, seq: int, tag: int, plen: int,
+                msg_id: int, msg_len: int, off: int, ras: Reassembly | None) -> tuple[Event | None, int]:
+        """A new segment of a put: write it into the exposed region; once the whole put is
+        in, its event and a put status to the sender.  Accepted (and so ACKed) either way:
+        the put status tells the sender the outcome."""
+        c = peer.counters
+        key, poff = PUT.unpack_from(data, HEADER_LEN + (CHUNK_LEN if flags & F_CHUNK else 0))
+        region = self.regions.get(key)
+        start = poff + off
+        fits = region is not None and start + plen <= len(region) \
+            and (not flags & F_CHUNK or poff + msg_len <= len(region))
+        if not flags & F_CHUNK:
+            if fits:
+                region[start:start + plen] = data[pos:]  # type: ignore[index]
+                c.num_puts_delivered += 1
+                self._send_put_status(peer, seq, PS_LANDED)
+                return PutLanded(peer, key, poff, plen), seq
+            c.num_put_errors += 1
+            self._send_put_status(peer, seq, PS_UNKNOWN_KEY if region is None else PS_OUT_OF_BOUNDS)
+            return PutRefused(peer, key, poff, plen), seq
+        new = ras is None
+        if ras is None:
+            ras = peer.reassembly[msg_id] = Reassembly(msg_len, tag, key, poff)
+        if fits and not ras.failed:
+            region[start:start + plen] = data[pos:]  # type: ignore[index]
+        elif not ras.failed:
+            # an unknown key, out of bounds, or the region was unexposed mid-way:
+            # reported once, when the whole put has arrived
+            ras.failed = (PS_OUT_OF_BOUNDS if region is not None
+                          else PS_UNKNOWN_KEY if new else PS_UNEXPOSED)
+            c.num_put_errors += 1
+        ras.received += plen
+        if off + plen == msg_len:
+            ras.last_seq = seq
+        if ras.received < msg_len:
+            return None, seq
+        del peer.reassembly[msg_id]
+        peer.ack_now = True
+        if not ras.failed:
+            c.num_puts_delivered += 1
+        self._send_put_status(peer, ras.last_seq, ras.failed)
+        return (PutRefused if ras.failed else PutLanded)(peer, key, poff, msg_len), ras.last_seq
+
+    def _deliver(self, peer: Peer, item: Event | None, seq_done: int, cum: int, new_cum: int) -> None:
+        """Delivery: at once when unordered; in sequence order otherwise (``item`` completes
+        at ``seq_done``; the window moved from ``cum`` to ``new_cum``)."""
+        if not self.config.ordered:
+            if item is not None:
+                self.events.append(item)
+        elif item is not None and seq_done == new_cum == cum + 1 and not peer.ready:
+            self.events.append(item)  # in order, nothing waiting
+        else:
+            ready = peer.ready
+            if item is not None:
+                ready[seq_done] = item
+            if new_cum > cum and ready:
+                events = self.events
+                for s in range(cum + 1, new_cum + 1):
+                    it = ready.pop(s, None)
+                    if it is not None:
+                        events.append(it)
+
+    def _owe_ack(self, peer: Peer, seq: int, cum: int, new_cum: int, now: float) -> None:
+        """ACK debt for a new segment ``seq`` (the window moved from ``cum`` to ``new_cum``)."""
+        peer.ack_count += 1
+        if seq != new_cum or new_cum > cum + 1:
+            # a new gap, or a gap filled: the sender's loss detection wants to know soon,
+            # but under heavy reordering no more than one ACK per ack_delay
+            peer.sack_dirty = True
+            if now - peer.last_ack_sent >= self.config.ack_delay:
+                peer.ack_now = True
+            else:
+                due = peer.last_ack_sent + self.config.ack_delay
+                if peer.ack_deadline is None or due < peer.ack_deadline:
+                    peer.ack_deadline = due
+            depth = peer.window.high - new_cum
+            c = peer.counters
+            if depth > c.max_recv_window:
+                c.max_recv_window = depth
+        elif peer.ack_count >= self.config.ack_frequency:
+            peer.ack_now = True
+        elif peer.ack_deadline is None:
+            peer.ack_deadline = now + self.config.ack_delay
+        self._acking[peer] = None
+        self._timed[peer] = None
+
+    def _send_put_status(self, peer: Peer, put_seq: int, status: int) -> None:
+        """A put from ``peer`` has wholly arrived: tell it the outcome (``status``, a wire.PS_*
+        code) in a put status, a tiny reliable message (priority channel, ahead of queued
+        messages) naming the put by the seq of its last segment.  Called once per put: only a new segment (never
+        a duplicate) completes one."""
+        msg = OutMessage(0, memoryview(PUT_STATUS.pack(put_seq & SEQ_MASK, status)), None, 0, False)
+        msg.flags = F_STATUS
+        queue = peer.queue
+        if isinstance(queue, tuple):
+            queue = peer.queue = deque()
+        # At the head of the queue, not behind whatever bulk we have for the peer (the put's
+        # callback waits for it) -- but after a message partly cut, whose chunks must keep
+        # consecutive sequence numbers.
+        if queue and queue[0].offset:
+            queue.insert(1, msg)
+        else:
+            queue.appendleft(msg)
+        peer.counters.num_put_status_sends += 1
+        if peer.state is _ESTABLISHED:
+            self._sending[peer] = None
+
+    def _on_put_status(self, peer: Peer, data: memoryview, pos: int) -> None:
+        """The receiver of a put of ours says how it went: complete the put if every segment
+        of it is acknowledged already (else the last ACK will)."""
+        put_seq, status = PUT_STATUS.unpack_from(data, pos)
+        peer.counters.num_put_status_recvs += 1
+        msg = peer.puts.pop(put_seq, None)
+        if msg is None or msg.done:
+            return  # no put of ours ends there (a confused peer): nothing to complete
+        msg.put_status = status
+        if msg.outstanding == 0:
+            self._put_done(peer, msg)

@@ -1,0 +1,635 @@
+"""Loss recovery: what the sender learns from acknowledgements.
+
+* RTT estimation and the retransmit timeout (:class:`RetransmitTimer`, RFC 6298 or usnic's
+  fixed timeout, with backoff);
+* ACK processing (:meth:`Recovery.on_ack`, :meth:`Recovery.on_cum_ack`): completions, RTT
+  samples, SACK ranges;
+* loss detection, RACK-style (:meth:`Recovery.detect_losses`: fast retransmit) and the
+  retransmit timeout (:meth:`Recovery.handle_timer`), the resend cap per pass, peer death;
+* the timers: each peer's deadline recomputed when it changed, kept in the shared heaps
+  (:meth:`Recovery.next_deadline`).
+
+From the other parts it gets :meth:`Packetizer.stamp <.packetizer.Packetizer.stamp>` (a
+resend re-stamps a segment) at construction, and the handshake's ``confirm`` (an ACK
+confirms a connection) from :meth:`Recovery.wire`, called by the engine once the handshake
+exists (the handshake in turn uses :meth:`Recovery.fail_messages`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import islice
+from operator import attrgetter
+from typing import Any
+
+from ..errors import PeerUnreachable, PutError
+from .events import PeerFailed, SendCompleted, _new
+from .packetizer import Packetizer
+from .peers import OutMessage, Peer, PeerEvent, PeerState, Segment
+from .state import EngineState
+from .window import SEQ_HALF as _HALF
+from .window import SEQ_WRAP as _WRAP
+from .wire import (
+    ACK_BODY,
+    AF_DUPLICATE,
+    AF_TRUNCATED,
+    HEADER_LEN,
+    MAX_SACK_RANGES,
+    PS_LANDED,
+    PUT_STATUS_NAMES,
+    SACK_RANGE,
+    SEQ_MASK,
+    U32_MASK,
+)
+
+_ESTABLISHED = PeerState.ESTABLISHED
+_ACK_BODY_LEN = ACK_BODY.size
+_SACK_RANGE_LEN = SACK_RANGE.size
+_CONNECTING = PeerState.CONNECTING
+_timed_order = attrgetter("timed_order")
+
+LOST_FAST = 1  # Segment.lost: declared lost by the fast-retransmit rule
+LOST_TIMEOUT = 2  # ... by the retransmit timeout
+TIMEOUT_PROBES = 2  # segments a retransmit timeout resends
+REO_PERSIST = 16  # loss episodes a widened reordering allowance lasts (RFC 8985's reo_wnd_persist)
+PERSISTENT_TIMEOUTS = 3  # timeouts in a row that mean persistent congestion: slow start again
+
+
+#: clock granularity term of RFC 6298 (G); our clocks are far finer, so it is small
+GRANULARITY = 1e-6
+
+
+class RetransmitTimer:
+    """Computes the retransmit timeout of one peer.
+
+    Adaptive: ``srtt + max(G, 4 * rttvar) + max_ack_delay`` clamped to ``[rto_min, rto_max]``
+    (the samples have the peer's ACK delay taken out, so, as QUIC's PTO, the timeout adds the
+    longest the peer may hold an ACK back), doubled per
+    consecutive timeout (exponential backoff) and reset by fresh progress.  Fixed: always
+    ``retrans_timeout``, as usnic did; no backoff, so that a fixed-timeout run behaves like
+    usnic's hotel."""
+
+    __slots__ = ("adaptive", "rto_min", "rto_max", "fixed", "max_ack_delay", "srtt", "rttvar",
+                 "min_rtt", "backoff", "_base")
+
+    def __init__(self, adaptive: bool, initial: float, rto_min: float, rto_max: float,
+                 fixed: float, max_ack_delay: float = 0.0) -> None:
+        self.adaptive = adaptive
+        self.max_ack_delay = max_ack_delay
+        self.rto_min = rto_min
+        self.rto_max = rto_max
+        self.fixed = fixed
+        self.srtt: float | None = None
+        self.rttvar = 0.0
+        self.min_rtt: float | None = None
+        self.backoff = 1
+        self._base = min(max(initial, rto_min), rto_max) if adaptive else fixed
+
+    def sample(self, rtt: float) -> None:
+        """Feed one RTT sample (from a segment sent once: Karn's rule)."""
+        if rtt < 0:
+            return
+        if self.min_rtt is None or rtt < self.min_rtt:
+            self.min_rtt = rtt
+        if self.srtt is None:
+            self.srtt = rtt
+            self.rttvar = rtt / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+        if self.adaptive:  # (max and min spelled out: this runs per sample)
+            var = 4 * self.rttvar
+            rto = self.srtt + (var if var > GRANULARITY else GRANULARITY) + self.max_ack_delay
+            if self.rto_min > rto:
+                rto = self.rto_min
+            self._base = self.rto_max if self.rto_max < rto else rto
+
+    def set_max_ack_delay(self, delay: float) -> None:
+        """The peer told us how long it may hold an ACK back (its HELLO)."""
+        self.max_ack_delay = delay
+        if self.adaptive and self.srtt is not None:
+            rto = self.srtt + max(GRANULARITY, 4 * self.rttvar) + delay
+            self._base = min(max(rto, self.rto_min), self.rto_max)
+
+    def progress(self) -> None:
+        """The peer acknowledged something new: end the backoff."""
+        self.backoff = 1
+
+    def expired(self) -> None:
+        """A timeout fired: back off (adaptive mode only)."""
+        if self.adaptive and self._base * self.backoff < self.rto_max:
+            self.backoff *= 2
+
+    @property
+    def rto(self) -> float:
+        if not self.adaptive:
+            return self.fixed
+        return min(self._base * self.backoff, self.rto_max)
+
+
+def _unwired(peer: Peer, now: float) -> None:
+    raise RuntimeError("Recovery.wire() was not called")
+
+
+class Recovery:
+    """What the sender learns from ACKs: completions, RTT samples, losses (fast retransmit and
+    the retransmit timeout), peer death."""
+
+    __slots__ = ("_state", "config", "events", "counters", "_cc", "_cc_on_ack", "_cwnd_max",
+                 "_granularity", "_resending", "_sending", "_touched", "_timed", "_deadlines",
+                 "_actions", "_timed_order", "_stamp", "_unschedule", "_confirm")
+
+    def __init__(self, state: EngineState, packetizer: Packetizer) -> None:
+        self._state = state  # for now
+        self.config = state.config
+        self.events = state.events
+        self.counters = state.counters
+        self._cc = state.cc
+        self._cc_on_ack = state.cc.on_ack  # (bound once: called per ACKed segment)
+        self._cwnd_max = state.cwnd_max
+        self._granularity = state.granularity
+        self._resending = state.resending
+        self._sending = state.sending
+        self._touched = state.touched
+        self._timed = state.timed
+        self._deadlines = state.deadlines
+        self._actions = state.actions
+        self._timed_order = 0  # peers are served in the order they became timed
+        self._stamp = packetizer.stamp
+        self._unschedule = state.unschedule
+        self._confirm: Callable[[Peer, float], None] = _unwired
+
+    def wire(self, confirm: Callable[[Peer, float], None]) -> None:
+        """The handshake's ``confirm``: an ACK from an unconfirmed peer confirms it."""
+        self._confirm = confirm
+
+    def on_cum_ack(self, peer: Peer, ack_w: int, now: float) -> Segment | None:
+        """Apply a cumulative ACK (piggy-backed or standalone).  Returns the segment at the
+        new ACK point if this ACK acknowledged it (None if nothing new was acked)."""
+        una = peer.snd_una
+        cum = una + ((ack_w - una) & SEQ_MASK)
+        if cum - una >= _HALF or cum == una:
+            return None  # old or duplicate
+        if cum >= peer.next_seq:
+            cum = peer.next_seq - 1  # ACKs for what we never sent: ignore the excess
+            if cum <= una:
+                return None
+        if cum == una + 1:  # one segment (each ping-pong reply): no loop to set up
+            top = peer.unacked.pop(cum, None)
+            if top is not None:
+                self._acked(peer, top)
+        else:
+            pop, acked = peer.unacked.pop, self._acked  # (once per ACK: the loop runs per segment)
+            top = None
+            for s in range(una + 1, cum + 1):
+                seg = pop(s, None)
+                if seg is not None:
+                    acked(peer, seg)
+                    top = seg
+        peer.snd_una = cum
+        if peer.scoreboard._starts:  # (no SACK ranges recorded: nothing to forget)
+            peer.scoreboard.prune(cum)
+        if peer.loss_seq_limit is not None and peer.loss_seq_limit < cum:
+            peer.loss_seq_limit = cum
+        self._progress(peer, now)
+        if top is None or top.seq != cum:
+            return None
+        return top
+
+    def _acked(self, peer: Peer, seg: Segment) -> None:
+        """``seg`` is acknowledged: count it against its message, complete the message."""
+        acked_serial = peer.acked_serial
+        if seg.tx_serial > acked_serial[seg.channel]:
+            acked_serial[seg.channel] = seg.tx_serial
+        if seg.tx_count > 1:
+            # Acked sooner after the retransmission than any round trip takes: the original
+            # arrived, it was only late.  Widen the reordering allowance (RACK's reo_wnd_mult).
+            min_rtt = peer.timer.min_rtt
+            if min_rtt is not None and self._state.now - seg.sent_at < min_rtt * 0.5 and peer.reo_mult < 16:
+                peer.reo_mult += 1
+                peer.reo_persist = REO_PERSIST
+        if peer.cwnd < self._cwnd_max:  # (the congestion controller's on_ack, bound once)
+            self._cc_on_ack(peer)
+        msg = seg.msg
+        msg.outstanding -= 1
+        if msg.cut_all and msg.outstanding == 0 and not msg.done:
+            if msg.put_key is not None:
+                if msg.put_status is not None:  # (else its put status, still to come, completes it)
+                    self.put_done(peer, msg)
+                return
+            msg.done = True
+            if msg.flags:
+                return  # a put status of ours: no application message, not counted as one
+            peer.counters.num_msgs_completed += 1
+            if msg.callback is not None:
+                self.events.append(_new(SendCompleted, (msg.callback, None)))
+
+    def put_done(self, peer: Peer, msg: OutMessage) -> None:
+        """A put is acknowledged and its status is in: its callback gets None if it landed,
+        else a PutError."""
+        msg.done = True
+        c = peer.counters
+        status = msg.put_status
+        exc = None
+        if status == PS_LANDED:
+            c.num_msgs_completed += 1
+        else:
+            c.num_puts_refused += 1
+            reason = PUT_STATUS_NAMES.get(status, f"refused (put status {status})")  # type: ignore[arg-type]
+            exc = PutError(msg.put_key, msg.put_offset, msg.length, reason,  # type: ignore[arg-type]
+                           peer.address.hex())
+        if msg.callback is not None:
+            self.events.append(SendCompleted(msg.callback, exc))
+
+    def _progress(self, peer: Peer, now: float) -> None:
+        """Something new was acknowledged: restart the death clock and the retransmit
+        timer, end the backoff, reopen the window."""
+        peer.last_progress = now
+        peer.rto_base = now
+        peer.timer.backoff = 1
+        peer.timeouts = 0
+        if peer.probe_seq is not None and peer.snd_una >= peer.probe_seq:
+            # A timeout's probes are acknowledged.  Had the originals arrived, the receiver
+            # would have reported a duplicate (AF_DUPLICATE): without one, they were lost,
+            # which is a loss episode like any other (RFC 8985's TLP rule).
+            if not peer.probe_dup and peer.probe_serial >= peer.recovery_serial:
+                self._loss_episode(peer)
+            peer.probe_seq = None
+        if peer.queue and peer.state is _ESTABLISHED:
+            self._sending[peer] = None
+        self._touched[peer] = None
+
+    def on_ack(self, peer: Peer, data: memoryview, n: int, ack_w: int, plen: int, now: float) -> None:
+        c = peer.counters
+        if n != HEADER_LEN + plen or plen < _ACK_BODY_LEN:
+            self.counters.num_malformed_recvs += 1
+            return
+        window, nranges, ack_flags, ack_delay = ACK_BODY.unpack_from(data, HEADER_LEN)
+        if nranges > MAX_SACK_RANGES or plen != _ACK_BODY_LEN + nranges * _SACK_RANGE_LEN:
+            self.counters.num_malformed_recvs += 1
+            return
+        c.num_ack_recvs += 1
+        if not peer.confirmed:
+            self._confirm(peer, now)
+        peer.remote_window = window if window > 8 else 8
+        if ack_flags & AF_DUPLICATE:
+            peer.probe_dup = True  # (only read while a timeout's probes are out)
+            if peer.reo_mult < 16 and peer.counters.num_resends:
+                peer.reo_mult += 1  # a resend was not needed: allow more reordering (RACK)
+                peer.reo_persist = REO_PERSIST
+        una = peer.snd_una
+        cum = una + ((ack_w - una) & SEQ_MASK)
+        if cum - una >= _HALF:
+            cum -= _WRAP
+            c.num_old_dup_acks += 1
+        at_cum = self.on_cum_ack(peer, ack_w, now)
+        largest = cum  # the largest sequence number this ACK acknowledges
+        sample = at_cum
+        sacked_new = False
+        if nranges:
+            unacked = peer.unacked
+            top = peer.next_seq - 1
+            base = HEADER_LEN + ACK_BODY.size
+            for i in range(nranges):
+                start, length = SACK_RANGE.unpack_from(data, base + i * SACK_RANGE.size)
+                lo = max(cum + start, peer.snd_una + 1)
+                hi = min(cum + start + length - 1, top)
+                if ack_flags & AF_TRUNCATED and i == nranges - 1:
+                    # ranges were left out below this one: what lies between is unknown,
+                    # so no loss may be declared there
+                    peer.loss_seq_limit = largest
+                elif i == nranges - 1:
+                    peer.loss_seq_limit = None
+                largest = hi
+                for a, b in peer.scoreboard.add(lo, hi):
+                    for s in range(a, b + 1):
+                        seg = unacked.pop(s, None)
+                        if seg is not None:
+                            self._acked(peer, seg)
+                            sacked_new = True
+                            sample = seg
+            if sacked_new and at_cum is None:
+                self._progress(peer, now)
+        # RTT: only from the largest acknowledged segment, newly acked, sent once (Karn),
+        # less the time the receiver held the ACK
+        if sample is not None and sample.seq == largest and sample.tx_count == 1 \
+                and ack_delay != U32_MASK:
+            peer.timer.sample(now - sample.sent_at - ack_delay * 1e-6)
+        if at_cum is None and not sacked_new and cum == una:
+            c.num_dup_acks += 1
+        if peer.unacked:  # (with nothing unacked it has nothing to do)
+            self.detect_losses(peer)
+        self._touched[peer] = None
+
+    def detect_losses(self, peer: Peer) -> None:
+        """Fast retransmit, RACK-style (RFC 8985): a segment is lost once a transmission made
+        on its channel ``fast_retransmit_threshold`` or more sends after it was acknowledged
+        (counted in transmission serials, so a retransmission is judged against what was sent
+        after it)
+        *and* it was sent longer ago than an RTT plus a reordering allowance.  The time
+        condition keeps reordering from looking like loss; :meth:`_timer_times` times the check
+        for a segment that meets only the first."""
+        thr = self.config.fast_retransmit_threshold
+        limits = (peer.acked_serial[0] - thr, peer.acked_serial[1] - thr)
+        top = limits[0] if limits[0] > limits[1] else limits[1]
+        if top < 0 or not peer.unacked:
+            return
+        reo = self._reorder_time(peer)
+        now = self._state.now
+        seq_limit = peer.loss_seq_limit
+        lost = []
+        for seg in peer.unacked.values():
+            # (the expression _timer_times times, so that the check it arms
+            # always finds the segment due: no float rounding between the two)
+            if seg.tx_serial > top or seg.sent_at + reo > now:
+                break
+            # judged only against its own channel: a tiny message on the priority channel
+            # overtaking bulk queued on the data channel is not a loss
+            if not seg.lost and seg.tx_serial <= limits[seg.channel] \
+                    and (seq_limit is None or seg.seq <= seq_limit):
+                lost.append(seg)
+        if lost:
+            if lost[-1].tx_serial >= peer.recovery_serial:
+                # a new loss episode: decrease once (losses of what was sent before now
+                # count against this same episode)
+                self._loss_episode(peer)
+            unacked = peer.unacked
+            resend = peer.resend or peer.new_resend()
+            for seg in lost:
+                seg.lost = LOST_FAST
+                unacked.move_to_end(seg.seq)
+                resend.append(seg)
+            self._resending[peer] = None
+            self._touched[peer] = None
+
+    def _loss_episode(self, peer: Peer) -> None:
+        """A loss episode begins: the congestion controller decreases, once; losses of what
+        was sent before now count against this same episode."""
+        self._cc.on_loss_episode(peer)
+        peer.recovery_serial = peer.tx_serial + 1
+        if peer.reo_persist:
+            # a widened reordering allowance lasts REO_PERSIST loss episodes without a new
+            # spurious resend, then goes back to a quarter RTT (RACK): a network that
+            # reordered or duplicated once does not slow loss detection for good
+            peer.reo_persist -= 1
+            if not peer.reo_persist:
+                peer.reo_mult = 1
+
+    def _reorder_time(self, peer: Peer) -> float:
+        """How long after its send a segment may still arrive late rather than be lost."""
+        srtt = peer.timer.srtt
+        if srtt is None:
+            return self.config.rto_initial
+        return srtt + srtt * 0.25 * peer.reo_mult + self._granularity
+
+    def fail_messages(self, peer: Peer, exc: BaseException) -> None:
+        """Complete every pending operation toward ``peer`` with ``exc``, exactly once."""
+        msgs: dict[int, OutMessage] = {}
+        for seg in peer.unacked.values():
+            msgs[id(seg.msg)] = seg.msg
+        for msg in peer.queue:
+            msgs[id(msg)] = msg
+        for msg in peer.puts.values():  # acknowledged, waiting for their put status
+            msgs[id(msg)] = msg
+        for msg in msgs.values():
+            if not msg.done:
+                msg.done = True
+                if msg.flags:
+                    continue  # a put status of ours: nobody waits on it
+                peer.counters.num_send_errors += 1
+                if msg.callback is not None:
+                    self.events.append(SendCompleted(msg.callback, exc))
+        peer.unacked.clear()
+        peer.queue = ()
+        peer.puts.clear()
+        peer.resend = ()
+        peer.reassembly.clear()
+        peer.ready.clear()
+
+    def _fail_peer(self, peer: Peer, exc: BaseException) -> None:
+        self.counters.num_peer_failures += 1
+        self.fail_messages(peer, exc)
+        peer.transition(PeerEvent.FAILED)
+        peer.error = exc
+        peer.hello_next = None
+        self._unschedule(peer)
+        self.events.append(PeerFailed(peer, exc))
+
+    # -- timers: each peer's times are recomputed only when something about it changed (it is
+    # in _timed, added by whatever changed it, or _touched); both are kept in heaps
+
+    def _rto_at(self, peer: Peer, front: Segment) -> float:
+        """When the retransmit timer of ``front`` (the oldest segment not queued for a
+        resend) fires: the one expression, for the deadline and for handle_timer alike (a sum
+        compared with ``<= now``, never a difference: rounding must agree)."""
+        sent_at = front.sent_at
+        return (sent_at if sent_at > peer.rto_base else peer.rto_base) + peer.timer.rto
+
+    def _loss_candidate(self, peer: Peer) -> Segment | None:
+        """The first segment :meth:`detect_losses` could declare lost without a new ACK once
+        enough time has passed (it meets the serial rule, not yet the time rule)."""
+        thr = self.config.fast_retransmit_threshold
+        acked = peer.acked_serial
+        limits = (acked[0] - thr, acked[1] - thr)
+        top = limits[0] if limits[0] > limits[1] else limits[1]
+        if top < 0:
+            return None
+        seq_limit = peer.loss_seq_limit
+        for seg in peer.unacked.values():
+            if seg.tx_serial > top:
+                return None
+            if not seg.lost and seg.tx_serial <= limits[seg.channel] and (seq_limit is None or seg.seq <= seq_limit):
+                return seg
+        return None
+
+    def _timer_times(self, peer: Peer) -> tuple[float | None, float | None]:
+        """``(deadline, act_at)`` of ``peer``: when the driver must call us again for it
+        (the earliest of its retransmit timer, the loss check of its oldest segment, its death
+        clock, a due ACK, its handshake), and when :meth:`handle_timer` would act on it (the
+        same, or earlier when a later segment than the oldest may be declared lost)."""
+        cfg = self.config
+        t = act = None
+        unacked = peer.unacked
+        if unacked:
+            # the loss check: the candidate's send time plus the reordering time, the very
+            # expression detect_losses compares (no float rounding between the two)
+            candidate = self._loss_candidate(peer)
+            loss_at = None if candidate is None else candidate.sent_at + self._reorder_time(peer)
+            front = self._rto_front(peer)
+            if front is not None:
+                t = self._rto_at(peer, front)
+                if candidate is front and loss_at is not None and loss_at < t:
+                    t = loss_at  # the oldest segment's loss check comes first
+            death = peer.last_progress + cfg.peer_timeout
+            if t is None or death < t:
+                t = death
+            act = loss_at
+        elif peer.puts:  # everything acknowledged, put statuses still owed: a death clock
+            t = max(peer.last_progress, peer.rx_high_time) + cfg.peer_timeout
+        if peer.ack_now or peer.hello_reply:
+            t = self._state.now
+        elif peer.ack_deadline is not None and (t is None or peer.ack_deadline < t):
+            t = peer.ack_deadline
+        if peer.hello_next is not None:
+            if t is None or peer.hello_next < t:
+                t = peer.hello_next
+            if peer.hello_started is not None:
+                give_up = peer.hello_started + cfg.handshake_timeout
+                if give_up < t:
+                    t = give_up
+        if peer.hello_started is not None and peer.state is _CONNECTING:
+            give_up = peer.hello_started + cfg.handshake_timeout
+            if act is None or give_up < act:
+                act = give_up
+        if t is not None and (act is None or t < act):
+            act = t
+        return t, act
+
+    def _refresh_timers(self, forget_idle: bool) -> None:
+        """Recompute the times of the peers that changed since the last call (and only
+        those).  ``forget_idle``: a peer left with nothing to wait for stops being timed."""
+        timed, touched = self._timed, self._touched
+        if timed:
+            order = self._timed_order
+            for peer in timed:
+                if not peer.timed:
+                    peer.timed = True
+                    order += 1
+                    peer.timed_order = order
+                    touched[peer] = None
+                elif peer not in touched:
+                    touched[peer] = None
+            self._timed_order = order
+            timed.clear()
+        if not touched:
+            return
+        deadlines, actions = self._deadlines, self._actions
+        for peer in touched:
+            if peer.timed:
+                t, act = self._timer_times(peer)
+                if t is None and forget_idle:
+                    peer.timed = False
+                deadlines.set(peer, t)
+                # (only the rare peer that handle_timer acts on before its deadline)
+                actions.set(peer, act if act is not None and (t is None or act < t) else None)
+        touched.clear()
+
+    def next_deadline(self, pending_work: bool = True) -> float | None:
+        """The next time :meth:`handle_timer` or a send pass has something to do.  With
+        ``pending_work=False``, timers only: a driver whose device refuses sends for now
+        must not be told that queued sends are due.  The earliest of the peers' deadlines,
+        kept in a heap: a peer with nothing new costs nothing here."""
+        if pending_work and (self._resending or self._sending):
+            return self._state.now
+        self._refresh_timers(True)
+        return self._deadlines.first()
+
+    def handle_timer(self, now: float) -> None:
+        """Retransmit timeouts, peer death, handshake give-ups: for the peers due by ``now``
+        only, in the order they became timed."""
+        self._state.now = now
+        self._refresh_timers(False)
+        due = self._deadlines.pop_due(now)
+        early = self._actions.pop_due(now) if self._actions else None
+        if early:
+            due = list(dict.fromkeys(due + early))
+        if len(due) > 1:
+            due.sort(key=_timed_order)
+        touched = self._touched
+        for peer in due:
+            touched[peer] = None  # (recomputed at the next look)
+            self._peer_timer(peer, now)
+
+    def _peer_timer(self, peer: Peer, now: float) -> None:
+        """``peer`` is due: fail it, declare losses, or fire its retransmit timer."""
+        cfg = self.config
+        if not peer.unacked and peer.puts \
+                and max(peer.last_progress, peer.rx_high_time) + cfg.peer_timeout <= now:
+            # a put's data was acknowledged but its status never came, and the peer has
+            # sent nothing since: it died in between (a hang otherwise)
+            self._fail_peer(peer, PeerUnreachable(
+                f"peer {peer.address.hex()} sent no put status and nothing else for "
+                f"{cfg.peer_timeout:g} s"))
+            return
+        if peer.unacked:
+            if peer.last_progress + cfg.peer_timeout <= now:
+                self._fail_peer(peer, PeerUnreachable(
+                    f"peer {peer.address.hex()} acknowledged nothing for {cfg.peer_timeout:g} s"))
+                return
+            self.detect_losses(peer)
+            front = self._rto_front(peer)
+            if front is not None and self._rto_at(peer, front) <= now:
+                self._timeout(peer, now)
+        if peer.hello_started is not None and peer.state is _CONNECTING \
+                and peer.hello_started + cfg.handshake_timeout <= now:
+            self._fail_peer(peer, PeerUnreachable(
+                f"peer {peer.address.hex()} did not answer the handshake within "
+                f"{cfg.handshake_timeout:g} s"))
+
+    @staticmethod
+    def _rto_front(peer: Peer) -> Segment | None:
+        for seg in peer.unacked.values():
+            if not seg.lost:
+                return seg
+        return None
+
+    def _timeout(self, peer: Peer, now: float) -> None:
+        """The retransmit timer fired.  A timeout resends the two oldest segments (probes),
+        not the whole window: their ACK lets the loss rule find the rest without a storm.
+        Two, not one: on a link losing in bursts, a lone probe per timeout can stay inside
+        the burst for many timeouts in a row."""
+        probes = [seg for seg in islice(
+            (g for g in peer.unacked.values() if not g.lost), TIMEOUT_PROBES)]
+        resend = peer.resend or peer.new_resend()
+        for seg in probes:
+            seg.lost = LOST_TIMEOUT
+            peer.unacked.move_to_end(seg.seq)
+            resend.append(seg)
+        peer.timer.expired()
+        peer.rto_base = now  # the next timeout counts from this one
+        # A timeout alone says little: lost ACKs cause it as well as lost data. The first
+        # one's probes are judged when acknowledged (see _progress); only several in a row,
+        # nothing acknowledged, mean persistent congestion and restart slow start (QUIC's
+        # PTO and persistent congestion, RFC 9002).
+        peer.timeouts += 1
+        if peer.timeouts >= PERSISTENT_TIMEOUTS:
+            if peer.tx_serial >= peer.recovery_serial:
+                self._cc.on_persistent_congestion(peer)
+                peer.recovery_serial = peer.tx_serial + 1
+            peer.probe_seq = None
+        elif peer.probe_seq is None:
+            peer.probe_seq = max(seg.seq for seg in probes)
+            peer.probe_serial = probes[0].tx_serial
+            peer.probe_dup = False
+        self._resending[peer] = None
+
+    def resend_pass(self, out: list[Any], now: float, cap: int) -> None:
+        sent = 0
+        max_retries = self.config.max_retries
+        for peer in list(self._resending):
+            resend = peer.resend
+            c = peer.counters
+            while resend and sent < cap:
+                seg = resend.popleft()
+                if not seg.lost or peer.unacked.get(seg.seq) is not seg:
+                    continue  # acknowledged meanwhile
+                if seg.tx_count >= max_retries:
+                    self._fail_peer(peer, PeerUnreachable(
+                        f"peer {peer.address.hex()}: segment {seg.seq} unacknowledged after "
+                        f"{seg.tx_count} transmissions (max_retries={max_retries})"))
+                    break
+                if seg.lost == LOST_FAST:
+                    c.num_fast_retrans += 1
+                else:
+                    c.num_timeout_retrans += 1
+                seg.lost = 0
+                peer.unacked.move_to_end(seg.seq)
+                self._stamp(peer, seg, now, out)
+                c.num_resends += 1
+                c.num_total_sends += 1
+                sent += 1
+            self._touched[peer] = None
+            if not resend:
+                self._resending.pop(peer, None)
+            if sent >= cap:
+                break

@@ -1,0 +1,123 @@
+"""What an engine's parts share: its configuration, its peers, its work lists, its timers
+and its events.
+
+:class:`EngineState` is one plain slotted object, built once by
+:class:`btlcore.protocol.engine.Engine` and handed to each part (packetizer, recovery,
+handshake, receiver).  Its containers (the peer tables, the work lists, the heaps, the
+events list, the regions) are created here and never rebound: a part copies the references
+it uses into its own slots once, so that its hot paths keep one attribute lookup.  Its
+mutable scalars (``now``, ``closed``, ``gather_min``, ``next_region``) live only here and are
+read through the state (``self._state.now``), never copied.  The work lists are
+insertion-ordered sets (dict keys) of the peers with something to do, so that a pass visits
+only those.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+from ..config import Config
+from . import congestion
+from .congestion import CongestionControl
+from .events import Event
+from .peers import Peer
+from .stats import ModuleCounters
+from .timers import DeadlineHeap
+from .wire import (
+    ACK_BODY,
+    CHUNK_LEN,
+    HEADER_LEN,
+    MAX_SACK_RANGES,
+    PUT_LEN,
+    SACK_RANGE,
+)
+
+PRIORITY = 0  # channel numbers (btlcore.device.Channel)
+DATA = 1
+
+
+class EngineState:
+    """The state shared by every part of the engine (see the module docstring)."""
+
+    __slots__ = (
+        "config", "address", "resolve", "rng", "incarnation", "data_mtu", "priority_mtu",
+        "priority_limit", "crc", "ack_channel", "max_sack", "granularity", "ack_frequency",
+        "ack_delay", "cc", "cwnd_max", "single_cap", "chunk_cap", "gather_min", "prefixes",
+        "peers_by_addr", "peers_by_conn", "counters", "events", "regions", "next_region",
+        "closed", "now", "resending", "sending", "acking", "hello", "timed", "touched",
+        "deadlines", "actions",
+    )
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        address: bytes,
+        resolve: Callable[[bytes], Any],
+        data_mtu: int,
+        priority_mtu: int,
+        crc: bool,
+        rng: random.Random,
+        now: float,
+        incarnation: int | None = None,
+    ) -> None:
+        self.config = config
+        self.address = address
+        self.resolve = resolve
+        self.rng = rng
+        # Incarnations are ordered (see stale_incarnation): the driver passes one made from
+        # the wall clock (Transport does), so that a late HELLO of an older life is told
+        # from a restart; a bare engine draws a random one.
+        self.incarnation = incarnation if incarnation else rng.randrange(1, 1 << 32)
+        self.data_mtu = min(data_mtu, config.mtu) if config.mtu else data_mtu
+        self.priority_mtu = min(priority_mtu, self.data_mtu)
+        self.priority_limit = min(config.priority_limit, self.priority_mtu)
+        if self.data_mtu < HEADER_LEN + CHUNK_LEN + PUT_LEN + 1:
+            raise ValueError(f"device MTU {self.data_mtu} is too small for btlcore's headers")
+        self.crc = crc  # we require a CRC32C on everything we receive (and so send one)
+        self.ack_channel = PRIORITY if self.priority_limit else DATA
+        self.max_sack = max(0, min(MAX_SACK_RANGES,
+                                   ((self.priority_mtu if self.priority_limit else self.data_mtu)
+                                    - HEADER_LEN - ACK_BODY.size) // SACK_RANGE.size))
+        self.granularity = 1e-6 if not config.ack_delay else config.ack_delay
+        self.ack_frequency = config.ack_frequency
+        self.ack_delay = config.ack_delay
+        # congestion control, by name (resolved once)
+        self.cc: CongestionControl = congestion.load(config.cc)(config)
+        self.cwnd_max: float = self.cc.cwnd_max
+        self.single_cap = self.data_mtu - HEADER_LEN  # payload of an unchunked message
+        self.chunk_cap = self.data_mtu - HEADER_LEN - CHUNK_LEN
+        self.gather_min: int | None = None  # chunk size from which payloads stay uncopied
+        # a data header's first 12 bytes and their CRC32C, by remote_conn << 8 | flags: the
+        # same for every segment to a peer (incarnation is ours), so packed once, not per pass
+        self.prefixes: dict[int, tuple[bytes, int]] = {}
+        self.peers_by_addr: dict[bytes, Peer] = {}
+        self.peers_by_conn: dict[int, Peer] = {}
+        self.counters = ModuleCounters()
+        self.events: list[Event] = []
+        self.regions: dict[int, memoryview] = {}
+        self.next_region = 1
+        self.closed = False
+        self.now = now
+        # the peers with something to do, as insertion-ordered sets (dict keys)
+        self.resending: dict[Peer, None] = {}
+        self.sending: dict[Peer, None] = {}
+        self.acking: dict[Peer, None] = {}
+        self.hello: dict[Peer, None] = {}
+        # timers (see Recovery.refresh_timers): peers whose timer inputs changed, to be
+        # (re)timed -- timed if the change may give them a deadline, touched otherwise
+        # (counted only if they are timed already) -- and the heaps of their times
+        self.timed: dict[Peer, None] = {}
+        self.touched: dict[Peer, None] = {}
+        self.deadlines: DeadlineHeap[Peer] = DeadlineHeap()  # what next_deadline() reports
+        self.actions: DeadlineHeap[Peer] = DeadlineHeap()  # when handle_timer() acts on one
+
+    def unschedule(self, peer: Peer) -> None:
+        """Take ``peer`` off every work list and timer (it failed, is reset, or is forgotten)."""
+        for table in (self.resending, self.sending, self.acking, self.hello, self.timed, self.touched):
+            table.pop(peer, None)
+        peer.timed = False
+        self.deadlines.discard(peer)
+        self.actions.discard(peer)

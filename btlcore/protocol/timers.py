@@ -1,0 +1,87 @@
+"""Deadlines of many peers, the earliest found in O(log n).
+
+:class:`DeadlineHeap` is a binary heap with lazy invalidation: setting an item's deadline
+pushes a new entry and makes its older ones stale; stale entries are dropped when they reach
+the top (and the heap is rebuilt when they outnumber the live ones).  The engine recomputes a
+peer's deadline only when something about the peer changed, so an idle peer costs nothing
+per progress pass; see :meth:`btlcore.protocol.recovery.Recovery._refresh_timers`.
+"""
+
+from __future__ import annotations
+
+from heapq import heapify, heappop, heappush
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+_SLACK = 64  # stale entries tolerated beyond the live ones before a rebuild
+
+
+class DeadlineHeap(Generic[T]):
+    """At most one live deadline per item; ``first()`` is the earliest of them."""
+
+    __slots__ = ("_heap", "_live", "_count")
+
+    def __init__(self) -> None:
+        # (deadline, serial, item): the serial breaks ties (insertion order) and names the
+        # entry, so items themselves are never compared
+        self._heap: list[tuple[float, int, T]] = []
+        self._live: dict[T, tuple[float, int]] = {}
+        self._count = 0
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __contains__(self, item: T) -> bool:
+        return item in self._live
+
+    def get(self, item: T) -> float | None:
+        live = self._live.get(item)
+        return None if live is None else live[0]
+
+    def set(self, item: T, deadline: float | None) -> None:
+        """Make ``deadline`` the item's (None: it has none)."""
+        live = self._live.get(item)
+        if deadline is None:
+            if live is not None:
+                del self._live[item]
+            return
+        if live is not None and live[0] == deadline:
+            return  # unchanged: no new entry
+        self._count += 1
+        self._live[item] = (deadline, self._count)
+        heappush(self._heap, (deadline, self._count, item))
+        if len(self._heap) > 2 * len(self._live) + _SLACK:
+            self._heap = [(t, n, i) for i, (t, n) in self._live.items()]
+            heapify(self._heap)
+
+    def discard(self, item: T) -> None:
+        self._live.pop(item, None)
+
+    def clear(self) -> None:
+        self._heap.clear()
+        self._live.clear()
+
+    def first(self) -> float | None:
+        """The earliest live deadline (None: there is none)."""
+        heap, live = self._heap, self._live
+        while heap:
+            t, n, item = heap[0]
+            entry = live.get(item)
+            if entry is not None and entry[1] == n:
+                return t
+            heappop(heap)  # stale
+        return None
+
+    def pop_due(self, now: float) -> list[T]:
+        """The items whose deadline is ``now`` or earlier, earliest first; they have no
+        deadline afterwards."""
+        heap, live = self._heap, self._live
+        due: list[T] = []
+        while heap and heap[0][0] <= now:
+            t, n, item = heappop(heap)
+            entry = live.get(item)
+            if entry is not None and entry[1] == n:
+                del live[item]
+                due.append(item)
+        return due

@@ -1,0 +1,162 @@
+"""Sequence-space bookkeeping: what the receiver has, and what the sender learned of it.
+
+Sequence numbers are unbounded Python ints inside the core (the wire carries their low 64
+bits, see :func:`btlcore.protocol.wire.unwrap_seq`), so comparisons here are plain ``<``.
+
+* :class:`ReceiveWindow` classifies each arriving sequence number (new, duplicate, below or
+  above the window), keeps the cumulative ACK point and the out-of-order ranges above it
+  (the SACK information).
+* :class:`SackScoreboard` is the sender's mirror of those ranges: given the ranges of a new
+  ACK it yields only the sequence numbers that were not already known to be received, so that
+  every segment is processed once however many ACKs repeat the same ranges.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+
+# serial arithmetic on the 64-bit wire sequence numbers: half the space, and all of it
+SEQ_HALF = 1 << 63
+SEQ_WRAP = 1 << 64
+
+# ReceiveWindow.accept() verdicts
+NEW = 0
+DUPLICATE = 1
+BELOW_WINDOW = 2
+ABOVE_WINDOW = 3
+
+
+class ReceiveWindow:
+    """The receive side of one peer's sequence space.
+
+    ``cum`` is the highest sequence number such that it and everything before it arrived.
+    Above it, ``_starts``/``_ends`` hold disjoint, non-adjacent inclusive ranges of what also
+    arrived, sorted; a gap between ``cum`` and the first range is what is missing."""
+
+    __slots__ = ("cum", "size", "_starts", "_ends", "high")
+
+    def __init__(self, cum: int, size: int) -> None:
+        self.cum = cum
+        self.size = size
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+        self.high = cum  # highest sequence number seen
+
+    def accept(self, seq: int) -> int:
+        """Classify ``seq`` and record it if new.  Does not move ``cum`` for out-of-order
+        arrivals beyond filling what is contiguous."""
+        cum = self.cum
+        if seq == cum + 1 and not self._starts:  # the common case: in order, no holes
+            self.cum = seq
+            if seq > self.high:
+                self.high = seq
+            return NEW
+        if seq <= cum:
+            return DUPLICATE if seq > cum - self.size else BELOW_WINDOW
+        if seq > cum + self.size:
+            return ABOVE_WINDOW
+        starts, ends = self._starts, self._ends
+        i = bisect_right(starts, seq) - 1  # the range starting at or before seq
+        if i >= 0 and seq <= ends[i]:
+            return DUPLICATE
+        if seq > self.high:
+            self.high = seq
+        if seq == cum + 1:
+            # fills the hole in front of the first range
+            if starts and starts[0] == seq + 1:
+                self.cum = ends[0]
+                del starts[0], ends[0]
+            else:
+                self.cum = seq
+            return NEW
+        joins_left = i >= 0 and ends[i] == seq - 1
+        joins_right = i + 1 < len(starts) and starts[i + 1] == seq + 1
+        if joins_left and joins_right:
+            ends[i] = ends[i + 1]
+            del starts[i + 1], ends[i + 1]
+        elif joins_left:
+            ends[i] = seq
+        elif joins_right:
+            starts[i + 1] = seq
+        else:
+            starts.insert(i + 1, seq)
+            ends.insert(i + 1, seq)
+        return NEW
+
+    @property
+    def has_gaps(self) -> bool:
+        return bool(self._starts)
+
+    def holds(self, seq: int) -> bool:
+        """True if ``seq`` arrived (at or below ``cum``, or in a range above it)."""
+        if seq <= self.cum:
+            return True
+        i = bisect_right(self._starts, seq) - 1
+        return i >= 0 and seq <= self._ends[i]
+
+    def sack_truncated(self, limit: int) -> bool:
+        return len(self._starts) > limit
+
+    def sack_ranges(self, limit: int) -> list[tuple[int, int]]:
+        """Up to ``limit`` ranges as ``(start - cum, length)``, ascending.  When there are
+        more, the lowest ``limit - 1`` (just above the holes the sender must fill first) and
+        the highest (so that the ACK always reports the largest sequence number received,
+        which the sender's RTT sample and loss detection key on)."""
+        cum = self.cum
+        starts, ends = self._starts, self._ends
+        if len(starts) > limit >= 2:
+            picked = list(zip(starts[:limit - 1], ends[:limit - 1], strict=True)) + [(starts[-1], ends[-1])]
+        else:
+            picked = list(zip(starts[:limit], ends[:limit], strict=True))
+        return [(s - cum, e - s + 1) for s, e in picked]
+
+    def out_of_order_count(self) -> int:
+        return sum(e - s + 1 for s, e in zip(self._starts, self._ends, strict=True))
+
+
+class SackScoreboard:
+    """The sender's record of which sequence numbers above its cumulative ACK point the
+    receiver reported in SACK ranges."""
+
+    __slots__ = ("_starts", "_ends")
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+
+    def prune(self, cum: int) -> None:
+        """Forget what the cumulative ACK now covers."""
+        starts, ends = self._starts, self._ends
+        while starts and ends[0] <= cum:
+            del starts[0], ends[0]
+        if starts and starts[0] <= cum:
+            starts[0] = cum + 1
+
+    def add(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """Record the inclusive range ``lo..hi``; return the inclusive sub-ranges of it that
+        were not recorded before."""
+        if lo > hi:
+            return []
+        starts, ends = self._starts, self._ends
+        i = bisect_left(ends, lo - 1)  # first range that ends at or after lo - 1 (touching)
+        fresh = []
+        pos = lo
+        j = i
+        n = len(starts)
+        while j < n and starts[j] <= hi + 1:
+            if starts[j] > pos:
+                fresh.append((pos, starts[j] - 1))
+            if ends[j] + 1 > pos:
+                pos = ends[j] + 1
+            j += 1
+        if pos <= hi:
+            fresh.append((pos, hi))
+        if i < j:
+            lo = min(lo, starts[i])
+            hi = max(hi, ends[j - 1])
+        starts[i:j] = [lo]
+        ends[i:j] = [hi]
+        return fresh
+
+    def ranges(self) -> list[tuple[int, int]]:
+        return list(zip(self._starts, self._ends, strict=True))

@@ -1,0 +1,54 @@
+"""Congestion control is chosen by name from the btlcore.congestion entry points."""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+
+import pytest
+
+from btlcore import Config, ConfigError
+from btlcore.protocol import congestion
+from btlcore.protocol.congestion.aimd import Aimd
+from btlcore.testing.enginepair import EnginePair
+
+
+def test_aimd_is_registered_and_the_default() -> None:
+    assert Config().cc == "aimd"
+    names = {ep.name: ep.value for ep in entry_points(group=congestion.GROUP)}
+    assert names.get("aimd") == "btlcore.protocol.congestion.aimd:Aimd"
+    assert congestion.load("aimd") is Aimd
+    assert "aimd" in congestion.available()
+    p = EnginePair(Config())
+    assert isinstance(p.a.state.cc, Aimd)
+
+
+def test_an_unknown_algorithm_is_a_config_error_listing_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match=r"'cubic'.*BTL_CC.*allowed is one of .*aimd"):
+        EnginePair(Config(cc="cubic"))
+    with pytest.raises(ConfigError, match="'cc'"):
+        Config(cc="")
+    assert Config.from_env({"BTL_CC": "aimd"}).cc == "aimd"
+
+
+def test_aimd_window_rules() -> None:
+    p = EnginePair(Config(cwnd_initial=4, cwnd_max=6))
+    p.handshake()
+    cc, peer = p.a.state.cc, p.pa
+    assert peer.cwnd == 4.0
+    cc.on_ack(peer)
+    assert peer.cwnd == 5.0  # slow start
+    peer.ssthresh = 5.0
+    cc.on_ack(peer)
+    assert peer.cwnd == 5.2  # congestion avoidance: 1/cwnd per ACK
+    peer.cwnd = 6.0
+    cc.on_ack(peer)
+    assert peer.cwnd == 6.0  # capped
+    assert peer.timer.srtt == peer.timer.min_rtt  # (one sample, the handshake's): no queue
+    cc.on_loss_episode(peer)  # so the loss looks random: the gentle cut (Veno)
+    assert peer.cwnd == peer.ssthresh == pytest.approx(4.8)
+    peer.timer.srtt = 10 * peer.timer.min_rtt  # most of the round trip is queue: congestion
+    cc.on_loss_episode(peer)
+    assert peer.cwnd == peer.ssthresh == pytest.approx(4.8 * 0.7)
+    cc.on_persistent_congestion(peer)
+    assert peer.ssthresh == peer.cwnd == 2.0  # half, but never below 2 segments
+    assert EnginePair(Config(cwnd_max=0)).a.state.cc.cwnd_initial == float("inf")  # off
