@@ -6,9 +6,10 @@ JSON line: what it sent and what came back to it.  The tests in this folder star
 ``victim.run_attack``.
 
 The codec is imported here and nowhere else in this folder (``btlcore.protocol.wire`` once the
-core is split into rooms, ``btlcore.wire`` before).  Datagram types that do not exist yet
-(CLOSE, the "unknown connection" notice: issue #11) are built through :func:`typed`, which
-takes the type byte and the body, so their tests only need the codec to name the types.
+core is split into rooms, ``btlcore.wire`` before).  CLOSE and the "unknown connection" notice
+(issue #11) are built through :func:`typed`, which takes the type byte and the body, with the
+codec's ``Close`` and ``Notice`` bodies where it has them: their tests need only the codec to
+name the types (``T_CLOSE``, ``T_UNKNOWN_CONN``).
 """
 
 from __future__ import annotations
@@ -106,14 +107,42 @@ def typed(type_byte: int, body: bytes, *, dst_conn: int = 0, incarnation: int = 
                        payload_len=len(body)) + body)
 
 
-def forged_close(*, dst_conn: int, incarnation: int, body: bytes = b"") -> bytes:
-    """A CLOSE for the connection ``dst_conn`` (needs ``wire.T_CLOSE``)."""
+def forged_close(*, dst_conn: int, incarnation: int, conn_id: int, echo_incarnation: int) -> bytes:
+    """A CLOSE for the connection ``dst_conn`` of a receiver in life ``echo_incarnation``,
+    from ``conn_id`` in life ``incarnation`` (needs ``wire.T_CLOSE``; the body is the codec's
+    ``Close`` where it has one)."""
+    if hasattr(wire, "Close"):
+        body = wire.Close(conn_id & U32, echo_incarnation & U32).encode()
+    else:
+        body = struct.pack("!II4x", conn_id & U32, echo_incarnation & U32)
     return typed(wire.T_CLOSE, body, dst_conn=dst_conn, incarnation=incarnation)
 
 
-def forged_notice(*, dst_conn: int, incarnation: int, body: bytes = b"") -> bytes:
-    """An "unknown connection" notice about ``dst_conn`` (needs ``wire.T_NOTICE``)."""
-    return typed(wire.T_NOTICE, body, dst_conn=dst_conn, incarnation=incarnation)
+#: the codec's name for the "unknown connection" notice type (#11 named it T_UNKNOWN_CONN)
+NOTICE_TYPES = ("T_UNKNOWN_CONN", "T_NOTICE")
+
+
+def notice_type() -> int | None:
+    for name in NOTICE_TYPES:
+        if hasattr(wire, name):
+            return int(getattr(wire, name))
+    return None
+
+
+def forged_notice(*, dst_conn: int, incarnation: int, seq: int, echo_incarnation: int, echo_digest: int,
+                  echo_type: int = 1) -> bytes:
+    """An "unknown connection" notice claiming to answer a datagram that was sent to
+    ``dst_conn`` by the life ``echo_incarnation``, with CRC ``echo_digest`` (needs a notice
+    type in the codec; the body is its ``Notice`` where it has one)."""
+    typ = notice_type()
+    if typ is None:
+        raise RuntimeError(f"the codec has no notice type (none of {', '.join(NOTICE_TYPES)})")
+    if hasattr(wire, "Notice"):
+        body = wire.Notice(echo_incarnation & U32, echo_digest & U32, echo_type).encode()
+    else:
+        body = struct.pack("!IIB3x", echo_incarnation & U32, echo_digest & U32, echo_type)
+    buf = header(typ, dst_conn=dst_conn, incarnation=incarnation, seq=seq, payload_len=len(body))
+    return seal(buf + body)
 
 
 def has_types(*names: str) -> bool:
@@ -410,11 +439,21 @@ def attack_hello(plan: Plan) -> dict[str, Any]:
 
 
 def attack_close(plan: Plan) -> dict[str, Any]:
-    """CLOSEs (``kind`` "close") or notices ("notice") for the live connection, echoing
-    nothing an off-path sender cannot know."""
-    build = forged_close if plan["kind"] == "close" else forged_notice
-    datagrams = [build(dst_conn=int(plan["dst_conn"]), incarnation=int(plan["incarnation"]))]
-    return _spoof_or_send(plan, datagrams * int(plan.get("count", 3)), 0)
+    """CLOSEs (``kind`` "close") or notices ("notice") aimed at the target's connection with
+    ``peer``: every field an off-path sender can know or predict is right (addresses, the
+    incarnations: they are clocks), the random ones (connection ids, the digest) are guessed."""
+    rng = random.Random(plan.get("seed", 0))
+    count = int(plan.get("count", 3))
+    if plan["kind"] == "close":
+        datagrams = [forged_close(dst_conn=rng.getrandbits(32), incarnation=int(plan["incarnation"]),
+                                  conn_id=rng.getrandbits(32), echo_incarnation=int(plan["echo_incarnation"]))
+                     for _ in range(count)]
+    else:
+        datagrams = [forged_notice(dst_conn=rng.getrandbits(32), incarnation=int(plan["incarnation"]),
+                                   seq=rng.getrandbits(64), echo_incarnation=int(plan["echo_incarnation"]),
+                                   echo_digest=rng.getrandbits(32), echo_type=rng.choice((1, 2)))
+                     for _ in range(count)]
+    return _spoof_or_send(plan, datagrams, 0)
 
 
 ATTACKS: dict[str, Callable[[Plan], dict[str, Any]]] = {
