@@ -216,8 +216,12 @@ class Handshake:
             self._hello[peer] = None
         if renewed:
             # this datagram was addressed to our old connection: the peer cannot know the
-            # new one until our HELLO tells it
-            self.start_hello(peer, now)
+            # new one until our HELLO, or the HELLO_ACK we owe it, tells it.  A HELLO answered
+            # at its observed source needs no HELLO of ours besides, to the address written
+            # inside it (a stranger's HELLO must not make us send there: its own retries get
+            # HELLO_ACKs until it confirms)
+            if typ == T_HELLO_ACK or reply is None:
+                self.start_hello(peer, now)
         # A HELLO_ACK proves the peer knows our current connection (it was looked up by
         # it); a HELLO does only if it is addressed to it.
         elif hello.echo_incarnation == self.incarnation and (typ == T_HELLO_ACK or dst == peer.local_conn):

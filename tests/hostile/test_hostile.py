@@ -118,9 +118,6 @@ def test_flood_from_1000_unknown_sources(pair: LivePair) -> None:
     assert_connection_intact(pair)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="#11: handshake replies go to the address written in the HELLO, not to the "
-                          "datagram's observed source")
 def test_hello_replies_never_go_to_an_address_written_inside(pair: LivePair) -> None:
     import socket
 
