@@ -13,8 +13,10 @@ testing API: a user's or a backend's tests drive two engines like this::
     assert p.delivered[1] == [(b"A", 7, b"hello")] and p.completions["m"] == [None]
 
 Each step hands every engine what arrived (``receive_datagram`` or, with
-``batch_receive=True``, ``receive_datagrams``), runs its due timers (``next_deadline`` /
-``handle_timer``), takes its events (``take_events``: deliveries into ``delivered``,
+``batch_receive=True``, ``receive_datagrams``), each datagram with its source: the sender's
+address, which the engines' ``reply_dest`` takes as a dest as it is (``resolve`` is the
+identity), so handshake and VERSION replies go back to the sender; runs its due timers
+(``next_deadline`` / ``handle_timer``), takes its events (``take_events``: deliveries into ``delivered``,
 completions into ``completions``, the rest into ``other_events``; all into ``timeline``) and
 sends what it wants sent (``datagrams_to_send``), logging every datagram in ``log``.
 
