@@ -208,16 +208,10 @@ class Peer:
         self.hello_sent_at: float | None = None
         self.hello_started: float | None = None
         self.hello_reply = False  # a HELLO_ACK is owed
-        # where it goes: the owed HELLO's observed source (as the device's reply_dest made it
-        # a dest), or None: to ``dest``
-        self.reply_dest: Any = None
-        # The peer's limits, from its handshake's transport parameters (the handshake sets
-        # them, and our own until the peer's are known): the largest message it takes, the
-        # payload of an unchunked message and of a chunk in a datagram it takes, and the
-        # negotiated peer_timeout, seconds (the smaller of the two ends')
-        self.max_message = (1 << 32) - 1
-        self.single_cap = 0
-        self.chunk_cap = 0
+        self.reply_dest: Any = None  # where to: the HELLO's source as a dest (None: ``dest``)
+        # its limits (the handshake sets them: ours, then the peer's transport parameters):
+        # largest message, unchunked and chunk payloads that fit its datagrams; peer_timeout, s
+        self.max_message, self.single_cap, self.chunk_cap = (1 << 32) - 1, 0, 0
         self.peer_timeout = 0.0
         self.error: BaseException | None = None
         self.user_data: Any = None
