@@ -132,3 +132,16 @@ def test_the_hello_ack_goes_to_the_observed_source_not_the_address_inside() -> N
     assert from_b and all(d == 0 for d, _ in from_b), from_b
     assert (0, T_HELLO_ACK) in from_b
     assert not [x for _t, s, d, x in p.log if s == 1 and d == 2]
+
+
+def test_a_corrupted_version_reply_fails_nothing() -> None:
+    """The case the property tests found: our HELLO corrupted into another version on the
+    way, and the VERSION reply's list corrupted on the way back.  The reply's CRC32C catches
+    it: the handshake goes on and completes."""
+    p = EnginePair()
+    p.add_hook(lambda s, d, data, k: ("corrupt", 0) if (s, k) == (0, 0) else None)  # version 2 -> 3
+    p.add_hook(lambda s, d, data, k: ("corrupt", 96) if (s, k) == (1, 0) else None)  # its list: 2 -> 3
+    p.send(0, 1, 1, b"x", key="m")
+    p.run(lambda: bool(p.completions["m"]), max_time=2)
+    assert p.completions["m"] == [None] and p.delivered[1] == [(b"A", 1, b"x")]
+    assert p.a.stats()["num_malformed_recvs"] == 1  # the corrupted reply
