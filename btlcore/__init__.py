@@ -17,6 +17,7 @@ from .errors import (
     PeerUnreachable,
     PutError,
     TransportClosed,
+    WouldBlock,
 )
 from .protocol.engine import Engine
 from .protocol.peers import Peer, PeerState
@@ -29,5 +30,5 @@ __all__ = [
     "Engine", "Message", "Peer", "PeerState", "Transport", "list_backends", "open", "run_until",
     "BackendUnavailable", "BtlError", "Capabilities", "Channel", "ChannelInfo", "Config",
     "ConfigError", "MessageTooLarge", "PeerError", "PeerRestarted", "PeerUnreachable", "Probe",
-    "PutError", "TransportClosed", "hookimpl",
+    "PutError", "TransportClosed", "WouldBlock", "hookimpl",
 ]

@@ -113,19 +113,22 @@ class Segment:
 class Reassembly:
     """A chunked message being put back together (or a chunked put being tracked).
 
+    It holds only the bytes that arrived, never what the header claims (``msg_len`` is a
+    stranger's word until every byte is in): memory grows with the bytes received, which the
+    receiver counts against its budgets (``Peer.rx_held``, ``EngineState.rx_held``).
     Chunks that arrive in order as immutable ``bytes`` datagrams (the simulator's) are kept
-    as views of those datagrams and joined once the last one is in: no zero-filled buffer
-    and one copy of the payload, instead of zeroing a buffer and copying every chunk into it.
-    Anything else (a chunk out of order, a datagram the device will reuse) switches to
-    copying into a buffer, with what was kept so far copied in first."""
+    as views of those datagrams and joined once the last one is in (one copy of the payload).
+    Anything else (a datagram the device will reuse, a chunk out of order) switches to
+    ``buf``, the in-order prefix grown as it arrives (``+=``: amortized, no zero-filling),
+    with chunks above it kept as copies in ``pending`` until the gap before them fills."""
 
-    __slots__ = ("buf", "view", "parts", "msg_len", "received", "tag", "last_seq", "put_key",
+    __slots__ = ("buf", "parts", "pending", "msg_len", "received", "tag", "last_seq", "put_key",
                  "put_offset", "failed")
 
     def __init__(self, msg_len: int, tag: int, put_key: int | None, put_offset: int) -> None:
-        self.buf: bytearray | None = None  # made when the first chunk cannot be kept
-        self.view: memoryview | None = None  # of buf: one view made once, not one per chunk
+        self.buf: bytearray | None = None  # the in-order prefix, once a chunk cannot be kept
         self.parts: list[memoryview] | None = [] if put_key is None else None  # kept chunks
+        self.pending: dict[int, bytes] | None = None  # chunks above the prefix, by offset
         self.msg_len = msg_len
         self.received = 0
         self.tag = tag
@@ -143,23 +146,35 @@ class Reassembly:
             if off == self.received and type(chunk.obj) is bytes:
                 parts.append(chunk)  # immutable: kept, not copied
                 return
-            self.buf = bytearray(self.msg_len)
-            view = self.view = memoryview(self.buf)
-            pos = 0
-            for part in parts:
-                view[pos:pos + len(part)] = part
-                pos += len(part)
+            self.buf = bytearray().join(parts)  # what was kept, in order: the prefix
             self.parts = None
-        self.view[off:off + len(chunk)] = chunk  # type: ignore[index]
+        buf: bytearray = self.buf  # type: ignore[assignment]
+        if off == len(buf):
+            buf += chunk
+            pending = self.pending
+            if pending:  # the gap before them is filled: move them onto the prefix
+                nxt = pending.pop(len(buf), None)
+                while nxt is not None:
+                    buf += nxt
+                    nxt = pending.pop(len(buf), None)
+        elif off > len(buf):
+            if self.pending is None:
+                self.pending = {}
+            self.pending[off] = bytes(chunk)
+        # (off below the prefix: a chunk overlapping what is in, which no sender makes; take()
+        # then finds the message short and the receiver drops it)
 
-    def take(self) -> bytearray:
-        """The whole message, once every byte arrived (call once)."""
+    def take(self) -> bytearray | None:
+        """The whole message, once ``received`` reached ``msg_len`` (call once); None if the
+        chunks did not tile it (a lying sender's overlapping offsets)."""
         if self.parts is not None:
-            self.buf = bytearray().join(self.parts)  # the chunks tile it: they came in order
+            out = bytearray().join(self.parts)  # the chunks came in order
             self.parts = None
-        elif self.view is not None:
-            self.view.release()  # the buffer is the user's now
-        return self.buf  # type: ignore[return-value]
+        else:
+            out = self.buf  # type: ignore[assignment]
+            self.buf = None
+        self.pending = None
+        return out if out is not None and len(out) == self.msg_len else None
 
 
 class Peer:
@@ -177,11 +192,11 @@ class Peer:
         "tx_serial", "acked_serial", "reo_mult", "reo_persist", "loss_seq_limit", "cwnd", "ssthresh",
         "recovery_serial", "timeouts", "probe_seq", "probe_serial", "probe_dup", "timer",
         "last_progress", "rto_base", "msg_counter", "puts",
-        "remote_window",
+        "remote_window", "send_queued", "send_blocked",
         # receive side
         "window", "rx_high_time", "dup_seen", "last_ack_sent", "ready", "reassembly", "ack_count", "ack_deadline",
         "ack_now",
-        "sack_dirty",
+        "sack_dirty", "rx_held", "unconsumed", "adv_window",
         "counters",
         # timers (the engine's heap)
         "timed", "timed_order",
@@ -247,6 +262,11 @@ class Peer:
         # last segment (what the status names)
         self.puts: dict[int, OutMessage] = {}
         self.remote_window = window
+        # back-pressure: bytes of messages accepted by send() and not completed yet (unsent
+        # or unacknowledged), updated once per message; a refused send sets send_blocked
+        # until the buffer drains to half (then a PeerWritable event)
+        self.send_queued = 0
+        self.send_blocked = False
 
         self.window = ReceiveWindow(0, window)  # rebased on the peer's ISN at handshake
         self.last_ack_sent = -1.0
@@ -258,6 +278,9 @@ class Peer:
         self.ack_deadline: float | None = None
         self.ack_now = False
         self.sack_dirty = False
+        self.rx_held = 0  # bytes its messages in reassembly hold (counted in EngineState.rx_held too)
+        self.unconsumed = 0  # bytes delivered to the driver and not taken yet (Engine.set_unconsumed)
+        self.adv_window = window  # the receive window our last ACK advertised, segments
         self.counters = PeerCounters()
         self.timed = False  # the engine keeps times for it (see Recovery._refresh_timers)
         self.timed_order = 0  # when it became timed: timers of peers due together run in this order
