@@ -94,7 +94,7 @@ class Config:
     max_reassemblies: int = _param(2048, "concurrent chunked messages in reassembly per peer", lo=1, hi=1 << 20)
     send_buffer: int = _param(16 << 20, "per-peer send buffer, bytes: messages accepted and not yet completed (unsent or unacknowledged); a send that does not fit raises WouldBlock, unless the buffer is empty", lo=1, hi=1 << 40)
     recv_buffer: int = _param(16 << 20, "per-peer receive budget, bytes: data delivered but not yet taken by recv() shrinks the advertised window (to zero at this much), and out-of-order reassembly beyond it is dropped", lo=1, hi=1 << 40)
-    reassembly_limit: int = _param(1 << 30, "bytes all peers' reassemblies may hold together; a chunk beyond it is dropped and counted", lo=1, hi=1 << 46)
+    reassembly_limit: int = _param(1 << 30, "bytes all peers' reassemblies may hold together (never less than max_message_size); a chunk beyond it is dropped and counted", lo=1, hi=1 << 46)
     ack_delay: float = _param(200e-6, "delay before a standalone ACK, seconds", lo=0.0, hi=1.0)
     ack_frequency: int = _param(8, "send a standalone ACK at once after this many unacknowledged segments", lo=1, hi=1 << 16)
     fast_retransmit_threshold: int = _param(3, "a segment is declared lost once this many later transmissions were ACKed", lo=1, hi=1024)
