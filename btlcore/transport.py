@@ -273,7 +273,7 @@ class Transport:
         if timeout is None:
             self.engine.send(peer, tag, data, callback, self.now())
         else:
-            self._send_waiting(peer, tag, data, callback, checks.seconds(timeout), None, 0)
+            self._send_waiting(peer, tag, data, callback, checks.seconds(timeout) or 0.0, None, 0)
 
     def _send_waiting(self, peer: Peer, tag: int, data: Any, callback: Callback | None, timeout: float,
                       put_key: int | None, put_offset: int) -> None:
@@ -390,7 +390,7 @@ class Transport:
         if timeout is None:
             self.engine.send(peer, 0, data, callback, self.now(), put_key=key, put_offset=offset)
         else:
-            self._send_waiting(peer, 0, data, callback, checks.seconds(timeout), key, offset)
+            self._send_waiting(peer, 0, data, callback, checks.seconds(timeout) or 0.0, key, offset)
 
     def add_send_filter(self, keep: Callable[[int, bytes], bool]) -> None:
         """Fault injection on any backend: ``keep(channel, datagram)`` returning False drops

@@ -46,7 +46,7 @@ def test_a_producer_faster_than_a_slow_link_blocks_with_bounded_memory() -> None
                 except WouldBlock:
                     blocks += 1
                     n = events.count("writable")
-                    btlcore.run_until([a, b], lambda: events.count("writable") > n, timeout=30)
+                    btlcore.run_until([a, b], lambda n=n: events.count("writable") > n, timeout=30)
             btlcore.run_until([a, b], lambda: got[0] == total, timeout=30)
             _current, peak = tracemalloc.get_traced_memory()
         finally:
@@ -78,7 +78,7 @@ def test_data_left_unread_closes_the_window_and_recv_opens_it() -> None:
                 blocked = True
                 n = events.count("writable")
                 try:
-                    btlcore.run_until([a, b], lambda: events.count("writable") > n, timeout=5 * cfg.peer_timeout)
+                    btlcore.run_until([a, b], lambda n=n: events.count("writable") > n, timeout=5 * cfg.peer_timeout)
                 except TimeoutError:
                     break  # the window is shut: nothing drains any more
         sent = len(sent_ids)

@@ -36,7 +36,16 @@ standalone ACKs that are due, then handshakes.
 """
 
 from .engine import Engine
-from .events import Event, MessageReceived, PeerFailed, PeerRestarted, PeerWritable, PutLanded, PutRefused, SendCompleted
+from .events import (
+    Event,
+    MessageReceived,
+    PeerFailed,
+    PeerRestarted,
+    PeerWritable,
+    PutLanded,
+    PutRefused,
+    SendCompleted,
+)
 from .peers import InvalidTransition, Peer, PeerEvent, PeerState
 
 __all__ = [
