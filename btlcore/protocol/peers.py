@@ -262,11 +262,8 @@ class Peer:
         # last segment (what the status names)
         self.puts: dict[int, OutMessage] = {}
         self.remote_window = window
-        # back-pressure: bytes of messages accepted by send() and not completed yet (unsent
-        # or unacknowledged), updated once per message; a refused send sets send_blocked
-        # until the buffer drains to half (then a PeerWritable event)
-        self.send_queued = 0
-        self.send_blocked = False
+        self.send_queued = 0  # bytes of messages accepted, not completed (unsent or unacked)
+        self.send_blocked = False  # a send was refused: PeerWritable once drained to half
 
         self.window = ReceiveWindow(0, window)  # rebased on the peer's ISN at handshake
         self.last_ack_sent = -1.0
@@ -278,8 +275,8 @@ class Peer:
         self.ack_deadline: float | None = None
         self.ack_now = False
         self.sack_dirty = False
-        self.rx_held = 0  # bytes its messages in reassembly hold (counted in EngineState.rx_held too)
-        self.unconsumed = 0  # bytes delivered to the driver and not taken yet (Engine.set_unconsumed)
+        self.rx_held = 0  # bytes its messages in reassembly hold (in EngineState.rx_held too)
+        self.unconsumed = 0  # bytes delivered and not taken yet (Engine.set_unconsumed)
         self.adv_window = window  # the receive window our last ACK advertised, segments
         self.counters = PeerCounters()
         self.timed = False  # the engine keeps times for it (see Recovery._refresh_timers)

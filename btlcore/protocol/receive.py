@@ -99,9 +99,7 @@ class Receiver:
         if self._state.closed:
             return  # nobody will read them: neither deliver nor acknowledge
         head_chunk, check, peers, events = HEADER_CHUNK.unpack_from, crc32c, self.peers_by_conn, self.events
-        acking, timed, freq = self._acking, self._timed, self._ack_frequency
-        st = self._state
-        held, limit = st.rx_held, self._rx_limit  # reassembly bytes: in a local, written back around a call
+        acking, timed, freq, st, limit = self._acking, self._timed, self._ack_frequency, self._state, self._rx_limit
         last_dst = last_inc = k = -1  # whose peer passed the checks (only dispatch changes that)
         peer: Any
         for data in batch:
@@ -122,9 +120,7 @@ class Receiver:
                     check((view := memoryview(data))[CRC_OFFSET + 4:], check(view[:CRC_OFFSET])) != crc
                     if flags & F_CRC else self.crc or (view := memoryview(data)) is None):
                 last_dst = -1
-                st.rx_held = held
                 self.dispatch(data, None if sources is None else sources[k], now)
-                held = st.rx_held
                 continue
             if n != (_CHUNKED if flags & F_CHUNK else HEADER_LEN) + plen:
                 self.counters.num_malformed_recvs += 1  # drop before anything in it is believed
@@ -139,21 +135,14 @@ class Receiver:
                     if peer.unacked:
                         self._detect_losses(peer)
             cum = (w := peer.window).cum
-            if seq_w != (cum + 1) & SEQ_MASK or w._starts:
-                st.rx_held = held
-                self._on_segment(peer, view, n, flags, seq_w, tag, plen, now)  # out of order
-                held = st.rx_held
+            # in order, whole or a middle chunk of a message in reassembly (not its first nor last) within the
+            # transport's budget (the peer's: see _over_budget); else (out of order, ...) the general handler
+            if seq_w != (cum + 1) & SEQ_MASK or w._starts or flags & F_CHUNK and (
+                    (ras := peer.reassembly.get(msg_id)) is None or ras.msg_len != msg_len or ras.put_key is not None
+                    or plen <= 0 or off + plen >= msg_len or ras.received + plen >= msg_len
+                    or st.rx_held + plen > limit):
+                self._on_segment(peer, view, n, flags, seq_w, tag, plen, now)
                 continue
-            if flags & F_CHUNK:
-                ras = peer.reassembly.get(msg_id)
-                # a chunk in the middle of a message being reassembled (not its first nor last),
-                # within the transport's reassembly budget (the peer's: see _over_budget)
-                if ras is None or ras.msg_len != msg_len or ras.put_key is not None or plen <= 0 \
-                        or off + plen >= msg_len or ras.received + plen >= msg_len or held + plen > limit:
-                    st.rx_held = held
-                    self._on_segment(peer, view, n, flags, seq_w, tag, plen, now)
-                    held = st.rx_held
-                    continue
             seq = w.cum = cum + 1
             if seq > w.high:
                 w.high = seq
@@ -173,7 +162,7 @@ class Receiver:
                     ras.add(off, view[_CHUNKED:])
                 ras.received += plen
                 peer.rx_held += plen
-                held += plen
+                st.rx_held += plen
             peer.ack_count += 1
             if peer.ack_count >= freq:
                 peer.ack_now = True
@@ -181,7 +170,6 @@ class Receiver:
                 peer.ack_deadline = now + self._ack_delay
             acking[peer] = None
             timed[peer] = None
-        st.rx_held = held
 
     def dispatch(self, data: Any, source: Any, now: float) -> None:
         """The general handler for any datagram: checked (version, flags, CRC), counted if
