@@ -113,20 +113,23 @@ class Segment:
 class Reassembly:
     """A chunked message being put back together (or a chunked put being tracked).
 
-    It holds only the bytes that arrived, never what the header claims (``msg_len`` is a
-    stranger's word until every byte is in): memory grows with the bytes received, which the
-    receiver counts against its budgets (``Peer.rx_held``, ``EngineState.rx_held``).
-    Chunks that arrive in order as immutable ``bytes`` datagrams (the simulator's) are kept
-    as views of those datagrams and joined once the last one is in (one copy of the payload).
-    Anything else (a datagram the device will reuse, a chunk out of order) switches to
-    ``buf``, the in-order prefix grown as it arrives (``+=``: amortized, no zero-filling),
-    with chunks above it kept as copies in ``pending`` until the gap before them fills."""
+    It holds only what arrived, never what the header claims (``msg_len`` is a stranger's
+    word until every byte is in): memory grows with the bytes received, which the receiver
+    counts against its budgets (``Peer.rx_held``, ``EngineState.rx_held``).  Chunks that
+    arrive in order as immutable ``bytes`` datagrams (the simulator's) are kept as views of
+    those datagrams (``parts``).  Anything else (a datagram the device will reuse, a chunk out
+    of order) switches to ``buf``: the in-order prefix (``filled`` bytes) as a list of pieces,
+    views of immutable datagrams or copies of the others, with chunks above a gap waiting in
+    ``pending`` (copies) until it fills.  The pieces are joined once the last byte is in: two
+    copies of a reused datagram's bytes, as zero-filling a buffer of ``msg_len`` and copying
+    into it took, without believing ``msg_len`` and without regrowing a buffer."""
 
-    __slots__ = ("buf", "parts", "pending", "msg_len", "received", "tag", "last_seq", "put_key",
-                 "put_offset", "failed")
+    __slots__ = ("buf", "filled", "parts", "pending", "msg_len", "received", "tag", "last_seq",
+                 "put_key", "put_offset", "failed")
 
     def __init__(self, msg_len: int, tag: int, put_key: int | None, put_offset: int) -> None:
-        self.buf: bytearray | None = None  # the in-order prefix, once a chunk cannot be kept
+        self.buf: list[bytes | memoryview] | None = None  # the in-order prefix, once a chunk cannot be kept
+        self.filled = 0  # bytes in buf
         self.parts: list[memoryview] | None = [] if put_key is None else None  # kept chunks
         self.pending: dict[int, bytes] | None = None  # chunks above the prefix, by offset
         self.msg_len = msg_len
@@ -141,23 +144,29 @@ class Reassembly:
 
     def add(self, off: int, chunk: memoryview) -> None:
         """Take the chunk at ``off`` (a view of the datagram; before ``received`` counts it)."""
+        buf = self.buf
+        if buf is not None and off == self.filled and not self.pending:  # the common case first
+            buf.append(chunk if type(chunk.obj) is bytes else bytes(chunk))
+            self.filled += len(chunk)
+            return
         parts = self.parts
         if parts is not None:
             if off == self.received and type(chunk.obj) is bytes:
                 parts.append(chunk)  # immutable: kept, not copied
                 return
-            self.buf = bytearray().join(parts)  # what was kept, in order: the prefix
-            self.parts = None
-        buf: bytearray = self.buf  # type: ignore[assignment]
-        if off == len(buf):
-            buf += chunk
+            buf = self.buf = list(parts)  # (views of immutable datagrams: still good)
+            self.filled, self.parts = self.received, None
+        if off == self.filled:
+            buf.append(chunk if type(chunk.obj) is bytes else bytes(chunk))  # type: ignore[union-attr]
+            self.filled += len(chunk)
             pending = self.pending
             if pending:  # the gap before them is filled: move them onto the prefix
-                nxt = pending.pop(len(buf), None)
+                nxt = pending.pop(self.filled, None)
                 while nxt is not None:
-                    buf += nxt
-                    nxt = pending.pop(len(buf), None)
-        elif off > len(buf):
+                    buf.append(nxt)  # type: ignore[union-attr]
+                    self.filled += len(nxt)
+                    nxt = pending.pop(self.filled, None)
+        elif off > self.filled:
             if self.pending is None:
                 self.pending = {}
             self.pending[off] = bytes(chunk)
@@ -167,14 +176,10 @@ class Reassembly:
     def take(self) -> bytearray | None:
         """The whole message, once ``received`` reached ``msg_len`` (call once); None if the
         chunks did not tile it (a lying sender's overlapping offsets)."""
-        if self.parts is not None:
-            out = bytearray().join(self.parts)  # the chunks came in order
-            self.parts = None
-        else:
-            out = self.buf  # type: ignore[assignment]
-            self.buf = None
-        self.pending = None
-        return out if out is not None and len(out) == self.msg_len else None
+        pieces = self.parts if self.parts is not None else self.buf
+        self.parts = self.buf = self.pending = None
+        out = bytearray().join(pieces or ())
+        return out if len(out) == self.msg_len else None
 
 
 class Peer:
