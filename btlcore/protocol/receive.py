@@ -95,11 +95,11 @@ class Receiver:
         """The receive path: a poll's datagrams, arrived by ``now`` (``sources``: where each came from, or None).
         Its first branch is the common case, written once: the next data segment in order of a confirmed peer,
         intact, whole or a middle chunk (state read once per batch).  Else :meth:`dispatch`, :meth:`_on_segment`."""
-        self._state.now = now
-        if self._state.closed:
+        (st := self._state).now = now  # (st.rx_held: what reassembly holds, every peer)
+        if st.closed:
             return  # nobody will read them: neither deliver nor acknowledge
         head_chunk, check, peers, events = HEADER_CHUNK.unpack_from, crc32c, self.peers_by_conn, self.events
-        acking, timed, freq, st, limit = self._acking, self._timed, self._ack_frequency, self._state, self._rx_limit
+        acking, timed, freq = self._acking, self._timed, self._ack_frequency
         last_dst = last_inc = k = -1  # whose peer passed the checks (only dispatch changes that)
         peer: Any
         for data in batch:
@@ -140,7 +140,7 @@ class Receiver:
             if seq_w != (cum + 1) & SEQ_MASK or w._starts or flags & F_CHUNK and (
                     (ras := peer.reassembly.get(msg_id)) is None or ras.msg_len != msg_len or ras.put_key is not None
                     or plen <= 0 or off + plen >= msg_len or ras.received + plen >= msg_len
-                    or st.rx_held + plen > limit):
+                    or st.rx_held + plen > self._rx_limit):
                 self._on_segment(peer, view, n, flags, seq_w, tag, plen, now)
                 continue
             seq = w.cum = cum + 1

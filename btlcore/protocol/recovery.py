@@ -223,7 +223,9 @@ class Recovery:
             peer.counters.num_msgs_completed += 1
             if msg.callback is not None:
                 self.events.append(_new(SendCompleted, (msg.callback, None)))
-            self.release(peer, msg.length)
+            peer.send_queued -= msg.length  # self.release, inline (once per message)
+            if peer.send_blocked:
+                self.release(peer, 0)
 
     def put_done(self, peer: Peer, msg: OutMessage) -> None:
         """A put is acknowledged and its status is in: its callback gets None if it landed,
