@@ -119,7 +119,12 @@ def send_waiting(transports: Iterable[Any], t: Any, peer: Any, tag: int, data: A
         send(t, peer, tag, data, callback)
         return
 
+    limit, size = t.config.send_buffer, len(data)
+
     def attempt() -> bool:
+        queued = peer.send_queued  # (a cheap look first: no exception per pass while it is full)
+        if queued and queued + size > limit:
+            return False
         try:
             t.send(peer, tag, data, callback=callback)
         except blocked:
