@@ -117,19 +117,17 @@ class Reassembly:
     word until every byte is in): memory grows with the bytes received, which the receiver
     counts against its budgets (``Peer.rx_held``, ``EngineState.rx_held``).  Chunks that
     arrive in order as immutable ``bytes`` datagrams (the simulator's) are kept as views of
-    those datagrams (``parts``).  Anything else (a datagram the device will reuse, a chunk out
-    of order) switches to ``buf``: the in-order prefix (``filled`` bytes) as a list of pieces,
-    views of immutable datagrams or copies of the others, with chunks above a gap waiting in
-    ``pending`` (copies) until it fills.  The pieces are joined once the last byte is in: two
-    copies of a reused datagram's bytes, as zero-filling a buffer of ``msg_len`` and copying
-    into it took, without believing ``msg_len`` and without regrowing a buffer."""
+    those datagrams (``parts``) and joined once the last one is in (one copy).  Anything else
+    (a datagram the device will reuse, a chunk out of order) switches to ``buf``, the in-order
+    prefix, appended to as chunks arrive (``+=``: one copy, the allocator growing it in
+    place, measured as fast as zero-filling ``msg_len`` and copying into it), with chunks above
+    a gap waiting in ``pending`` (copies) until it fills."""
 
-    __slots__ = ("buf", "filled", "parts", "pending", "msg_len", "received", "tag", "last_seq",
-                 "put_key", "put_offset", "failed")
+    __slots__ = ("buf", "parts", "pending", "msg_len", "received", "tag", "last_seq", "put_key",
+                 "put_offset", "failed")
 
     def __init__(self, msg_len: int, tag: int, put_key: int | None, put_offset: int) -> None:
-        self.buf: list[bytes | memoryview] | None = None  # the in-order prefix, once a chunk cannot be kept
-        self.filled = 0  # bytes in buf
+        self.buf: bytearray | None = None  # the in-order prefix, once a chunk cannot be kept
         self.parts: list[memoryview] | None = [] if put_key is None else None  # kept chunks
         self.pending: dict[int, bytes] | None = None  # chunks above the prefix, by offset
         self.msg_len = msg_len
@@ -145,28 +143,27 @@ class Reassembly:
     def add(self, off: int, chunk: memoryview) -> None:
         """Take the chunk at ``off`` (a view of the datagram; before ``received`` counts it)."""
         buf = self.buf
-        if buf is not None and off == self.filled and not self.pending:  # the common case first
-            buf.append(chunk if type(chunk.obj) is bytes else bytes(chunk))
-            self.filled += len(chunk)
+        if buf is not None and off == len(buf) and not self.pending:  # the common case first
+            buf += chunk
             return
         parts = self.parts
         if parts is not None:
             if off == self.received and type(chunk.obj) is bytes:
                 parts.append(chunk)  # immutable: kept, not copied
                 return
-            buf = self.buf = list(parts)  # (views of immutable datagrams: still good)
-            self.filled, self.parts = self.received, None
-        if off == self.filled:
-            buf.append(chunk if type(chunk.obj) is bytes else bytes(chunk))  # type: ignore[union-attr]
-            self.filled += len(chunk)
+            buf = self.buf = bytearray().join(parts)
+            self.parts = None
+        if buf is None:
+            return  # (a put's chunks go to its region: nothing is kept here)
+        if off == len(buf):
+            buf += chunk
             pending = self.pending
             if pending:  # the gap before them is filled: move them onto the prefix
-                nxt = pending.pop(self.filled, None)
+                nxt = pending.pop(len(buf), None)
                 while nxt is not None:
-                    buf.append(nxt)  # type: ignore[union-attr]
-                    self.filled += len(nxt)
-                    nxt = pending.pop(self.filled, None)
-        elif off > self.filled:
+                    buf += nxt
+                    nxt = pending.pop(len(buf), None)
+        elif off > len(buf):
             if self.pending is None:
                 self.pending = {}
             self.pending[off] = bytes(chunk)
@@ -176,10 +173,9 @@ class Reassembly:
     def take(self) -> bytearray | None:
         """The whole message, once ``received`` reached ``msg_len`` (call once); None if the
         chunks did not tile it (a lying sender's overlapping offsets)."""
-        pieces = self.parts if self.parts is not None else self.buf
+        out = bytearray().join(self.parts) if self.parts is not None else self.buf
         self.parts = self.buf = self.pending = None
-        out = bytearray().join(pieces or ())
-        return out if len(out) == self.msg_len else None
+        return out if out is not None and len(out) == self.msg_len else None
 
 
 class Peer:
