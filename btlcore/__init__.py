@@ -18,6 +18,7 @@ from .errors import (
     PutError,
     TransportClosed,
     VersionMismatch,
+    WouldBlock,
 )
 from .protocol.engine import Engine
 from .protocol.peers import Peer, PeerState
@@ -31,6 +32,6 @@ __all__ = [
     "Engine", "Message", "Peer", "PeerState", "Transport", "list_backends", "open", "run_until",
     "BackendUnavailable", "BtlError", "Capabilities", "Channel", "ChannelInfo", "Config",
     "ConfigError", "MessageTooLarge", "PeerError", "PeerRestarted", "PeerUnreachable", "Probe",
-    "PutError", "TransportClosed", "hookimpl",
+    "PutError", "TransportClosed", "WouldBlock", "hookimpl",
     "VersionMismatch",
 ]

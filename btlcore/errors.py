@@ -49,6 +49,12 @@ class TransportClosed(BtlError):
     """The transport is closed (or closing) and takes no new work."""
 
 
+class WouldBlock(BtlError, BlockingIOError):
+    """A send or put does not fit in the peer's send buffer (``send_buffer`` bytes of messages
+    accepted and not yet completed): nothing was queued.  Retry after ``on_peer("writable",
+    peer, None)``, or pass ``send(..., timeout=T)`` to wait for room while progressing."""
+
+
 class MessageTooLarge(BtlError, ValueError):
     """A message exceeds ``max_message_size``, ours or the largest the peer advertised in
     its handshake (raised by ``send()`` once the peer's limits are known, else given to the

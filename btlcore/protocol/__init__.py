@@ -39,10 +39,19 @@ standalone ACKs that are due, then handshakes.
 """
 
 from .engine import Engine
-from .events import Event, MessageReceived, PeerFailed, PeerRestarted, PutLanded, PutRefused, SendCompleted
+from .events import (
+    Event,
+    MessageReceived,
+    PeerFailed,
+    PeerRestarted,
+    PeerWritable,
+    PutLanded,
+    PutRefused,
+    SendCompleted,
+)
 from .peers import InvalidTransition, Peer, PeerEvent, PeerState
 
 __all__ = [
     "Engine", "Event", "InvalidTransition", "MessageReceived", "Peer", "PeerEvent", "PeerFailed",
-    "PeerRestarted", "PeerState", "PutLanded", "PutRefused", "SendCompleted",
+    "PeerRestarted", "PeerState", "PeerWritable", "PutLanded", "PutRefused", "SendCompleted",
 ]

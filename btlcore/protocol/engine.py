@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from ..config import Config
-from ..errors import MessageTooLarge, PeerUnreachable, TransportClosed
+from ..errors import MessageTooLarge, PeerUnreachable, TransportClosed, WouldBlock
 from .events import Event, legacy
 from .handshake import Handshake
 from .packetizer import Packetizer
@@ -173,6 +173,14 @@ class Engine:
                     f"message of {size} bytes exceeds max_message_size={self.config.max_message_size}")
             raise MessageTooLarge(f"message of {size} bytes exceeds the peer's max_message_size="
                                   f"{peer.max_message} (advertised in its handshake)")
+        queued = peer.send_queued  # back-pressure: an empty buffer takes any message
+        if queued and queued + size > self.config.send_buffer:
+            peer.send_blocked = True  # (a PeerWritable event once it drains to half)
+            peer.counters.num_send_blocks += 1
+            raise WouldBlock(f"peer {peer.address.hex()}: {size} bytes do not fit in the send buffer "
+                             f"({queued} of send_buffer={self.config.send_buffer} bytes queued); "
+                             "retry once it is writable")
+        peer.send_queued = queued + size
         extra = PUT_LEN if put_key is not None else 0
         chunked = size > peer.single_cap - extra  # (the peer's largest datagram, once known)
         peer.msg_counter += 1
@@ -187,6 +195,24 @@ class Engine:
         elif peer.hello_next is None and not peer.confirmed:
             self._start_hello(peer, now)
         return msg
+
+    def set_unconsumed(self, peer: Peer, nbytes: int) -> None:
+        """The driver holds ``nbytes`` of ``peer``'s delivered messages that its application
+        has not taken yet (Transport's ``recv()`` queue): they shrink the receive window we
+        advertise (to zero at ``recv_buffer``).  O(1); when the window has opened by a
+        quarter of ``window`` or more since the last ACK (or from zero), an ACK carries the
+        news at once, so a sender stopped by a zero window resumes."""
+        before = peer.unconsumed
+        peer.unconsumed = nbytes
+        if nbytes >= before:
+            return  # (a smaller window: the next ACK says so)
+        was = peer.adv_window
+        if was < self.config.window and peer.remote_known and not self.state.closed:
+            now = self.packetizer.advertised_window(peer)
+            if now > was and (was == 0 or now - was >= self.config.window >> 2):
+                peer.ack_now = True
+                self._acking[peer] = None
+                self._touched[peer] = None
 
     def expose(self, buffer: Any) -> int:
         """Expose a writable buffer to puts from peers; returns its key."""

@@ -318,6 +318,8 @@ class Handshake:
             peer.remember_conn(peer.remote_conn)
         peer.transition(PeerEvent.RESET)  # (Peer.__init__ below leaves it in that state)
         keep = (peer.counters, peer.user_data, peer.past_incarnations, peer.past_remote_conns)
+        unconsumed = peer.unconsumed  # (what the driver holds for its application stays held)
+        self._state.drop_reassembly(peer)
         self.peers_by_conn.pop(peer.local_conn, None)
         self._unschedule(peer)
         cfg = self.config
@@ -327,6 +329,7 @@ class Handshake:
         Peer.__init__(peer, peer.address, peer.dest, conn, self._rng.randrange(1, 1 << 62),
                       timer, cfg.window)
         peer.counters, peer.user_data, peer.past_incarnations, peer.past_remote_conns = keep
+        peer.unconsumed = unconsumed
         self._cc.on_new_peer(peer)
         peer.crc = self.crc
         self._own_limits(peer)

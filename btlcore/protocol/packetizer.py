@@ -280,7 +280,8 @@ class Packetizer:
         buf = bytearray(HEADER_LEN + body)
         HEADER.pack_into(buf, 0, WIRE_VERSION, T_ACK, F_ACK | F_CRC if peer.crc else F_ACK, 0,
                          peer.remote_conn, self.incarnation, 0, 0, w.cum & SEQ_MASK, 0, body)
-        ACK_BODY.pack_into(buf, HEADER_LEN, self.config.window, len(ranges), ack_flags, delay)
+        window = peer.adv_window = self.advertised_window(peer)
+        ACK_BODY.pack_into(buf, HEADER_LEN, window, len(ranges), ack_flags, delay)
         pos = HEADER_LEN + ACK_BODY.size
         for start, length in ranges:
             SACK_RANGE.pack_into(buf, pos, start, length)
@@ -288,6 +289,18 @@ class Packetizer:
         if peer.crc:
             seal(buf)
         return buf
+
+    def advertised_window(self, peer: Peer) -> int:
+        """The receive window to advertise to ``peer``, in segments: ``window``, less what
+        ``recv_buffer`` cannot take any more -- the bytes delivered and not consumed
+        (``Peer.unconsumed``) counted in full-size chunks.  Zero once they reach
+        ``recv_buffer``: the sender stops until a window update (see Engine.set_unconsumed)."""
+        cfg = self.config
+        free = cfg.recv_buffer - peer.unconsumed
+        if free <= 0:
+            return 0
+        segments = free // self._chunk_cap
+        return cfg.window if segments >= cfg.window else segments if segments > 0 else 1
 
     def build_hello(self, peer: Peer, typ: int) -> bytearray:
         body = Hello(self.incarnation, peer.local_conn, peer.isn, peer.remote_inc,

@@ -25,10 +25,13 @@ from ..errors import VersionMismatch
 from .peers import Peer, PeerState
 from .state import EngineState
 from .wire import (
+    F_CRC,
+    HEADER_LEN,
     SUPPORTED_VERSIONS,
     VERSION_NEGOTIATION,
     WIRE_VERSION,
     MalformedDatagram,
+    crc_ok,
     parse_version_reply,
     version_reply,
 )
@@ -66,6 +69,14 @@ class Versions:
         n = len(data)
         if n and data[0] == VERSION_NEGOTIATION:
             self.on_version_reply(data, source, now)
+            return
+        if n >= HEADER_LEN and data[2] & F_CRC and not crc_ok(data):
+            # Read with the header layout every btlcore version has had, it carries a CRC32C
+            # that fails: a datagram of ours (or of an older btlcore) damaged on the way --
+            # a flipped version bit must not make us tell its sender it speaks another
+            # version (that would fail a live handshake at once).  Only an intact datagram
+            # of another version, or one without a CRC to check, is answered.
+            self.counters.num_crc_errors += 1
             return
         self.counters.num_malformed_recvs += 1
         if n < max(REPLY_LEN, 12) or data[0] == WIRE_VERSION:

@@ -30,6 +30,7 @@ lands after ``delay`` seconds of virtual time.  A fate is one of::
     ("dup", n)                  deliver it n + 1 times
     ("delay", extra)            deliver after ``delay + extra``
     ("corrupt", bit)            flip bit number ``bit`` (mod the datagram's length in bits)
+    ("replace", data)           deliver ``data`` instead (a datagram rewritten on the link)
 
 Hooks are ``hook(src, dst, data, k) -> fate | None`` where ``src``/``dst`` are engine indices
 and ``k`` counts datagrams from ``src`` to ``dst`` (from 0).  Helpers build the usual ones
@@ -246,6 +247,8 @@ class EngineNet:
                 bit = fate[1] % (len(b) * 8)
                 b[bit // 8] ^= 1 << (bit % 8)
                 data = bytes(b)
+            elif fate[0] == "replace":
+                data = bytes(fate[1])
         for _ in range(copies):
             self._n += 1
             heapq.heappush(self._flight, (when, self._n, src, dst, data))

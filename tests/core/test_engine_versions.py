@@ -104,13 +104,19 @@ def test_no_version_reply_to_a_version_reply_nor_without_a_source_nor_to_tiny_da
 
 
 def test_two_ends_negotiate_through_a_version_reply_on_the_link() -> None:
-    """a's HELLOs leave a as version 3 (rewritten on the link): b answers with a VERSION
-    reply listing 2, which a (speaking 2) ignores; its handshake times out as before."""
+    """a's HELLOs leave a as version 3 (rewritten on the link, CRC32C resealed: an intact
+    datagram of another version): b answers with a VERSION reply listing 2, which a
+    (speaking 2) ignores; its handshake times out as before."""
     p = EnginePair(Config(handshake_timeout=1.0))
 
     def as_v3(s: int, d: int, data: bytes, k: int) -> object:
-        return ("corrupt", 0) if s == 0 and data[0] == WIRE_VERSION and data[1] == T_HELLO else None
-    p.add_hook(as_v3)  # (flipping bit 0 of byte 0 turns 2 into 3)
+        if s == 0 and data[0] == WIRE_VERSION and data[1] == T_HELLO:
+            v3 = bytearray(data)
+            v3[0] = 3
+            seal(v3)
+            return ("replace", bytes(v3))
+        return None
+    p.add_hook(as_v3)
     p.send(0, 1, 1, b"x", key="m")
     p.run(lambda: bool(p.completions["m"]), max_time=5)
     replies = [d for _t, s, _d, d in p.log if s == 1]
@@ -134,14 +140,34 @@ def test_the_hello_ack_goes_to_the_observed_source_not_the_address_inside() -> N
     assert not [x for _t, s, d, x in p.log if s == 1 and d == 2]
 
 
-def test_a_corrupted_version_reply_fails_nothing() -> None:
-    """The case the property tests found: our HELLO corrupted into another version on the
-    way, and the VERSION reply's list corrupted on the way back.  The reply's CRC32C catches
-    it: the handshake goes on and completes."""
+def test_a_version_reply_damaged_on_the_way_fails_nothing() -> None:
+    """A VERSION reply whose version list was damaged (2 -> 3) would fail the handshake at
+    once: its own CRC32C catches it (the reply has no header, so no F_CRC)."""
     p = EnginePair()
-    p.add_hook(lambda s, d, data, k: ("corrupt", 0) if (s, k) == (0, 0) else None)  # version 2 -> 3
-    p.add_hook(lambda s, d, data, k: ("corrupt", 96) if (s, k) == (1, 0) else None)  # its list: 2 -> 3
+    p.drop_where(lambda dg: dg.type == T_HELLO, count=1, src=0)
     p.send(0, 1, 1, b"x", key="m")
-    p.run(lambda: bool(p.completions["m"]), max_time=2)
+    p.run(lambda: bool(p.sent(src=0, type=T_HELLO)), max_time=1)
+    hello = decode(_first_hello(p, 0))
+    damaged = bytearray(version_reply(hello.dst_conn, hello.src_incarnation, (WIRE_VERSION,)))
+    damaged[12] ^= 1  # the listed version: 2 -> 3
+    p.a.receive_datagram(bytes(damaged), b"B", p.now)
+    assert p.a.stats()["num_malformed_recvs"] == 1 and p.pa.state is PeerState.CONNECTING
+    p.run(lambda: bool(p.completions["m"]), max_time=2)  # the handshake goes on
     assert p.completions["m"] == [None] and p.delivered[1] == [(b"A", 1, b"x")]
-    assert p.a.stats()["num_malformed_recvs"] == 1  # the corrupted reply
+
+
+def test_a_damaged_datagram_gets_no_version_reply_and_the_handshake_survives() -> None:
+    """A bit flipped in a HELLO's version byte is damage, not another version: its CRC32C
+    (read with the header layout every version shares) fails, so it is counted as a CRC
+    error and answered with nothing -- a VERSION reply would fail the initiator at once.
+    (Found by the exactly-once property test: corrupt the first datagram each way.)"""
+    cfg = Config(rto_max=0.05, retrans_timeout=0.004, handshake_timeout=1000, peer_timeout=1000)
+    p = EnginePair(cfg)
+    fates = ([("corrupt", 0)], [("corrupt", 512)])  # bit 0: the top bit of the version byte
+    p.add_hook(lambda s, d, raw, k: fates[s][k] if k < len(fates[s]) else None)
+    p.send(0, 1, 0, b"payload", key=0)
+    p.run(lambda: p.completions.get(0), max_time=5)
+    assert p.completions[0] == [None]
+    assert p.delivered[1] == [(b"A", 0, b"payload")]
+    assert not [t for t, s, d, raw in p.log if raw[0] == 0], "no VERSION reply was sent"
+    assert p.b.stats()["num_crc_errors"] >= 1

@@ -46,13 +46,7 @@ def pair() -> Iterator[LivePair]:
 HUGE_CLAIMS = 6  # chunks of 1 KB, each claiming 64 MiB: 384 MiB if the claims are believed
 
 
-@pytest.mark.parametrize("ids", [
-    "guessed",
-    pytest.param("learned", marks=pytest.mark.xfail(
-        strict=True, raises=AssertionError,
-        reason="#11: reassembly allocates a header's claimed length, and a datagram from a source "
-               "that is not the peer's is taken as the peer's")),
-])
+@pytest.mark.parametrize("ids", ["guessed", "learned"])
 def test_forged_chunks_claiming_huge_messages(pair: LivePair, ids: str) -> None:
     dst_conn, incarnation, seq = pair.learned_ids()
     if ids == "guessed":  # an off-path sender: ids it cannot know, so it guesses
@@ -67,9 +61,6 @@ def test_forged_chunks_claiming_huge_messages(pair: LivePair, ids: str) -> None:
 
 
 @needs_raw
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="#11: reassembly allocates a header's claimed length (memory not in "
-                          "proportion to the bytes received)")
 def test_forged_chunks_claiming_huge_messages_spoofed(pair: LivePair) -> None:
     # the worst sender: it saw the connection's ids and sends from the live peer's own address,
     # so no source check stops it; only the reassembly budget does.  (Such a sender can also
