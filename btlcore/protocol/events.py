@@ -74,7 +74,16 @@ class PeerRestarted(NamedTuple):
     peer: Peer
 
 
-Event = MessageReceived | SendCompleted | PutLanded | PutRefused | PeerFailed | PeerRestarted
+class PeerClosed(NamedTuple):
+    """``peer`` closed the connection (its CLOSE arrived: it closed its transport or
+    disconnected us); ``error`` is None for a graceful close.  What was pending toward it
+    failed with :class:`btlcore.errors.PeerClosed`."""
+
+    peer: Peer
+    error: BaseException | None
+
+
+Event = MessageReceived | SendCompleted | PutLanded | PutRefused | PeerFailed | PeerRestarted | PeerClosed
 
 # The integer codes of the last release's event tuples (deprecated; see legacy())
 EV_MESSAGE = 0  # (EV_MESSAGE, peer, tag, data)
@@ -83,10 +92,12 @@ EV_PUT = 2  # (EV_PUT, peer, key, offset, length): a put into an exposed region 
 EV_PUT_ERROR = 3  # (EV_PUT_ERROR, peer, key, offset, length): a put that did not fit
 EV_PEER_FAILED = 4  # (EV_PEER_FAILED, peer, exc)
 EV_PEER_RESTARTED = 5  # (EV_PEER_RESTARTED, peer)
+EV_PEER_CLOSED = 6  # (EV_PEER_CLOSED, peer, None): new with graceful close
 
 LEGACY_CODES: dict[type, int] = {
     MessageReceived: EV_MESSAGE, SendCompleted: EV_COMPLETE, PutLanded: EV_PUT,
     PutRefused: EV_PUT_ERROR, PeerFailed: EV_PEER_FAILED, PeerRestarted: EV_PEER_RESTARTED,
+    PeerClosed: EV_PEER_CLOSED,
 }
 
 

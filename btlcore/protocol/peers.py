@@ -33,7 +33,8 @@ class PeerState(enum.Enum):
     CONNECTING = "connecting"  # handshake under way (a new peer starts here)
     ESTABLISHED = "established"
     FAILED = "failed"  # declared dead; every pending operation failed
-    CLOSED = "closed"  # our transport closed (final)
+    CLOSING = "closing"  # we sent CLOSE and wait for its CLOSE_ACK (late datagrams get a CLOSE)
+    CLOSED = "closed"  # closed by either end or by our transport: the connection is over
 
 
 class PeerEvent(enum.Enum):
@@ -43,9 +44,13 @@ class PeerEvent(enum.Enum):
     FAILED = "failed"  # declared dead: handshake, peer or retry timeout
     RESET = "reset"  # a new connection to the same address: a restart, a reset, a reconnect
     CLOSED = "closed"  # the local transport closed
+    CLOSE = "close"  # we close it (Transport.close or disconnect): CLOSE sent, resent until acknowledged
+    CLOSE_DONE = "close_done"  # our CLOSE was acknowledged, or close_timeout passed
+    PEER_CLOSED = "peer_closed"  # the peer's CLOSE (naming this connection's ids) arrived
 
 
 _C, _E, _F, _X = PeerState.CONNECTING, PeerState.ESTABLISHED, PeerState.FAILED, PeerState.CLOSED
+_G = PeerState.CLOSING
 
 #: (state, event) -> next state: every change of Peer.state, and nothing else
 TRANSITIONS: dict[tuple[PeerState, PeerEvent], PeerState] = {
@@ -58,6 +63,15 @@ TRANSITIONS: dict[tuple[PeerState, PeerEvent], PeerState] = {
     (_F, PeerEvent.RESET): _C,
     (_C, PeerEvent.CLOSED): _X,
     (_E, PeerEvent.CLOSED): _X,
+    # graceful close (docs/protocol.md §11): ours, then the peer's
+    (_C, PeerEvent.CLOSE): _G,
+    (_E, PeerEvent.CLOSE): _G,
+    (_G, PeerEvent.CLOSE_DONE): _X,
+    (_G, PeerEvent.CLOSED): _X,
+    (_G, PeerEvent.PEER_CLOSED): _X,  # both ends closed at once
+    (_C, PeerEvent.PEER_CLOSED): _X,
+    (_E, PeerEvent.PEER_CLOSED): _X,
+    (_X, PeerEvent.RESET): _C,  # a new connection after a closed one (its ids quarantined)
 }
 
 
@@ -178,6 +192,9 @@ class Peer:
         "recovery_serial", "timeouts", "probe_seq", "probe_serial", "probe_dup", "timer",
         "last_progress", "rto_base", "msg_counter", "puts",
         "remote_window",
+        # liveness and close (lifecycle.py): the death clock, keepalive and zero-window probes
+        "last_heard", "peer_timeout", "ping_at", "ping_due", "persist", "close_reason",
+        "close_next", "close_interval", "close_until", "close_reply",
         # receive side
         "window", "rx_high_time", "dup_seen", "last_ack_sent", "ready", "reassembly", "ack_count", "ack_deadline",
         "ack_now",
@@ -188,7 +205,7 @@ class Peer:
     )
 
     def __init__(self, address: bytes, dest: Any, local_conn: int, isn: int,
-                 timer: RetransmitTimer, window: int) -> None:
+                 timer: RetransmitTimer, window: int, peer_timeout: float = 10.0) -> None:
         self.address = address
         self.dest = dest
         self.local_conn = local_conn
@@ -247,6 +264,18 @@ class Peer:
         # last segment (what the status names)
         self.puts: dict[int, OutMessage] = {}
         self.remote_window = window
+        # The one death rule: dead once nothing at all was heard from it for peer_timeout
+        # (the config's; the handshake may lower it to the peer's, the smaller wins).
+        self.last_heard = 0.0  # when the last valid datagram from it arrived
+        self.peer_timeout = peer_timeout
+        self.ping_at = 0.0  # when we last sent it a PING (keepalive or zero-window probe)
+        self.ping_due = False  # a PING goes in the next pass
+        self.persist = 0.0  # zero-window probe interval (0: not probing), doubles per probe
+        self.close_reason: int | None = None  # CLOSING: the CR_* reason our CLOSE carries
+        self.close_next: float | None = None  # CLOSING: when to (re)send the CLOSE
+        self.close_interval = 0.0
+        self.close_until = 0.0  # CLOSING: give up waiting for the CLOSE_ACK then
+        self.close_reply: int | None = None  # a CLOSE or CLOSE_ACK owed to it (wire.T_*)
 
         self.window = ReceiveWindow(0, window)  # rebased on the peer's ISN at handshake
         self.last_ack_sent = -1.0
