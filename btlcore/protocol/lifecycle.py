@@ -105,7 +105,7 @@ class Lifecycle:
             return
         peer.close_reason = reason
         rto = peer.timer.rto
-        peer.close_interval = rto
+        peer.close_interval = rto / 2  # (doubled as each CLOSE goes: the first waits one RTO)
         peer.close_next = now
         peer.close_until = now + min(self.config.close_timeout, CLOSE_RTOS * rto)
         self._control[peer] = None
@@ -211,8 +211,9 @@ class Lifecycle:
                 peer.close_reply = None
             if peer.state is _CLOSING and peer.close_next is not None and peer.close_next <= now:
                 out.append(self._build(peer, T_CLOSE, peer.close_reason or 0))
-                peer.close_next = now + peer.close_interval
                 peer.close_interval *= 2
+                peer.close_next = now + peer.close_interval  # (so the last CLOSE went at
+                # close_next - close_interval: on_late's rate limit)
             if peer.ping_due:
                 peer.ping_due = False
                 if peer.state is _ESTABLISHED:
