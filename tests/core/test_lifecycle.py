@@ -287,3 +287,27 @@ def test_transport_close_and_disconnect_report_closed_on_the_other_side() -> Non
         a.send(pc, 1, b"after close")
     b.close()
     c.close()
+
+
+def test_a_slow_link_with_a_long_queue_never_declares_a_live_peer_dead() -> None:
+    """10 Mb/s, a queue holding seconds of data (longer than peer_timeout): the sender hears
+    the receiver's ACKs all along, so it is never declared dead however long data waits."""
+    from btlcore_sim import Fabric, LinkModel
+
+    fab = Fabric(seed=2, default=LinkModel(rate_mbps=10.0, queue_limit=4 << 20, delay=0.001))
+    cfg = Config(peer_timeout=0.5)
+    a, b = btlcore.open("sim", fabric=fab, config=cfg), btlcore.open("sim", fabric=fab, config=cfg)
+    events: list[str] = []
+    a.on_peer(lambda ev, peer, exc: events.append(ev))
+    b.on_peer(lambda ev, peer, exc: events.append(ev))
+    done: list[BaseException | None] = []
+    peer = a.connect(b.address)
+    chunk = bytes(256 << 10)
+    for _ in range(24):  # 6 MiB: about 5 s at 10 Mb/s, ten peer_timeouts
+        a.send(peer, 1, chunk, done.append)
+    start = a.now()
+    btlcore.run_until([a, b], lambda: len(done) == 24, timeout=60.0)
+    assert done == [None] * 24 and events == []
+    assert a.now() - start > 8 * 0.5  # it did take many peer_timeouts
+    a.close()
+    b.close()
