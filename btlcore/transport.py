@@ -308,6 +308,8 @@ class Transport:
         """Every peer event passes here: logged, then given to the user's handler."""
         if event == "failed":
             log.warning("peer %s failed: %s", peer.address.hex(), exc)
+        elif event == "closed":  # an orderly end, as a transport's own close: DEBUG
+            log.debug("peer %s closed the connection", peer.address.hex())
         else:
             log.info("peer %s %s", peer.address.hex(), event)
         handler = self._user_peer_handler
