@@ -21,7 +21,7 @@ from btlcore.protocol.wire import (
     Datagram,
     seal,
 )
-from btlcore.testing.enginepair import DROP, EnginePair, safe_decode
+from btlcore.testing.enginepair import EnginePair, safe_decode
 
 
 def pair(**cfg: object) -> EnginePair:
@@ -252,7 +252,7 @@ def test_zero_window_stops_the_sender_probes_and_never_declares_it_dead(zero_win
     assert [p.completions[i] for i in range(1, 4)] == [[], [], []]
     assert not [dg for t, dg in p.sent(0, T_DATA) if t > t0]  # the sender stopped
     probes = [t for t, _dg in p.sent(0, T_PING) if t > t0]
-    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    gaps = [b - a for a, b in zip(probes, probes[1:], strict=False)]
     assert len(probes) >= 9 and gaps[0] < gaps[-1] <= 0.3 / 3 + 1e-9  # backing off, up to keepalive pace
     on[0] = False  # the receiver consumes: the next probe's ACK reopens the window
     p.run(lambda: all(p.completions[i] == [None] for i in range(1, 4)), max_time=p.now + 1)
