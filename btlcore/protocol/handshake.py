@@ -209,6 +209,9 @@ class Handshake:
         failed peer speaking again.  True if we took a new connection id; None if stale."""
         c = peer.counters
         renewed = False  # we took a new connection id in this call
+        if peer.state is PeerState.CLOSING:
+            c.num_stale_recvs += 1  # we are closing it: nothing new starts until that ends
+            return None
         if peer.state is PeerState.CLOSED and peer.remote_known and not self._state.closed:
             # closed gracefully: a HELLO of the closed connection is late; any other (a new
             # life, or a new connection of the same life) starts a new connection

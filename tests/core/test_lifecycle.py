@@ -311,3 +311,13 @@ def test_a_slow_link_with_a_long_queue_never_declares_a_live_peer_dead() -> None
     assert a.now() - start > 8 * 0.5  # it did take many peer_timeouts
     a.close()
     b.close()
+
+
+def test_a_hello_of_a_new_life_while_closing_is_stale_not_a_crash() -> None:
+    p = pair()
+    p.drop_where(lambda dg: dg.type in (T_CLOSE, T_CLOSE_ACK))
+    p.a.start_close(p.now)
+    p.restart(1)
+    p.connect(1, 0)  # the new b says HELLO while a is still closing the old connection
+    p.run(lambda: not p.a.closing(), max_time=p.now + 2)
+    assert p.pa.state is PeerState.CLOSED and p.pa.counters.num_stale_recvs >= 1
