@@ -18,17 +18,21 @@ from .errors import (
     PeerUnreachable,
     PutError,
     TransportClosed,
+    VersionMismatch,
+    WouldBlock,
 )
 from .protocol.engine import Engine
 from .protocol.peers import Peer, PeerState
 from .registry import list_backends
-from .transport import Message, Transport, open, run_until
+from .run import open, run_until
+from .transport import Message, Transport
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Engine", "Message", "Peer", "PeerState", "Transport", "list_backends", "open", "run_until",
     "BackendUnavailable", "BtlError", "Capabilities", "Channel", "ChannelInfo", "Config",
-    "ConfigError", "MessageTooLarge", "PeerClosed", "PeerError", "PeerRestarted", "PeerUnreachable", "Probe",
-    "PutError", "TransportClosed", "hookimpl",
+    "ConfigError", "MessageTooLarge", "PeerClosed", "PeerError", "PeerRestarted", "PeerUnreachable",
+    "Probe", "PutError", "TransportClosed", "WouldBlock", "hookimpl",
+    "VersionMismatch",
 ]

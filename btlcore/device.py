@@ -137,7 +137,8 @@ class ChannelInfo:
 
 class DeviceSpec:
     """The hooks a backend implements.  All but ``btl_device_fds``, ``btl_device_wake``,
-    ``btl_device_post_send_many`` and ``btl_device_poll_recv_from`` are required."""
+    ``btl_device_post_send_many``, ``btl_device_poll_recv_from`` and
+    ``btl_device_reply_dest`` are required."""
 
     @hookspec(firstresult=True)
     def btl_backend_probe(self, options: Mapping[str, Any]) -> Probe:  # type: ignore[empty-body]
@@ -207,6 +208,14 @@ class DeviceSpec:
     def btl_device_resolve(self, device: Any, address: bytes) -> Any:
         """Turn a peer's address bytes into a destination handle for ``post_send``.  A
         malformed address raises ``ValueError``."""
+
+    @hookspec(firstresult=True)
+    def btl_device_reply_dest(self, device: Any, source: Any) -> Any:
+        """Optional, with ``poll_recv_from``: a destination handle for ``post_send`` that
+        reaches ``source`` (a source as ``poll_recv_from`` reported it) on every channel, so
+        that the core answers a handshake where it came from, never at an address written
+        inside it.  A source it cannot answer raises ``ValueError`` (no reply is sent).
+        Without it, replies go to the resolved address the HELLO names (the old way)."""
 
     @hookspec(firstresult=True)
     def btl_device_clock(self, device: Any) -> Callable[[], float]:  # type: ignore[empty-body]
@@ -386,6 +395,8 @@ class DeviceOps:
     """Last, with a default: a ``DeviceOps`` built by hand as before still builds."""
     wake: Callable[[], None] | None = None
     """``btl_device_wake`` if the backend has it (from any thread)."""
+    reply_dest: Callable[[Any], Any] | None = None
+    """``btl_device_reply_dest`` if the backend has it: a datagram's source -> a dest."""
 
     @classmethod
     def bind(cls, backend: str, plugin: Any, device: Any) -> DeviceOps:
@@ -434,4 +445,5 @@ class DeviceOps:
             fds=bound("btl_device_fds", lambda _device: []),
             close=bound("btl_device_close"),
             wake=optional("btl_device_wake"),
+            reply_dest=optional("btl_device_reply_dest") if poll_recv_from is not None else None,
         )

@@ -31,13 +31,12 @@ import hashlib
 import logging
 import os
 import random
-import selectors
 import sys
 import threading
 import time
 from _thread import get_ident
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import attrs
@@ -45,14 +44,14 @@ import attrs
 from . import checks
 from .config import Config
 from .device import Channel, DeviceOps
-from .errors import ConfigError, TransportClosed
+from .errors import WouldBlock
 from .protocol.engine import Engine
-from .protocol.events import Event, MessageReceived, PeerFailed, PutLanded, PutRefused, SendCompleted
+from .protocol.events import Event, MessageReceived, PeerFailed, PeerWritable, PutLanded, PutRefused, SendCompleted
 from .protocol.events import PeerClosed as PeerClosedEvent
 from .protocol.events import PeerRestarted as PeerRestartedEvent
 from .protocol.peers import Callback, Peer, PeerState
 from .protocol.stats import stats_json, stats_line
-from .registry import open_device, tool_plugin_manager
+from .registry import tool_plugin_manager
 
 Handler = Callable[[Peer, int, bytes], Any]
 PeerHandler = Callable[[str, Peer, BaseException | None], Any]
@@ -146,7 +145,7 @@ class Transport:
         self.engine = Engine(
             self.config, address=self.address, resolve=device.resolve,
             data_mtu=data_info.mtu, priority_mtu=prio_info.mtu, crc=use_crc,
-            rng=rng, now=self.now(), incarnation=incarnation)
+            rng=rng, now=self.now(), incarnation=incarnation, reply_dest=device.reply_dest)
         if device.post_send_many is not None and caps.gather_sends:
             # the device sends a datagram given as [header, payload]: bulk payloads stay
             # views of the user's message (no copy); _flush_sends joins them for anyone who
@@ -247,12 +246,19 @@ class Transport:
         checks.data(data)
         checks.function(callback, "callback")
 
-    def send(self, peer: Peer, tag: int, data: Any, callback: Callback | None = None) -> None:
+    def send(self, peer: Peer, tag: int, data: Any, callback: Callback | None = None,
+             timeout: float | None = None) -> None:
         """Send ``data`` (any bytes-like; do not modify it until the callback) with ``tag``.
 
         ``callback(None)`` fires once the peer acknowledged every byte; ``callback(exc)``
         if the peer died or restarted first, or the transport closed.  Bad arguments raise
-        ``TypeError``/``ValueError`` here, and nothing is queued."""
+        ``TypeError``/``ValueError`` here, and nothing is queued.
+
+        Back-pressure: when the peer's send buffer (``send_buffer`` bytes of messages not yet
+        completed) is not empty and ``data`` does not fit, :class:`WouldBlock` is raised and
+        nothing is queued -- at once with ``timeout=None``, else after progressing up to
+        ``timeout`` seconds waiting for room.  ``on_peer`` reports ``"writable"`` when room
+        returns."""
         # the ping-pong path: one chain of cheap tests (the engine checks the tag's range),
         # and the thread check and the wordy errors only when one of them fails
         if (get_ident() != self._owner or type(tag) is not int or type(data) is not bytes
@@ -264,7 +270,26 @@ class Transport:
             mine = False
         if not mine:
             self._check_peer(peer)
-        self.engine.send(peer, tag, data, callback, self.now())
+        if timeout is None:
+            self.engine.send(peer, tag, data, callback, self.now())
+        else:
+            self._send_waiting(peer, tag, data, callback, checks.seconds(timeout) or 0.0, None, 0)
+
+    def _send_waiting(self, peer: Peer, tag: int, data: Any, callback: Callback | None, timeout: float,
+                      put_key: int | None, put_offset: int) -> None:
+        """A send (or put) that may wait ``timeout`` seconds for room in the peer's send
+        buffer, driving progress meanwhile (ACKs drain it); WouldBlock once that passed."""
+        engine = self.engine
+        deadline = self.now() + timeout
+        while True:
+            try:
+                engine.send(peer, tag, data, callback, self.now(), put_key=put_key, put_offset=put_offset)
+                return
+            except WouldBlock:
+                left = deadline - self.now()
+                if left <= 0:
+                    raise
+            self.progress(left)
 
     def on(self, tag: int, handler: Handler | None) -> None:
         """Register ``handler(peer, tag, data)`` for messages with ``tag`` (active-message
@@ -298,7 +323,8 @@ class Transport:
         * ``"closed"``: the peer closed the connection gracefully (its ``close()`` or
           ``disconnect()``), within one round trip of its CLOSE (``exc`` None); its pending
           sends failed with ``PeerClosed``;
-        * ``"writable"``: room returned in the peer's send buffer (back-pressure).
+        * ``"writable"``: a send refused with ``WouldBlock`` may be retried: the peer's send
+          buffer drained to half (``exc`` None).
         """
         self._check_thread()
         checks.function(handler, "handler")
@@ -310,6 +336,8 @@ class Transport:
             log.warning("peer %s failed: %s", peer.address.hex(), exc)
         elif event == "closed":  # an orderly end, as a transport's own close: DEBUG
             log.debug("peer %s closed the connection", peer.address.hex())
+        elif event == "writable":
+            log.debug("peer %s writable", peer.address.hex())
         else:
             log.info("peer %s %s", peer.address.hex(), event)
         handler = self._user_peer_handler
@@ -323,7 +351,7 @@ class Transport:
             self._claim()
         timeout = checks.seconds(timeout, "timeout", optional=True)
         if self._inbox:
-            return self._inbox.popleft()
+            return self._take()
         deadline = None if timeout is None else self.now() + timeout
         while not self._inbox:
             self.progress()
@@ -333,7 +361,14 @@ class Transport:
             if deadline is not None and now >= deadline:
                 return None
             self._wait(deadline)
-        return self._inbox.popleft()
+        return self._take()
+
+    def _take(self) -> Message:
+        """The oldest queued message, its bytes no longer held against its peer's window."""
+        msg = self._inbox.popleft()
+        peer = msg.peer
+        self.engine.set_unconsumed(peer, peer.unconsumed - len(msg.data))
+        return msg
 
     def expose(self, buffer: Any) -> int:
         """Expose a writable buffer for puts; send the returned key to the peers."""
@@ -347,12 +382,14 @@ class Transport:
         checks.integer(key, "key", checks.KEY_MAX, "keys (from expose())")
         self.engine.unexpose(key)
 
-    def put(self, peer: Peer, key: int, offset: int, data: Any, callback: Callback | None = None) -> None:
+    def put(self, peer: Peer, key: int, offset: int, data: Any, callback: Callback | None = None,
+            timeout: float | None = None) -> None:
         """Emulated RDMA write: place ``data`` at ``offset`` in the peer's region ``key``.
         The callback fires once, when every byte is acknowledged and the peer's put status
         is back: with None if the put landed, a :class:`PutError` if the peer refused it
         (unknown key, out of bounds, region unexposed while it arrived), or the error that
-        failed the peer (as for :meth:`send`)."""
+        failed the peer (as for :meth:`send`).  A put counts against the send buffer as a
+        send does (``WouldBlock``, ``timeout``: see :meth:`send`)."""
         if get_ident() != self._owner:
             self._claim()
         checks.integer(key, "key", checks.KEY_MAX, "keys (from expose())")
@@ -361,7 +398,10 @@ class Transport:
         checks.function(callback, "callback")
         if type(peer) is not Peer or self.engine.peers_by_addr.get(peer.address) is not peer:
             self._check_peer(peer)
-        self.engine.send(peer, 0, data, callback, self.now(), put_key=key, put_offset=offset)
+        if timeout is None:
+            self.engine.send(peer, 0, data, callback, self.now(), put_key=key, put_offset=offset)
+        else:
+            self._send_waiting(peer, 0, data, callback, checks.seconds(timeout) or 0.0, key, offset)
 
     def add_send_filter(self, keep: Callable[[int, bytes], bool]) -> None:
         """Fault injection on any backend: ``keep(channel, datagram)`` returning False drops
@@ -530,8 +570,9 @@ class Transport:
                     handler = handlers.get(tag)
                     if handler is not None:
                         handler(peer, tag, data)  # type: ignore[arg-type]
-                    else:
+                    else:  # queued for recv(): held against the peer's receive window
                         self._inbox.append(Message(peer, tag, data))  # type: ignore[arg-type]
+                        self.engine.set_unconsumed(peer, peer.unconsumed + len(data))
                 elif type(ev) is SendCompleted:
                     ev.callback(ev.error)
                 elif type(ev) is PutLanded:
@@ -549,6 +590,9 @@ class Transport:
                 elif type(ev) is PeerClosedEvent:
                     if self._peer_handler is not None:
                         self._peer_handler("closed", ev.peer, None)
+                elif type(ev) is PeerWritable:
+                    if self._peer_handler is not None:
+                        self._peer_handler("writable", ev.peer, None)
             except BaseException:
                 # a user callback raised: keep the events it did not get to, then re-raise
                 self.engine.events[:0] = events[i + 1:]
@@ -685,83 +729,15 @@ class Transport:
         self.close(flush=exc[0] is None)
 
 
-def open(backend: str | None = None, *, config: Config | None = None, seed: int | None = None,
-         plugins: Sequence[Any] = (), **options: Any) -> Transport:
-    """Open a transport on ``backend`` (``"sim"``, ``"udp"``, ``"verbs"`` or a third
-    party's; default ``$BTL_BACKEND`` or ``"sim"``).  ``options`` go to the backend;
-    ``config`` defaults to :meth:`Config.build` (defaults plus ``BTL_*`` variables)."""
-    checks.open_arguments(backend, config, seed, plugins)
-    name = backend or os.environ.get("BTL_BACKEND", "sim")
-    if seed is None and os.environ.get("BTL_SEED"):
-        try:
-            seed = int(os.environ["BTL_SEED"], 0)
-        except ValueError:
-            raise ConfigError(f"bad value {os.environ['BTL_SEED']!r} for BTL_SEED: allowed is an integer") from None
-    if seed is not None and "seed" not in options:
-        options["seed"] = seed
-    device = open_device(name, options)
-    try:
-        return Transport(device, config or Config.build(), seed=seed, plugins=plugins)
-    except BaseException:
-        device.close()
-        raise
+def __getattr__(name: str) -> Any:
+    """``btlcore.transport.open`` and ``run_until`` moved to :mod:`btlcore.run` (the
+    transport module holds the Transport); the old names work for one release."""
+    if name in ("open", "run_until"):
+        import warnings
 
+        from . import run
 
-def run_until(transports: Iterable[Transport], predicate: Callable[[], bool],
-              timeout: float = 10.0) -> bool:
-    """Progress ``transports`` (one thread) until ``predicate()`` is true.  ``timeout`` is
-    in the transports' clock: virtual seconds on the simulator.  Raises TimeoutError."""
-    if isinstance(transports, Transport) or not hasattr(transports, "__iter__"):
-        raise TypeError(f"transports must be an iterable of Transport (a list), "
-                        f"not {type(transports).__name__}")
-    ts = list(transports)
-    if not ts:
-        raise ValueError("run_until needs at least one transport")
-    for t in ts:
-        if not isinstance(t, Transport):
-            raise TypeError(f"transports must hold Transport objects, not {type(t).__name__} {t!r}")
-    checks.function(predicate, "predicate", optional=False)
-    timeout = checks.seconds(timeout)  # type: ignore[assignment]
-    for t in ts:
-        if get_ident() != t._owner:
-            t._claim()
-    now = ts[0].now
-    deadline = now() + timeout
-    virtual = all(t.capabilities.virtual_time for t in ts)
-    selector = None
-    try:
-        while True:
-            for t in ts:
-                if t.closed:
-                    raise TransportClosed("run_until: a transport is closed")
-                t._pass()
-            if predicate():
-                return True
-            t_now = now()
-            if t_now >= deadline:
-                raise TimeoutError(f"condition not met within {timeout:g} s")
-            wake = deadline
-            for t in ts:
-                d = t.next_deadline()
-                if d is not None and d < wake:
-                    wake = d
-            if wake <= t_now:
-                continue
-            if virtual or len(ts) == 1:
-                ts[0].device.wait(wake)
-                continue
-            if selector is None:
-                selector = selectors.DefaultSelector()
-                for t in ts:
-                    for fd in t.device.fds():
-                        selector.register(fd, selectors.EVENT_READ)
-                if not selector.get_map():
-                    selector.close()
-                    selector = False  # type: ignore[assignment]
-            if selector:
-                selector.select(max(0.0, wake - t_now))
-            else:
-                time.sleep(min(max(0.0, wake - t_now), 0.0005))
-    finally:
-        if selector:
-            selector.close()
+        warnings.warn(f"btlcore.transport.{name} moved to btlcore.run.{name} (or btlcore.{name})",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(run, name)
+    raise AttributeError(f"module 'btlcore.transport' has no attribute {name!r}")

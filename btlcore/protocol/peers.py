@@ -127,19 +127,23 @@ class Segment:
 class Reassembly:
     """A chunked message being put back together (or a chunked put being tracked).
 
-    Chunks that arrive in order as immutable ``bytes`` datagrams (the simulator's) are kept
-    as views of those datagrams and joined once the last one is in: no zero-filled buffer
-    and one copy of the payload, instead of zeroing a buffer and copying every chunk into it.
-    Anything else (a chunk out of order, a datagram the device will reuse) switches to
-    copying into a buffer, with what was kept so far copied in first."""
+    It holds only what arrived, never what the header claims (``msg_len`` is a stranger's
+    word until every byte is in): memory grows with the bytes received, which the receiver
+    counts against its budgets (``Peer.rx_held``, ``EngineState.rx_held``).  Chunks that
+    arrive in order as immutable ``bytes`` datagrams (the simulator's) are kept as views of
+    those datagrams (``parts``) and joined once the last one is in (one copy).  Anything else
+    (a datagram the device will reuse, a chunk out of order) switches to ``buf``, the in-order
+    prefix, appended to as chunks arrive (``+=``: one copy, the allocator growing it in
+    place, measured as fast as zero-filling ``msg_len`` and copying into it), with chunks above
+    a gap waiting in ``pending`` (copies) until it fills."""
 
-    __slots__ = ("buf", "view", "parts", "msg_len", "received", "tag", "last_seq", "put_key",
+    __slots__ = ("buf", "parts", "pending", "msg_len", "received", "tag", "last_seq", "put_key",
                  "put_offset", "failed")
 
     def __init__(self, msg_len: int, tag: int, put_key: int | None, put_offset: int) -> None:
-        self.buf: bytearray | None = None  # made when the first chunk cannot be kept
-        self.view: memoryview | None = None  # of buf: one view made once, not one per chunk
+        self.buf: bytearray | None = None  # the in-order prefix, once a chunk cannot be kept
         self.parts: list[memoryview] | None = [] if put_key is None else None  # kept chunks
+        self.pending: dict[int, bytes] | None = None  # chunks above the prefix, by offset
         self.msg_len = msg_len
         self.received = 0
         self.tag = tag
@@ -152,28 +156,40 @@ class Reassembly:
 
     def add(self, off: int, chunk: memoryview) -> None:
         """Take the chunk at ``off`` (a view of the datagram; before ``received`` counts it)."""
+        buf = self.buf
+        if buf is not None and off == len(buf) and not self.pending:  # the common case first
+            buf += chunk
+            return
         parts = self.parts
         if parts is not None:
             if off == self.received and type(chunk.obj) is bytes:
                 parts.append(chunk)  # immutable: kept, not copied
                 return
-            self.buf = bytearray(self.msg_len)
-            view = self.view = memoryview(self.buf)
-            pos = 0
-            for part in parts:
-                view[pos:pos + len(part)] = part
-                pos += len(part)
+            buf = self.buf = bytearray().join(parts)
             self.parts = None
-        self.view[off:off + len(chunk)] = chunk  # type: ignore[index]
+        if buf is None:
+            return  # (a put's chunks go to its region: nothing is kept here)
+        if off == len(buf):
+            buf += chunk
+            pending = self.pending
+            if pending:  # the gap before them is filled: move them onto the prefix
+                nxt = pending.pop(len(buf), None)
+                while nxt is not None:
+                    buf += nxt
+                    nxt = pending.pop(len(buf), None)
+        elif off > len(buf):
+            if self.pending is None:
+                self.pending = {}
+            self.pending[off] = bytes(chunk)
+        # (off below the prefix: a chunk overlapping what is in, which no sender makes; take()
+        # then finds the message short and the receiver drops it)
 
-    def take(self) -> bytearray:
-        """The whole message, once every byte arrived (call once)."""
-        if self.parts is not None:
-            self.buf = bytearray().join(self.parts)  # the chunks tile it: they came in order
-            self.parts = None
-        elif self.view is not None:
-            self.view.release()  # the buffer is the user's now
-        return self.buf  # type: ignore[return-value]
+    def take(self) -> bytearray | None:
+        """The whole message, once ``received`` reached ``msg_len`` (call once); None if the
+        chunks did not tile it (a lying sender's overlapping offsets)."""
+        out = bytearray().join(self.parts) if self.parts is not None else self.buf
+        self.parts = self.buf = self.pending = None
+        return out if out is not None and len(out) == self.msg_len else None
 
 
 class Peer:
@@ -184,33 +200,47 @@ class Peer:
         # identity and handshake
         "address", "dest", "local_conn", "remote_conn", "remote_inc", "state", "confirmed",
         "remote_known", "inbound_since", "crc", "hello_next", "hello_count", "hello_sent_at", "hello_interval",
-        "hello_started", "hello_reply",
+        "hello_started", "hello_reply", "reply_dest",
+        # the peer's limits (transport parameters of its handshake) and what follows from them
+        "max_message", "single_cap", "chunk_cap", "peer_timeout",
         "error", "user_data", "source", "past_incarnations", "past_remote_conns", "remote_isn",
         # send side
         "isn", "next_seq", "snd_una", "queue", "unacked", "resend", "scoreboard",
         "tx_serial", "acked_serial", "reo_mult", "reo_persist", "loss_seq_limit", "cwnd", "ssthresh",
         "recovery_serial", "timeouts", "probe_seq", "probe_serial", "probe_dup", "timer",
         "last_progress", "rto_base", "msg_counter", "puts",
-        "remote_window",
+        "remote_window", "send_queued", "send_blocked",
         # liveness and close (lifecycle.py): the death clock, keepalive and zero-window probes
-        "last_heard", "peer_timeout", "ping_at", "ping_due", "persist", "close_reason",
-        "close_next", "close_interval", "close_until", "close_reply",
+        "last_heard", "ping_at", "ping_due", "persist", "close_reason", "close_next",
+        "close_interval", "close_until", "close_reply",
         # receive side
         "window", "rx_high_time", "dup_seen", "last_ack_sent", "ready", "reassembly", "ack_count", "ack_deadline",
         "ack_now",
-        "sack_dirty",
+        "sack_dirty", "rx_held", "unconsumed", "adv_window",
         "counters",
         # timers (the engine's heap)
         "timed", "timed_order",
     )
 
+    # liveness and close (lifecycle.py): when the last valid datagram from it arrived (the
+    # death rule's clock), when we last PINGed it, whether a PING is due, the zero-window
+    # probe's interval (0: not probing); while CLOSING, our CLOSE's reason (wire.CR_*), next
+    # resend, interval and give-up time; a CLOSE or CLOSE_ACK owed to it (wire.T_*)
+    last_heard: float
+    ping_at: float
+    ping_due: bool
+    persist: float
+    close_reason: int | None
+    close_next: float | None
+    close_interval: float
+    close_until: float
+    close_reply: int | None
+
     def __init__(self, address: bytes, dest: Any, local_conn: int, isn: int,
                  timer: RetransmitTimer, window: int, peer_timeout: float = 10.0) -> None:
-        self.address = address
-        self.dest = dest
+        self.address, self.dest = address, dest
         self.local_conn = local_conn
-        self.remote_conn = 0
-        self.remote_inc = 0
+        self.remote_conn = self.remote_inc = 0
         self.state = PeerState.CONNECTING  # where a connection starts (TRANSITIONS moves it on)
         self.confirmed = False  # the peer knows our current incarnation
         self.remote_known = False  # we know its incarnation, connection id and ISN
@@ -223,6 +253,11 @@ class Peer:
         self.hello_sent_at: float | None = None
         self.hello_started: float | None = None
         self.hello_reply = False  # a HELLO_ACK is owed
+        self.reply_dest: Any = None  # where to: the HELLO's source as a dest (None: ``dest``)
+        # its limits (the handshake sets them: ours, then the peer's transport parameters):
+        # largest message, unchunked and chunk payloads that fit its datagrams; peer_timeout, s
+        self.max_message, self.single_cap, self.chunk_cap = (1 << 32) - 1, 0, 0
+        self.peer_timeout = peer_timeout
         self.error: BaseException | None = None
         self.user_data: Any = None
         # where the peer's last accepted handshake came from, as the device reported it (None
@@ -232,7 +267,6 @@ class Peer:
         self.past_incarnations: tuple[int, ...] = ()
         self.past_remote_conns: tuple[int, ...] = ()  # likewise, connections
         self.remote_isn = 0
-
         self.isn = isn
         self.next_seq = isn + 1
         self.snd_una = isn  # everything up to here is acknowledged
@@ -241,8 +275,7 @@ class Peer:
         self.queue: deque[OutMessage] | tuple[()] = ()
         self.unacked: OrderedDict[int, Segment] = OrderedDict()  # in transmission order
         self.resend: deque[Segment] | tuple[()] = ()
-        self.scoreboard = SackScoreboard()
-        self.tx_serial = 0
+        self.scoreboard, self.tx_serial = SackScoreboard(), 0
         self.acked_serial = [0, 0]  # per channel: highest transmission serial acknowledged
         self.loss_seq_limit: int | None = None  # no loss declared above (truncated SACK)
         self.cwnd = 0.0  # congestion window, segments (set by the engine)
@@ -252,8 +285,7 @@ class Peer:
         # are acknowledged (a duplicate report means the timeout was spurious)
         self.timeouts = 0
         self.probe_seq: int | None = None
-        self.probe_serial = 0
-        self.probe_dup = False
+        self.probe_serial, self.probe_dup = 0, False
         self.reo_mult = 1  # reordering allowance, in quarters of an RTT (grows on spurious resends)
         self.reo_persist = 0  # loss episodes the widened allowance lasts (RACK's reo_wnd_persist)
         self.timer = timer
@@ -264,19 +296,11 @@ class Peer:
         # last segment (what the status names)
         self.puts: dict[int, OutMessage] = {}
         self.remote_window = window
-        # The one death rule: dead once nothing at all was heard from it for peer_timeout
-        # (the config's; the handshake may lower it to the peer's, the smaller wins).
-        self.last_heard = 0.0  # when the last valid datagram from it arrived
-        self.peer_timeout = peer_timeout
-        self.ping_at = 0.0  # when we last sent it a PING (keepalive or zero-window probe)
-        self.ping_due = False  # a PING goes in the next pass
-        self.persist = 0.0  # zero-window probe interval (0: not probing), doubles per probe
-        self.close_reason: int | None = None  # CLOSING: the CR_* reason our CLOSE carries
-        self.close_next: float | None = None  # CLOSING: when to (re)send the CLOSE
-        self.close_interval = 0.0
-        self.close_until = 0.0  # CLOSING: give up waiting for the CLOSE_ACK then
-        self.close_reply: int | None = None  # a CLOSE or CLOSE_ACK owed to it (wire.T_*)
-
+        self.send_queued = 0  # bytes of messages accepted, not completed (unsent or unacked)
+        self.send_blocked = False  # a send was refused: PeerWritable once drained to half
+        # liveness and close (lifecycle.py; the slots' annotations above say what each is)
+        self.last_heard = self.ping_at = self.persist = self.close_interval = self.close_until = 0.0
+        self.ping_due, self.close_reason, self.close_next, self.close_reply = False, None, None, None
         self.window = ReceiveWindow(0, window)  # rebased on the peer's ISN at handshake
         self.last_ack_sent = -1.0
         self.dup_seen = False  # a duplicate arrived since our last standalone ACK
@@ -285,8 +309,10 @@ class Peer:
         self.reassembly: dict[int, Reassembly] = {}
         self.ack_count = 0  # segments received since we last told the peer our ACK point
         self.ack_deadline: float | None = None
-        self.ack_now = False
-        self.sack_dirty = False
+        self.ack_now = self.sack_dirty = False
+        self.rx_held = 0  # bytes its messages in reassembly hold (in EngineState.rx_held too)
+        self.unconsumed = 0  # bytes delivered and not taken yet (Engine.set_unconsumed)
+        self.adv_window = window  # the receive window our last ACK advertised, segments
         self.counters = PeerCounters()
         self.timed = False  # the engine keeps times for it (see Recovery._refresh_timers)
         self.timed_order = 0  # when it became timed: timers of peers due together run in this order

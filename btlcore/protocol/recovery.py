@@ -23,7 +23,7 @@ from operator import attrgetter
 from typing import Any
 
 from ..errors import PeerUnreachable, PutError
-from .events import PeerFailed, SendCompleted, _new
+from .events import PeerFailed, PeerWritable, SendCompleted, _new
 from .packetizer import Packetizer
 from .peers import OutMessage, Peer, PeerEvent, PeerState, Segment
 from .state import EngineState
@@ -54,6 +54,7 @@ LOST_TIMEOUT = 2  # ... by the retransmit timeout
 TIMEOUT_PROBES = 2  # segments a retransmit timeout resends
 REO_PERSIST = 16  # loss episodes a widened reordering allowance lasts (RFC 8985's reo_wnd_persist)
 PERSISTENT_TIMEOUTS = 3  # timeouts in a row that mean persistent congestion: slow start again
+KEEPALIVE_FRACTION = 3  # a keepalive PING after peer_timeout / this of silence (lifecycle.py)
 
 
 #: clock granularity term of RFC 6298 (G); our clocks are far finer, so it is small
@@ -132,9 +133,6 @@ def _unwired(peer: Peer, now: float) -> None:
     raise RuntimeError("Recovery.wire() was not called")
 
 
-#: a keepalive PING after this fraction of peer_timeout of silence (lifecycle.py)
-KEEPALIVE_FRACTION = 3
-
 
 class Recovery:
     """What the sender learns from ACKs: completions, RTT samples, losses (fast retransmit and
@@ -169,8 +167,7 @@ class Recovery:
 
     def wire(self, confirm: Callable[[Peer, float], None],
              close_timer: Callable[[Peer, float], None] = _unwired) -> None:
-        """The handshake's ``confirm`` (an ACK from an unconfirmed peer confirms it) and the
-        lifecycle's ``close_timer`` (a closing peer's timer is the lifecycle's)."""
+        """The handshake's ``confirm`` (an ACK confirms) and the lifecycle's ``close_timer``."""
         self._confirm = confirm
         self._close_timer = close_timer
 
@@ -234,6 +231,9 @@ class Recovery:
             peer.counters.num_msgs_completed += 1
             if msg.callback is not None:
                 self.events.append(_new(SendCompleted, (msg.callback, None)))
+            peer.send_queued -= msg.length  # self.release, inline (once per message)
+            if peer.send_blocked:
+                self.release(peer, 0)
 
     def put_done(self, peer: Peer, msg: OutMessage) -> None:
         """A put is acknowledged and its status is in: its callback gets None if it landed,
@@ -251,6 +251,16 @@ class Recovery:
                            peer.address.hex())
         if msg.callback is not None:
             self.events.append(SendCompleted(msg.callback, exc))
+        self.release(peer, msg.length)
+
+    def release(self, peer: Peer, nbytes: int) -> None:
+        """A message of ``nbytes`` completed: its bytes leave the peer's send buffer (once per
+        message, never per segment).  A send refused for want of room is told when the
+        buffer has drained to half (a low-water mark: one event per refusal, not per ACK)."""
+        queued = peer.send_queued = peer.send_queued - nbytes
+        if peer.send_blocked and queued <= self.config.send_buffer >> 1:
+            peer.send_blocked = False
+            self.events.append(_new(PeerWritable, (peer,)))
 
     def _progress(self, peer: Peer, now: float) -> None:
         """Something new was acknowledged: restart the death clock and the retransmit
@@ -282,10 +292,12 @@ class Recovery:
         c.num_ack_recvs += 1
         if not peer.confirmed:
             self._confirm(peer, now)
-        if window == 0 or peer.remote_window == 0:
-            self._window_change(peer, window)
-        else:
-            peer.remote_window = window if window > 8 else 8
+        if window > peer.remote_window and peer.queue and peer.state is _ESTABLISHED:
+            self._sending[peer] = None  # the window opened (a window update acknowledges nothing new)
+        if (window == 0) is not (peer.remote_window == 0):
+            peer.persist = 0.0  # the zero-window probe's timer starts or stops (lifecycle.py)
+            self._timed[peer] = None
+        peer.remote_window = window  # (zero: the receiver's application is not reading)
         if ack_flags & AF_DUPLICATE:
             peer.probe_dup = True  # (only read while a timeout's probes are out)
             if peer.reo_mult < 16 and peer.counters.num_resends:
@@ -376,17 +388,6 @@ class Recovery:
             self._resending[peer] = None
             self._touched[peer] = None
 
-    def _window_change(self, peer: Peer, window: int) -> None:
-        """The peer's window closes (0: data waits, probed on the persist timer) or reopens."""
-        if window == 0:
-            peer.remote_window = 0
-        else:
-            peer.remote_window = window if window > 8 else 8
-            peer.persist = 0.0
-            if peer.queue and peer.state is _ESTABLISHED:
-                self._sending[peer] = None
-        self._timed[peer] = None
-
     def _loss_episode(self, peer: Peer) -> None:
         """A loss episode begins: the congestion controller decreases, once; losses of what
         was sent before now count against this same episode."""
@@ -428,7 +429,9 @@ class Recovery:
         peer.queue = ()
         peer.puts.clear()
         peer.resend = ()
-        peer.reassembly.clear()
+        peer.send_queued = 0  # (nobody to tell that it has room: the sends failed)
+        peer.send_blocked = False
+        self._state.drop_reassembly(peer)
         peer.ready.clear()
 
     def _fail_peer(self, peer: Peer, exc: BaseException) -> None:
@@ -439,6 +442,8 @@ class Recovery:
         peer.hello_next = None
         self._unschedule(peer)
         self.events.append(PeerFailed(peer, exc))
+
+    fail_peer = _fail_peer  # (public for the parts that fail a peer: version negotiation)
 
     # -- timers: each peer's times are recomputed only when something about it changed (it is
     # in _timed, added by whatever changed it, or _touched); both are kept in heaps
@@ -533,8 +538,7 @@ class Recovery:
         return t
 
     def _liveness(self, peer: Peer, now: float) -> bool:
-        """An established peer is due: declare it dead (True), or send a keepalive or a
-        zero-window PING when one is due."""
+        """An established peer is due: dead (True), or a keepalive / zero-window PING due."""
         heard = peer.last_heard
         timeout = peer.peer_timeout
         if heard + timeout <= now:

@@ -47,7 +47,8 @@ class EngineState:
         "ack_delay", "cc", "cwnd_max", "single_cap", "chunk_cap", "gather_min", "prefixes",
         "peers_by_addr", "peers_by_conn", "counters", "events", "regions", "next_region",
         "closed", "now", "resending", "sending", "acking", "hello", "timed", "touched",
-        "deadlines", "actions", "control", "quarantine",
+        "deadlines", "actions", "control", "quarantine", "rx_held",
+        "reply_dest", "replies",
     )
 
     def __init__(
@@ -62,8 +63,15 @@ class EngineState:
         rng: random.Random,
         now: float,
         incarnation: int | None = None,
+        reply_dest: Callable[[Any], Any] | None = None,
     ) -> None:
         self.config = config
+        # a datagram's observed source -> a dest to answer it at (the device's
+        # btl_device_reply_dest); None: the device cannot, replies go to resolved addresses
+        self.reply_dest = reply_dest
+        # replies owed to no peer (VERSION replies): (channel, dest, datagram), sent by the
+        # next datagrams_to_send
+        self.replies: list[tuple[int, Any, bytes]] = []
         self.address = address
         self.resolve = resolve
         self.rng = rng
@@ -118,6 +126,14 @@ class EngineState:
         # (late datagrams of an old connection are never taken for a new one's)
         self.control: dict[Peer, None] = {}
         self.quarantine: dict[int, float] = {}
+        # bytes every peer's reassemblies hold together (bounded by config.reassembly_limit)
+        self.rx_held = 0
+
+    def drop_reassembly(self, peer: Peer) -> None:
+        """Forget ``peer``'s messages in reassembly and give back the bytes they held."""
+        self.rx_held -= peer.rx_held
+        peer.rx_held = 0
+        peer.reassembly.clear()
 
     def unschedule(self, peer: Peer) -> None:
         """Take ``peer`` off every work list and timer (it failed, is reset, or is forgotten)."""

@@ -205,7 +205,7 @@ def test_v2_bodies_malformed(typ: int) -> None:
 
 def test_v2_types_are_unknown_in_version_1_and_version_1_is_refused_by_default() -> None:
     raw = bytearray(_v2(T_CLOSE, Close(1, 2).encode()))
-    assert decode(raw).type == T_CLOSE  # the engine speaks version 2 (WIRE_VERSION)
+    assert decode(raw).type == T_CLOSE  # version 2 is the default now
     raw[0] = 1
     with pytest.raises(MalformedDatagram, match="wire version 1, expected 2"):
         decode(raw)

@@ -16,9 +16,11 @@ from btlcore.protocol import wire
 
 def _hello(r: RawSender, inc: int, conn: int, isn: int, *, dst: int = 0, echo: int = 0,
            delay_us: int = 200) -> None:
-    body = wire.Hello(inc, conn, isn, echo, 4096, b"R", delay_us)
+    body = wire.Hello(inc, conn, isn, echo, 4096, b"R", delay_us, wire.TransportParameters())
+    # padded so that it is no smaller than the HELLO_ACK it provokes (§1.8)
     r.e.receive_datagram(wire.Datagram(wire.T_HELLO, dst_conn=dst, src_incarnation=inc,
-                                       payload=body.encode()).encode(), None, r.now)
+                                       payload=body.encode() + wire.padding_param(64)).encode(),
+                         None, r.now)
 
 
 def test_the_last_16_replaced_incarnations_and_connections_are_stale() -> None:

@@ -171,6 +171,14 @@ def btl_device_resolve(device: SimNIC, address: bytes) -> Link:
 
 
 @hookimpl
+def btl_device_reply_dest(device: SimNIC, source: Any) -> Link:
+    """The link to the NIC a frame came from (its source is ``(address, channel)``)."""
+    if not isinstance(source, tuple) or len(source) != 2:
+        raise ValueError(f"sim: a source is (address, channel), not {source!r}")
+    return device.resolve(source[0])
+
+
+@hookimpl
 def btl_device_clock(device: SimNIC) -> Callable[[], float]:
     return device.fabric.clock
 
