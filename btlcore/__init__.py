@@ -5,6 +5,8 @@ The core (this package) is sans-I/O; backends (``btlcore_sim``, ``btlcore_udp``,
 ``btlcore.backends`` entry-point group.
 """
 
+import logging
+
 from .config import Config
 from .device import Capabilities, Channel, ChannelInfo, Probe, hookimpl
 from .errors import (
@@ -28,6 +30,10 @@ from .run import open, run_until
 from .transport import Message, Transport
 
 __version__ = "0.1.0"
+
+# a library's loggers print nothing until the application configures logging (no "last
+# resort" lines on stderr): the one handler for every btlcore.* logger
+logging.getLogger("btlcore").addHandler(logging.NullHandler())
 
 __all__ = [
     "Engine", "Message", "Peer", "PeerState", "Transport", "list_backends", "open", "run_until",

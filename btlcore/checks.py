@@ -115,3 +115,20 @@ def open_arguments(backend: Any, config: Any, seed: Any, plugins: Any) -> None:
         raise TypeError(f"seed must be an int or None, not {_kind(seed)} {seed!r}")
     if isinstance(plugins, (str, bytes)) or not hasattr(plugins, "__iter__"):
         raise TypeError(f"plugins must be a sequence of plugin objects, not {_kind(plugins)} {plugins!r}")
+
+
+def foreign_thread(address: bytes, owner: Any, owner_ident: int | None, me: Any) -> RuntimeError:
+    """The error for a call from a thread that does not own the transport at ``address``."""
+    return RuntimeError(
+        f"btlcore transport {address.hex()} belongs to thread {owner.name!r} "
+        f"(ident {owner_ident}); thread {me.name!r} (ident {me.ident}) may not use it: "
+        "drive a transport from one thread, and use Transport.wake() from others")
+
+
+def not_our_peer(peer: Any, peer_type: type[Any], address: bytes) -> Exception:
+    """The error for a ``peer`` argument that is no Peer, or a Peer of another transport."""
+    if type(peer) is not peer_type:
+        return TypeError(f"peer must be a btlcore.Peer (from connect() or a handler), "
+                         f"not {type(peer).__name__} {peer!r}")
+    return ValueError(f"peer {peer.address.hex()} is not a peer of this transport "
+                      f"({address.hex()}): use the Peer its connect() returned")

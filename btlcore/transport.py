@@ -27,13 +27,9 @@ DEBUG); see docs/api.md.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
-import random
 import sys
 import threading
-import time
 from _thread import get_ident
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -44,7 +40,8 @@ import attrs
 from . import checks
 from .config import Config
 from .device import Channel, DeviceOps
-from .errors import WouldBlock
+from .errors import TransportClosed, WouldBlock
+from .lives import this_life
 from .protocol.engine import Engine
 from .protocol.events import Event, MessageReceived, PeerFailed, PeerWritable, PutLanded, PutRefused, SendCompleted
 from .protocol.events import PeerClosed as PeerClosedEvent
@@ -61,9 +58,6 @@ _Post = Callable[[int, Any, Any], bool]
 _PostMany = Callable[[Sequence[tuple[int, Any, Any]]], int]
 
 log = logging.getLogger("btlcore.transport")
-# a library's loggers print nothing until the application configures logging (no "last
-# resort" lines on stderr); the one handler for every btlcore.* logger
-logging.getLogger("btlcore").addHandler(logging.NullHandler())
 
 #: how soon to post again after the device refused a datagram (its send queue was full)
 BACKLOG_RETRY = 50e-6
@@ -77,22 +71,6 @@ class Message:
     peer: Peer
     tag: int
     data: bytes
-
-
-_last_incarnation = 0
-_virtual_lives = 1000  # openings of virtual-time devices without an ``instance`` of their own
-
-
-def make_incarnation(clock_seconds: float) -> int:
-    """This life's incarnation number: the wall clock in 1/1024 s on 32 bits (wrapping every
-    48 days), strictly increasing within the process; never 0.  Being ordered lets a peer
-    tell a late HELLO of an older life from a restart (see engine.stale_incarnation)."""
-    global _last_incarnation
-    value = int(clock_seconds * 1024) & 0xFFFFFFFF
-    if _last_incarnation and 0 <= (_last_incarnation - value) & 0xFFFFFFFF < 1 << 31:
-        value = (_last_incarnation + 1) & 0xFFFFFFFF
-    _last_incarnation = value = value or 1
-    return value
 
 
 def _flat(buf: Any) -> bytes:
@@ -126,22 +104,7 @@ class Transport:
         prio_info = device.create_channel(Channel.PRIORITY, min(prio_want, data_info.mtu))
         use_crc = self.config.crc == "on" or (self.config.crc == "auto" and not caps.integrity)
         self.address: bytes = bytes(device.local_address())
-        if seed is None:  # a device may declare a seed of its own (the simulator)
-            seed = caps.seed
-            if seed is not None:  # virtual-time devices: reproducible, distinct per node
-                seed = int.from_bytes(hashlib.sha256(repr((seed, self.address)).encode()).digest()[:8], "big")
-        self.seed = seed if seed is not None else int.from_bytes(os.urandom(8), "big")
-        rng = random.Random(self.seed)
-        if caps.virtual_time:
-            # a simulated node's lives are ordered by its NIC's opening on the fabric
-            instance = caps.instance
-            if instance is None:  # a virtual-time device that does not number its openings
-                global _virtual_lives
-                _virtual_lives += 1
-                instance = _virtual_lives
-            incarnation = ((instance + 1) << 12 | rng.randrange(1 << 12)) & 0xFFFFFFFF
-        else:
-            incarnation = make_incarnation(time.time())
+        self.seed, rng, incarnation = this_life(caps, self.address, seed)
         self.engine = Engine(
             self.config, address=self.address, resolve=device.resolve,
             data_mtu=data_info.mtu, priority_mtu=prio_info.mtu, crc=use_crc,
@@ -203,10 +166,7 @@ class Transport:
             return
         if self._owner == get_ident():  # pragma: no cover - the caller compared already
             return
-        raise RuntimeError(
-            f"btlcore transport {self.address.hex()} belongs to thread {owner.name!r} "
-            f"(ident {self._owner}); thread {me.name!r} (ident {get_ident()}) may not use it: "
-            "drive a transport from one thread, and use Transport.wake() from others")
+        raise checks.foreign_thread(self.address, owner, self._owner, me)
 
     def _check_thread(self) -> None:
         """For the calls that register things: refused from a foreign thread once there is an
@@ -233,11 +193,7 @@ class Transport:
         return self.engine.connect(checks.address(address), self.now())
 
     def _check_peer(self, peer: Any) -> None:
-        if type(peer) is not Peer:
-            raise TypeError(f"peer must be a btlcore.Peer (from connect() or a handler), "
-                            f"not {type(peer).__name__} {peer!r}")
-        raise ValueError(f"peer {peer.address.hex()} is not a peer of this transport "
-                         f"({self.address.hex()}): use the Peer its connect() returned")
+        raise checks.not_our_peer(peer, Peer, self.address)
 
     def _check_send(self, tag: Any, data: Any, callback: Any) -> None:
         if get_ident() != self._owner:

@@ -82,7 +82,7 @@ def test_both_directions_small_and_large_many(port: int) -> None:
 def test_killed_peer_is_reported_dead_and_sends_fail(port: int) -> None:
     remote = Peer(port)
     try:
-        cfg = btlcore.Config(peer_timeout=1.0, max_retries=10_000)
+        cfg = btlcore.Config(peer_timeout=1.0)
         with btlcore.open("udp", config=cfg) as t:
             echoes: list[bytes] = []
             t.on(2, lambda p, tag, d: echoes.append(d))

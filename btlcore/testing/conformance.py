@@ -252,7 +252,7 @@ class ConformanceTests:
         assert stats["num_fast_retrans"] + stats["num_timeout_retrans"] == stats["num_resends"]
 
     def test_peer_death_fails_pending_sends(self, harness: BackendHarness) -> None:
-        cfg = self.config(peer_timeout=1.0, max_retries=1000)
+        cfg = self.config(peer_timeout=1.0)
         a, b = harness.open(cfg), harness.open(cfg)
         sink = Sink()
         b.on(TAG, sink)

@@ -31,7 +31,7 @@ def assert_all_failed_once(p: EnginePair, keys, exc_type) -> None:
 
 
 def test_peer_timeout_fails_every_pending_callback_once() -> None:
-    p = pair(peer_timeout=0.5, max_retries=10_000, window=8, cwnd_max=0)
+    p = pair(peer_timeout=0.5, window=8, cwnd_max=0)
     p.silence(1)
     t0 = p.now
     for i, n in enumerate(SIZES):  # more than the window: some never left the queue
@@ -53,7 +53,7 @@ def test_peer_timeout_fails_every_pending_callback_once() -> None:
 
 
 def test_peer_timeout_counts_from_last_progress() -> None:
-    p = pair(peer_timeout=0.5, max_retries=10_000, window=8, cwnd_max=0)
+    p = pair(peer_timeout=0.5, window=8, cwnd_max=0)
     for i in range(40):
         p.send(0, 1, 1, b"x", key=i)
     # b answers the first flight, then vanishes
@@ -82,7 +82,7 @@ def test_max_retries_is_deprecated_and_kills_no_peer() -> None:
 
 
 def test_both_sides_fail_when_link_dies_mid_transfer() -> None:
-    p = pair(peer_timeout=0.3, max_retries=10_000)
+    p = pair(peer_timeout=0.3)
     msgs = [i.to_bytes(2, "big") * 1500 for i in range(20)]
     for i in range(20):
         p.send(0, 1, 1, msgs[i], key=("a", i))
@@ -102,7 +102,7 @@ def test_both_sides_fail_when_link_dies_mid_transfer() -> None:
 
 
 def test_peer_timeout_at_awkward_time() -> None:
-    p = EnginePair(Config(peer_timeout=0.5, max_retries=10_000), max_steps=5000)
+    p = EnginePair(Config(peer_timeout=0.5), max_steps=5000)
     p.handshake()
     p.silence(1)
     p.now = 0.8313106312458897  # (t + 0.5) - t < 0.5 in binary floating point
@@ -280,8 +280,8 @@ def test_reconnect_after_partition(b_timeout: float) -> None:
     """Both sides (or only a) declared the other dead during a partition; once it heals,
     connect() starts a new connection, every old callback fired exactly once, traffic flows
     both ways, and a segment of the old connection replayed later is not delivered."""
-    p = EnginePair(Config(peer_timeout=0.3, max_retries=10_000),
-                   config_b=Config(peer_timeout=b_timeout, max_retries=10_000))
+    p = EnginePair(Config(peer_timeout=0.3),
+                   config_b=Config(peer_timeout=b_timeout))
     p.handshake()
     p.send(0, 1, 1, b"before", key="b0")
     p.run(lambda: p.completions["b0"])
@@ -309,7 +309,7 @@ def test_reconnect_after_partition(b_timeout: float) -> None:
 
 
 def test_restart_after_peer_declared_dead() -> None:
-    p = pair(peer_timeout=0.2, max_retries=10_000)
+    p = pair(peer_timeout=0.2)
     p.silence(1)
     p.send(0, 1, 1, b"x", key="x")
     p.run_idle(p.now + 1.0)

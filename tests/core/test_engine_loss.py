@@ -94,7 +94,7 @@ def test_timeout_retransmit_backoff_and_two_probes() -> None:
 
 
 def test_backoff_capped_at_rto_max() -> None:
-    p = pair(rto_max=0.05, peer_timeout=100.0, max_retries=100)
+    p = pair(rto_max=0.05, peer_timeout=100.0)
     mark = len(p.log)
     p.drop_where(lambda d: d.type == T_DATA, count=8)
     p.send(0, 1, 1, b"x", key=0)

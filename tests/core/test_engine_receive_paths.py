@@ -127,7 +127,7 @@ from test_properties import body, configs, fates, sends  # noqa: E402
 
 
 def run_scenario(batch: bool, cfg: dict, fa: list, fb: list, plan: list, **kw: object) -> EnginePair:
-    config = Config(rto_max=0.05, retrans_timeout=0.004, max_retries=10_000, peer_timeout=1000.0,
+    config = Config(rto_max=0.05, retrans_timeout=0.004, peer_timeout=1000.0,
                     handshake_timeout=1000.0, **cfg)
     p = EnginePair(config, mtu=160, max_steps=400_000, batch_receive=batch, **kw)  # type: ignore[arg-type]
     script = (fa, fb)

@@ -45,7 +45,7 @@ def body(i: int, n: int) -> bytes:
 
 
 def build(cfg: dict[str, Any], fa: list[Any], fb: list[Any], timeout: float = 1000.0) -> EnginePair:
-    config = Config(rto_max=0.05, retrans_timeout=0.004, max_retries=10_000, peer_timeout=timeout,
+    config = Config(rto_max=0.05, retrans_timeout=0.004, peer_timeout=timeout,
                     handshake_timeout=timeout, **cfg)
     p = EnginePair(config, mtu=MTU, max_steps=400_000)
     script = (fa, fb)
@@ -175,7 +175,7 @@ def test_three_engines_random_fates_puts_and_messages(cfgs: list[dict[str, Any]]
         if x < corrupt:
             return ("corrupt", rng.randrange(len(raw) * 8))
         return None
-    configs = [Config(rto_max=0.05, max_retries=10_000, peer_timeout=1000.0, handshake_timeout=1000.0, **c)
+    configs = [Config(rto_max=0.05, peer_timeout=1000.0, handshake_timeout=1000.0, **c)
                for c in cfgs]
     net = EngineNet(3, configs=configs, max_steps=400_000)
     net.add_hook(fates)
@@ -246,7 +246,7 @@ def test_soak_seeded(seed: int) -> None:
         if x < drop + dup + delay + corrupt:
             return ("corrupt", frng.randrange(len(raw) * 8))
         return None
-    p = EnginePair(Config(rto_max=0.05, retrans_timeout=0.004, max_retries=10_000, peer_timeout=1000.0,
+    p = EnginePair(Config(rto_max=0.05, retrans_timeout=0.004, peer_timeout=1000.0,
                           handshake_timeout=1000.0, **cfg), max_steps=1_000_000,
                    budget=rng.choice([1, 3, 1 << 30]))  # device back-pressure: few datagrams per pass
     p.add_hook(fates)
@@ -366,7 +366,7 @@ def _restart_anytime(seed: int) -> str | None:
     """One side (sometimes both, one after the other) restarts at a random moment of a lossy
     conversation; then the network heals.  Returns None if both sides can talk again."""
     rng = _random.Random(seed)
-    cfg = Config(peer_timeout=1000.0, handshake_timeout=1000.0, max_retries=10_000, rto_max=0.05,
+    cfg = Config(peer_timeout=1000.0, handshake_timeout=1000.0, rto_max=0.05,
                  ordered=rng.random() < 0.5)
     p = EnginePair(cfg, max_steps=300_000)
     healed = [False]

@@ -277,15 +277,15 @@ def test_hello_retry_schedule_as_documented() -> None:
 def test_incarnations_as_documented(clean_env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """protocol.md §5.1: the clock in 1/1024 s, strictly increasing in a process; on the
     simulator, (NIC instance + 1) << 12 and 12 random bits."""
-    from btlcore import transport
+    from btlcore import lives
 
     text = read("protocol.md")
     assert "units of 1/1024 s" in text and "`(instance + 1) << 12 | r`" in text
-    monkeypatch.setattr(transport, "_last_incarnation", 0)
-    assert transport.make_incarnation(1000.0) == 1024_000
-    assert transport.make_incarnation(1000.0) == 1024_001  # same instant: still later
-    assert transport.make_incarnation(999.0) == 1024_002   # the clock stepped back: likewise
-    assert transport.make_incarnation(1001.0) == 1025_024
+    monkeypatch.setattr(lives, "_last_incarnation", 0)
+    assert lives.make_incarnation(1000.0) == 1024_000
+    assert lives.make_incarnation(1000.0) == 1024_001  # same instant: still later
+    assert lives.make_incarnation(999.0) == 1024_002   # the clock stepped back: likewise
+    assert lives.make_incarnation(1001.0) == 1025_024
     a, b = btlcore.open("sim"), btlcore.open("sim")
     for t in (a, b):
         assert t.engine.incarnation >> 12 == t.device.device.instance + 1

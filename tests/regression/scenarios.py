@@ -379,7 +379,7 @@ def peer_restart(run: Run) -> None:
 def peer_death(run: Run) -> None:
     """A partition that never heals cuts b off mid-transfer: with peer_timeout 0.2 s both
     sides declare the other failed and every pending send fails with PeerUnreachable."""
-    cfg = Config(mtu=1500, peer_timeout=0.2, max_retries=1000)
+    cfg = Config(mtu=1500, peer_timeout=0.2)
     a, b = run.open("a", cfg), run.open("b", cfg)
     _exchange(run, a, b, 4)
     run.fabric.partition(run.fabric.now, None, ["b"])

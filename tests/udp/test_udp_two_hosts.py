@@ -57,7 +57,7 @@ def test_exactly_once_over_lossy_link(link, loss, rate):
         link.set_loss(loss, side="b")
     if rate:
         link.set_rate(rate, side="a", burst="64kb", latency="20ms")
-    config = Config(rto_initial=0.05, peer_timeout=60.0, handshake_timeout=30.0, max_retries=200)
+    config = Config(rto_initial=0.05, peer_timeout=60.0, handshake_timeout=30.0)
     ta = _transport(link, "a", config)
     tb = _transport(link, "b", config)
     try:
@@ -95,7 +95,7 @@ from btlcore.run import run_until
 from btlcore.transport import Transport
 want, limit = int(sys.argv[2]), float(sys.argv[3])
 t = Transport(open_device("udp", {"host": sys.argv[1]}),
-              Config(peer_timeout=60.0, handshake_timeout=30.0, max_retries=200))
+              Config(peer_timeout=60.0, handshake_timeout=30.0))
 print(t.address.hex(), flush=True)
 digests = []
 t.on(7, lambda peer, tag, data: digests.append(hashlib.sha256(data).hexdigest()))
@@ -131,7 +131,7 @@ def test_exactly_once_between_two_processes(link):
         ready, _, _ = select.select([child.stdout], [], [], 30)
         assert ready, "the receiver did not start within 30 s"
         address = bytes.fromhex(child.stdout.readline().strip())
-        config = Config(rto_initial=0.05, peer_timeout=60.0, handshake_timeout=30.0, max_retries=200)
+        config = Config(rto_initial=0.05, peer_timeout=60.0, handshake_timeout=30.0)
         ta = _transport(link, "a", config)
         peer = ta.connect(address)
         done: list[BaseException | None] = []
