@@ -41,9 +41,15 @@ def test_traffic_logs_nothing_above_debug(caplog: pytest.LogCaptureFixture) -> N
     btlcore.run_until([a, b], lambda: len(got) == 200, timeout=10)
     a.close()
     b.close()
-    assert [r for r in caplog.records if r.levelno > logging.DEBUG] == []
-    # opened and closed, twice, and b told that a closed the connection: nothing per packet
-    assert [r.getMessage() for r in caplog.records] == [
+    # connection events only, nothing per packet: each side's peer up (INFO, when the
+    # handshake completes), the rest at DEBUG
+    ups = [r for r in caplog.records if r.name == "btlcore.protocol"]
+    assert sorted(r.getMessage().split()[1] for r in ups) == sorted([a.address.hex(), b.address.hex()])
+    assert all(r.levelno == logging.INFO and " up (connection " in r.getMessage() for r in ups)
+    rest = [r for r in caplog.records if r.name != "btlcore.protocol"]
+    assert [r for r in rest if r.levelno > logging.DEBUG] == []
+    # opened and closed, twice, and b told that a closed the connection
+    assert [r.getMessage() for r in rest] == [
         f"transport opened: backend sim, address {a.address.hex()}",
         f"transport opened: backend sim, address {b.address.hex()}",
         f"transport closed: backend sim, address {a.address.hex()}",
@@ -86,3 +92,4 @@ def test_restarted_peer_logged_as_info(caplog: pytest.LogCaptureFixture) -> None
     assert [r.getMessage() for r in records(caplog, logging.INFO)] == [f"peer {address.hex()} restarted"]
     a.close()
     b2.close()
+

@@ -11,12 +11,17 @@ changes ``Peer.state`` goes through it (h11's ``_state.py`` is the model).
 from __future__ import annotations
 
 import enum
+import logging
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .stats import PeerCounters
 from .window import ReceiveWindow, SackScoreboard
+
+#: connection events (up; the transport logs failed, restarted and closed) at INFO, never
+#: anything per packet above DEBUG
+log = logging.getLogger("btlcore.protocol")
 
 if TYPE_CHECKING:
     from .events import Event
@@ -328,6 +333,8 @@ class Peer:
             raise InvalidTransition(f"peer {self.address.hex()}: event {event.value!r} in state "
                                     f"{self.state.value!r} (allowed there: {', '.join(allowed) or 'none'})")
         self.state = new
+        if new is PeerState.ESTABLISHED:
+            log.info("peer %s up (connection %#x)", self.address.hex(), self.local_conn)
         return new
 
     def new_resend(self) -> deque[Segment]:
