@@ -21,7 +21,8 @@ it calls::
     recovery   = Recovery(state, packetizer)      # resends with packetizer.stamp
     handshake  = Handshake(state, packetizer, recovery)   # fail_messages, build_hello
     recovery.wire(confirm=handshake.confirm)      # the one cycle: an ACK confirms
-    receiver   = Receiver(state, recovery, handshake)
+    guard      = Guard(state, handshake._restart_peer, recovery._fail_peer)  # notices, challenges, sources
+    receiver   = Receiver(state, recovery, handshake, guard)
 
 Hot entry points with nothing to add are the parts' own bound methods, set on the engine at
 construction (no delegating call): ``receive_datagrams`` (the receiver's),
@@ -43,6 +44,7 @@ from typing import Any, Protocol
 from ..config import Config
 from ..errors import MessageTooLarge, PeerUnreachable, TransportClosed
 from .events import Event, legacy
+from .guard import Guard
 from .handshake import Handshake
 from .packetizer import Packetizer
 from .peers import Callback, Frame, OutMessage, Peer, PeerEvent, PeerState
@@ -74,7 +76,7 @@ class Engine:
     """One local endpoint talking to any number of peers over one device."""
 
     __slots__ = (
-        "state", "packetizer", "recovery", "handshake", "receiver",
+        "state", "packetizer", "recovery", "handshake", "receiver", "guard",
         "config", "address", "incarnation", "data_mtu", "priority_mtu", "crc", "peers_by_addr",
         "peers_by_conn", "counters", "events", "regions",
         "receive_datagrams", "next_deadline", "handle_timer", "enable_gather",
@@ -91,15 +93,20 @@ class Engine:
 
     def __init__(self, config: Config, *, address: bytes, resolve: Callable[[bytes], Any],
                  data_mtu: int, priority_mtu: int, crc: bool, rng: random.Random, now: float,
-                 incarnation: int | None = None) -> None:
+                 incarnation: int | None = None, reply_dest: Callable[[Any], Any] | None = None) -> None:
+        # reply_dest: a datagram's observed source -> a dest (the device's reply_dest hook),
+        # so that handshake and VERSION replies go to where a datagram came from
         state = self.state = EngineState(
             config, address=address, resolve=resolve, data_mtu=data_mtu, priority_mtu=priority_mtu,
-            crc=crc, rng=rng, now=now, incarnation=incarnation)
+            crc=crc, rng=rng, now=now, incarnation=incarnation, reply_dest=reply_dest)
         packetizer = self.packetizer = Packetizer(state)
         recovery = self.recovery = Recovery(state, packetizer)
         handshake = self.handshake = Handshake(state, packetizer, recovery)
         recovery.wire(confirm=handshake.confirm)
-        receiver = self.receiver = Receiver(state, recovery, handshake)
+        guard = self.guard = Guard(state, handshake._restart_peer, recovery._fail_peer)
+        guard.wire(on_hello=handshake.on_hello)
+        handshake.wire_guard(guard.challenge, guard.learn_remote)
+        receiver = self.receiver = Receiver(state, recovery, handshake, guard)
         self.config, self.address, self.incarnation = state.config, state.address, state.incarnation
         self.data_mtu, self.priority_mtu, self.crc = state.data_mtu, state.priority_mtu, state.crc
         self.peers_by_addr, self.peers_by_conn = state.peers_by_addr, state.peers_by_conn
@@ -226,7 +233,7 @@ class Engine:
         for peer in self._hello:
             if peer.hello_reply:
                 return True
-        return False
+        return bool(self.state.replies)
 
     def ack_now(self) -> None:
         """Owe no ACK: make every pending standalone ACK due at once (close/flush, so that
@@ -296,4 +303,18 @@ class Engine:
             self._ack_pass(out, now, budget)
         if self._hello and len(out) < budget:
             self._hello_pass(out, now, budget)
+        replies = self.state.replies
+        if replies and len(out) < budget:  # VERSION replies (owed to no peer)
+            take = budget - len(out)
+            out.extend(replies[:take])
+            del replies[:take]
         return out
+
+    def path_error(self, dest: Any, now: float) -> bool:
+        """The device read an ICMP port unreachable for ``dest`` (a resolved peer address,
+        or a source): it hastens the failure of a peer that has also gone silent, never
+        more (ICMP is easy to forge; see guard.py).  True if a peer was failed."""
+        self.state.now = now
+        if self.state.closed:
+            return False
+        return self.guard.path_error(dest, now)

@@ -10,6 +10,7 @@ the HELLO pass.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import PeerRestarted as RestartError
@@ -45,7 +46,7 @@ class Handshake:
 
     __slots__ = ("_state", "config", "crc", "incarnation", "counters", "events", "peers_by_addr",
                  "peers_by_conn", "_cc", "_rng", "_hello", "_timed", "_touched", "_sending", "_acking",
-                 "_ack_channel", "_unschedule", "_fail_messages", "_build_hello")
+                 "_ack_channel", "_unschedule", "_fail_messages", "_build_hello", "_challenge", "_learn_remote")
 
     def __init__(self, state: EngineState, packetizer: Packetizer, recovery: Recovery) -> None:
         self._state = state  # for closed and resolve
@@ -67,6 +68,13 @@ class Handshake:
         self._unschedule = state.unschedule
         self._fail_messages = recovery.fail_messages
         self._build_hello = packetizer.build_hello
+        self._challenge: Callable[..., bool] | None = None  # guard.py's, set by wire_guard
+        self._learn_remote: Callable[[Peer], None] | None = None
+
+    def wire_guard(self, challenge: Callable[..., bool], learn_remote: Callable[[Peer], None]) -> None:
+        """The guard's ``challenge`` (a live peer's restart must be proven) and
+        ``learn_remote`` (a notice names a peer by its conn id)."""
+        self._challenge, self._learn_remote = challenge, learn_remote
 
     def new_peer(self, address: bytes, dest: Any) -> Peer:
         cfg = self.config
@@ -134,6 +142,11 @@ class Handshake:
         if hello.conn_id in peer.past_remote_conns and hello.incarnation == peer.remote_inc:
             c.num_stale_recvs += 1  # a late HELLO of a connection already replaced
             return
+        if peer.remote_known and hello.incarnation != peer.remote_inc and self._challenge is not None \
+                and (peer.state is PeerState.ESTABLISHED or peer.state is PeerState.CONNECTING) \
+                and not stale_incarnation(hello.incarnation, peer.remote_inc) \
+                and self._challenge(peer, typ, dst, hello, wants_crc, source, now):
+            return  # a live peer's restart counts once proven at its known address (guard.py)
         renewed = self._hello_renews(peer, hello, now)
         if renewed is None:
             return  # stale
@@ -141,10 +154,14 @@ class Handshake:
         # off (or auto on a device with integrity) at the other still talk
         peer.crc = self.crc or wants_crc
         peer.source = source  # where its handshake came from (as the device reports it)
+        if source is not None and not peer.sources:
+            peer.sources = (source,)  # the first source its connection may use (guard.py)
         if not peer.remote_known:
             peer.remote_known = True
             peer.remote_inc = hello.incarnation
             peer.remote_conn = hello.conn_id
+            if self._learn_remote is not None:
+                self._learn_remote(peer)
             peer.remote_isn = hello.isn
             # how long the peer may sit on an ACK: part of our retransmit timeout
             peer.timer.set_max_ack_delay(min(hello.max_ack_delay_us * 1e-6, 1.0))

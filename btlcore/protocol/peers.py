@@ -171,7 +171,7 @@ class Peer:
         "address", "dest", "local_conn", "remote_conn", "remote_inc", "state", "confirmed",
         "remote_known", "inbound_since", "crc", "hello_next", "hello_count", "hello_sent_at", "hello_interval",
         "hello_started", "hello_reply",
-        "error", "user_data", "source", "past_incarnations", "past_remote_conns", "remote_isn",
+        "error", "user_data", "source", "sources", "past_incarnations", "past_remote_conns", "remote_isn",
         # send side
         "isn", "next_seq", "snd_una", "queue", "unacked", "resend", "scoreboard",
         "tx_serial", "acked_serial", "reo_mult", "reo_persist", "loss_seq_limit", "cwnd", "ssthresh",
@@ -211,6 +211,9 @@ class Peer:
         # where the peer's last accepted handshake came from, as the device reported it (None
         # if it does not say): for source checks, which use it later
         self.source: Any = None
+        # the sources its connection's datagrams may come from (guard.py's source checks):
+        # its handshake's, then one more (one per channel), learnt once the ids check out
+        self.sources: tuple[Any, ...] = ()
         # incarnations this address had before (a late HELLO of one is no restart)
         self.past_incarnations: tuple[int, ...] = ()
         self.past_remote_conns: tuple[int, ...] = ()  # likewise, connections

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .events import Event, MessageReceived, PutLanded, PutRefused, _new
+from .guard import Guard
 from .handshake import Handshake
 from .peers import OutMessage, Peer, PeerState, Reassembly
 from .recovery import Recovery
@@ -43,9 +44,12 @@ from .wire import (
     PUT_STATUS,
     SEQ_MASK,
     T_ACK,
+    T_CHALLENGE,
     T_DATA,
     T_HELLO,
     T_HELLO_ACK,
+    T_RESPONSE,
+    T_UNKNOWN_CONN,
     UNKNOWN_FLAGS,
     WIRE_VERSION,
     Hello,
@@ -65,9 +69,10 @@ class Receiver:
 
     __slots__ = ("_state", "config", "crc", "counters", "events", "peers_by_conn", "regions", "_acking",
                  "_timed", "_sending", "_ack_frequency", "_ack_delay", "_on_cum_ack", "_detect_losses",
-                 "_on_ack", "_put_done", "_confirm", "_on_hello")
+                 "_on_ack", "_put_done", "_confirm", "_on_hello", "_guard", "_source_ok")
 
-    def __init__(self, state: EngineState, recovery: Recovery, handshake: Handshake) -> None:
+    def __init__(self, state: EngineState, recovery: Recovery, handshake: Handshake,
+                 guard: Guard) -> None:
         self._state = state  # for now and closed
         self.config = state.config
         self.crc = state.crc
@@ -86,6 +91,8 @@ class Receiver:
         self._put_done = recovery.put_done
         self._confirm = handshake.confirm
         self._on_hello = handshake.on_hello
+        self._guard = guard  # notices, challenges, source checks (guard.py)
+        self._source_ok = guard.source_ok
 
     def receive_datagrams(self, batch: Iterable[Any], now: float,
                           sources: Sequence[Any] | None = None) -> None:
@@ -98,6 +105,7 @@ class Receiver:
         head_chunk, check, peers, events = HEADER_CHUNK.unpack_from, crc32c, self.peers_by_conn, self.events
         acking, timed, freq = self._acking, self._timed, self._ack_frequency
         last_dst = last_inc = k = -1  # whose peer passed the checks (only dispatch changes that)
+        last_src: Any = None  # the source last seen to be that peer's (sources given)
         peer: Any
         for data in batch:
             k += 1
@@ -113,7 +121,9 @@ class Receiver:
                     (dst != last_dst or inc != last_inc)
                     and ((peer := peers.get(dst)) is None or inc != peer.remote_inc or not peer.confirmed
                          or not peer.remote_known or peer.state is _FAILED
-                         or (last_dst := dst) < 0 or (last_inc := inc) < 0)) or (
+                         or (last_dst := dst) < 0 or (last_inc := inc) < 0 or (last_src := None) is not None)) or (
+                    sources is not None and (src := sources[k]) != last_src
+                    and (src not in peer.sources or (last_src := src) is None)) or (
                     check((view := memoryview(data))[CRC_OFFSET + 4:], check(view[:CRC_OFFSET])) != crc
                     if flags & F_CRC else self.crc or (view := memoryview(data)) is None):
                 last_dst = -1
@@ -192,10 +202,13 @@ class Receiver:
             peer = self.peers_by_conn.get(dst)
             if peer is None:
                 self.counters.num_unk_recvs += 1
+                self._guard.unknown(data, source)  # (a notice, rate-limited)
                 return
             if inc != peer.remote_inc or not peer.remote_known or peer.state is _FAILED:
                 peer.counters.num_stale_recvs += 1
                 return
+            if source is not None and source not in peer.sources and not self._source_ok(peer, source):
+                return  # from a source the connection does not use: dropped, counted
             if typ == T_DATA:
                 self._on_data(peer, view, n, flags, seq_w, ack_w, tag, plen, now)
             else:
@@ -213,6 +226,12 @@ class Receiver:
                 self.counters.num_malformed_recvs += 1
                 return
             self._on_hello(typ, dst, hello, bool(_r & HF_CRC_REQUIRED), source, now)
+        elif typ == T_UNKNOWN_CONN:
+            self._guard.on_notice(data, dst, inc, seq_w, now)
+        elif typ == T_CHALLENGE:
+            self._guard.on_challenge(data, dst, plen)
+        elif typ == T_RESPONSE:
+            self._guard.on_response(data, inc, plen, now)
         else:
             self.counters.num_malformed_recvs += 1
 

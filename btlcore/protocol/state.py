@@ -48,6 +48,7 @@ class EngineState:
         "peers_by_addr", "peers_by_conn", "counters", "events", "regions", "next_region",
         "closed", "now", "resending", "sending", "acking", "hello", "timed", "touched",
         "deadlines", "actions",
+        "reply_dest", "replies",
     )
 
     def __init__(
@@ -62,8 +63,15 @@ class EngineState:
         rng: random.Random,
         now: float,
         incarnation: int | None = None,
+        reply_dest: Callable[[Any], Any] | None = None,
     ) -> None:
         self.config = config
+        # a datagram's observed source -> a dest to answer it at (the device's
+        # btl_device_reply_dest); None: the device cannot, replies go to resolved addresses
+        self.reply_dest = reply_dest
+        # replies owed to no peer (VERSION replies): (channel, dest, datagram), sent by the
+        # next datagrams_to_send
+        self.replies: list[tuple[int, Any, bytes]] = []
         self.address = address
         self.resolve = resolve
         self.rng = rng

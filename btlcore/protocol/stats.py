@@ -49,6 +49,7 @@ class PeerCounters:
     num_bytes_sent: int = 0
     num_bytes_delivered: int = 0
     num_send_errors: int = 0
+    num_source_drops: int = 0
     max_send_window: int = 0
     max_recv_window: int = 0
 
@@ -67,6 +68,11 @@ class ModuleCounters:
     num_send_pushbacks: int = 0
     num_peer_failures: int = 0
     num_peer_restarts: int = 0
+    num_notice_sends: int = 0
+    num_challenge_sends: int = 0
+    num_forged_drops: int = 0
+    num_replies_limited: int = 0
+    num_icmp_errors: int = 0
 
 
 #: counters summed over peers; ``max_*`` ones are high-water marks (max, not sum)
