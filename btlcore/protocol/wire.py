@@ -127,7 +127,7 @@ except ImportError:  # pragma: no cover - crc32c is a hard dependency; keep a sl
 
 # The engine switches this to 2 (= max(SUPPORTED_VERSIONS)) when it speaks the second
 # version (issue #11); until then version 2 is a codec only: decode(buf, versions=(2,)).
-WIRE_VERSION = 1
+WIRE_VERSION = 2
 #: the versions whose datagrams this codec reads and writes (the VERSION reply lists these)
 SUPPORTED_VERSIONS = (2,)
 #: the version byte of a VERSION reply: "version negotiation", not a version

@@ -91,7 +91,7 @@ def test_bad_version_and_unknown_flags_and_types() -> None:
     p = fresh_pair()
     raw = bytearray(template(p).encode())
     before = snapshot(p)
-    for version in (0, 2, 255):
+    for version in (0, 3, 255):
         b = bytearray(raw)
         b[0] = version
         seal(b)

@@ -48,7 +48,7 @@ class DocPeer:
         return bytes(buf)
 
     def header(self, typ: int, flags: int, seq: int, ack: int, tag: int, plen: int) -> bytearray:
-        return bytearray(struct.pack(self.HDR, 1, typ, flags, 0, self.remote["conn"], self.inc, 0,
+        return bytearray(struct.pack(self.HDR, 2, typ, flags, 0, self.remote["conn"], self.inc, 0,
                                      seq, ack, tag, plen))
 
     def ack(self) -> bytes:
@@ -67,7 +67,7 @@ class DocPeer:
         import crc32c as c32
 
         version, typ, flags, _r, dst, inc, crc, seq, ack, tag, plen = struct.unpack_from(self.HDR, dg)
-        assert version == 1 and flags & 0x08
+        assert version == 2 and flags & 0x08
         assert crc == c32.crc32c(dg[16:], c32.crc32c(dg[:12])), "CRC rule of protocol.md §2"
         if typ == 3:  # HELLO: record the remote, answer with HELLO_ACK
             r_inc, r_conn, r_isn, echo, window, r_delay, alen = struct.unpack_from("!IIQIIIH", dg, 36)
