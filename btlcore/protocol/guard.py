@@ -22,8 +22,9 @@ Four rules (issue #11, items 3 and 4), kept here so the parts that receive stay 
   the nonce; the live peer does not answer a challenge for a conn id it does not have.
 * **Source checks.**  A connection's datagrams come from at most ``MAX_SOURCES`` sources
   (one per channel: a udp peer sends from two sockets).  The first is the one its accepted
-  handshake came from; the second is learnt from the first datagram of the confirmed
-  connection that passes every other check; any other source is dropped and counted
+  handshake came from; the second is learnt from the first datagram of the connection that
+  passes every other check (its random conn id, the peer's incarnation, the CRC: an
+  off-path sender cannot forge it); any other source is dropped and counted
   (``num_source_drops``).  The receive fast path compares a datagram's source only when it
   differs from the previous datagram's (as it caches the peer).
 
@@ -255,7 +256,7 @@ class Guard:
         known = peer.sources
         if source in known:
             return True
-        if len(known) < MAX_SOURCES and peer.confirmed:
+        if len(known) < MAX_SOURCES and peer.remote_known:
             peer.sources = known + (source,)
             return True
         peer.counters.num_source_drops += 1
