@@ -196,6 +196,13 @@ class DeviceSpec:
         ``Capabilities.reports_source``; the core then calls it instead of ``poll_recv``."""
 
     @hookspec(firstresult=True)
+    def btl_device_reply_dest(self, device: Any, source: Any) -> Any:
+        """Optional (with ``poll_recv_from``): a destination handle for ``post_send`` that
+        reaches ``source`` (as ``poll_recv_from`` reported it), on any channel, or None.  The
+        core answers a datagram from an unknown sender there (an "unknown connection"
+        notice), never at an address written inside the datagram."""
+
+    @hookspec(firstresult=True)
     def btl_device_poll_completions(self, device: Any) -> int:  # type: ignore[empty-body]
         """Reap send completions (freeing send-queue slots); return how many were reaped."""
 
@@ -386,6 +393,8 @@ class DeviceOps:
     """Last, with a default: a ``DeviceOps`` built by hand as before still builds."""
     wake: Callable[[], None] | None = None
     """``btl_device_wake`` if the backend has it (from any thread)."""
+    reply_dest: Callable[[Any], Any] | None = None
+    """``btl_device_reply_dest`` if the backend has it: a source -> a dest reaching it."""
 
     @classmethod
     def bind(cls, backend: str, plugin: Any, device: Any) -> DeviceOps:
@@ -434,4 +443,5 @@ class DeviceOps:
             fds=bound("btl_device_fds", lambda _device: []),
             close=bound("btl_device_close"),
             wake=optional("btl_device_wake"),
+            reply_dest=optional("btl_device_reply_dest"),
         )

@@ -145,7 +145,8 @@ class Transport:
         self.engine = Engine(
             self.config, address=self.address, resolve=device.resolve,
             data_mtu=data_info.mtu, priority_mtu=prio_info.mtu, crc=use_crc,
-            rng=rng, now=self.now(), incarnation=incarnation)
+            rng=rng, now=self.now(), incarnation=incarnation,
+            reply_dest=device.reply_dest if caps.reports_source else None)
         if device.post_send_many is not None and caps.gather_sends:
             # the device sends a datagram given as [header, payload]: bulk payloads stay
             # views of the user's message (no copy); _flush_sends joins them for anyone who

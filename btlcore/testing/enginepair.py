@@ -66,8 +66,12 @@ class EngineNet:
     def __init__(self, n: int = 2, config: Config | None = None, *, configs: list[Config] | None = None,
                  mtu: int = 1500, priority_mtu: int = 768, seed: int = 1, delay: float = 0.001,
                  crc: bool = True, max_steps: int = 200_000, budget: int = 1 << 30,
-                 reuse_rx_buffer: bool = False, batch_receive: bool = False) -> None:
+                 reuse_rx_buffer: bool = False, batch_receive: bool = False,
+                 sources: bool = False) -> None:
         self.now = 0.0
+        # hand each datagram over with its source (the sender's address, as a device that
+        # reports sources does), and let engines answer a source (reply_dest)
+        self.with_sources = sources
         # hand each engine what landed in one step as one Engine.receive_datagrams batch
         self.batch_receive = batch_receive
         # hand datagrams over as memoryviews of one buffer that is scribbled over after each
@@ -104,7 +108,8 @@ class EngineNet:
         return Engine(self.configs[i], address=bytes([65 + i]), resolve=lambda addr: bytes(addr),
                       data_mtu=self.mtu, priority_mtu=self.priority_mtu, crc=self.crc,
                       rng=random.Random(seed), now=self.now,
-                      incarnation=self._lives << 10)  # lives a "second" apart (1024 units)
+                      incarnation=self._lives << 10,  # lives a "second" apart (1024 units)
+                      reply_dest=(lambda source: bytes(source)) if self.with_sources else None)
 
     # ------------------------------------------------------------------ helpers
 
@@ -283,19 +288,23 @@ class EngineNet:
             target = cap
         self.now = max(self.now, target)
         batches: dict[int, list[bytes]] = {}
+        froms: dict[int, list[bytes]] = {}
+        with_sources = self.with_sources
         while self._flight and self._flight[0][0] <= self.now:
             _t, _n, src, dst, data = heapq.heappop(self._flight)
             self.arrivals.append((self.now, src, dst, data))
+            source = self.addresses[src] if with_sources else None
             if self.batch_receive:
                 batches.setdefault(dst, []).append(data)
+                froms.setdefault(dst, []).append(self.addresses[src])
             elif self.reuse_rx_buffer:
                 self._rx[:len(data)] = data
-                self.engines[dst].receive_datagram(memoryview(self._rx)[:len(data)], None, self.now)
+                self.engines[dst].receive_datagram(memoryview(self._rx)[:len(data)], source, self.now)
                 self._rx[:len(data)] = b"\xa5" * len(data)
             else:
-                self.engines[dst].receive_datagram(data, None, self.now)
+                self.engines[dst].receive_datagram(data, source, self.now)
         for dst, batch in batches.items():
-            self.engines[dst].receive_datagrams(batch, self.now)
+            self.engines[dst].receive_datagrams(batch, self.now, froms[dst] if with_sources else None)
         self._collect()
         return True
 

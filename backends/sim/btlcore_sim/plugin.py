@@ -171,6 +171,15 @@ def btl_device_resolve(device: SimNIC, address: bytes) -> Link:
 
 
 @hookimpl
+def btl_device_reply_dest(device: SimNIC, source: Any) -> Link | None:
+    """The link back to a source ``(address, channel)`` (either channel reaches the NIC)."""
+    try:
+        return device.resolve(bytes(source[0]))
+    except (ValueError, TypeError, KeyError, IndexError):
+        return None
+
+
+@hookimpl
 def btl_device_clock(device: SimNIC) -> Callable[[], float]:
     return device.fabric.clock
 
