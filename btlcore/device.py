@@ -203,6 +203,13 @@ class DeviceSpec:
         notice), never at an address written inside the datagram."""
 
     @hookspec(firstresult=True)
+    def btl_device_peer_sources(self, device: Any, dest: Any) -> Sequence[Any] | None:
+        """Optional (with ``poll_recv_from``): the sources, as ``poll_recv_from`` reports
+        them, that the peer at ``dest`` (a ``btl_device_resolve`` handle) sends from, one per
+        channel; None if unknown.  The core then drops its connection's datagrams from any
+        other source; without the hook it learns them from the connection's first datagrams."""
+
+    @hookspec(firstresult=True)
     def btl_device_poll_completions(self, device: Any) -> int:  # type: ignore[empty-body]
         """Reap send completions (freeing send-queue slots); return how many were reaped."""
 
@@ -395,6 +402,8 @@ class DeviceOps:
     """``btl_device_wake`` if the backend has it (from any thread)."""
     reply_dest: Callable[[Any], Any] | None = None
     """``btl_device_reply_dest`` if the backend has it: a source -> a dest reaching it."""
+    peer_sources: Callable[[Any], Any] | None = None
+    """``btl_device_peer_sources`` if the backend has it: a dest -> the sources it sends from."""
 
     @classmethod
     def bind(cls, backend: str, plugin: Any, device: Any) -> DeviceOps:
@@ -444,4 +453,5 @@ class DeviceOps:
             close=bound("btl_device_close"),
             wake=optional("btl_device_wake"),
             reply_dest=optional("btl_device_reply_dest"),
+            peer_sources=optional("btl_device_peer_sources"),
         )

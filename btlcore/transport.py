@@ -147,6 +147,8 @@ class Transport:
             data_mtu=data_info.mtu, priority_mtu=prio_info.mtu, crc=use_crc,
             rng=rng, now=self.now(), incarnation=incarnation,
             reply_dest=device.reply_dest if caps.reports_source else None)
+        if caps.reports_source and device.peer_sources is not None:
+            self.engine.guard.peer_sources = device.peer_sources  # exact source checks
         if device.post_send_many is not None and caps.gather_sends:
             # the device sends a datagram given as [header, payload]: bulk payloads stay
             # views of the user's message (no copy); _flush_sends joins them for anyone who

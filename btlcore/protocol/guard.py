@@ -14,7 +14,8 @@ Four rules (issue #11, items 3 and 4), kept here so the parts that receive stay 
   notice names: nothing is kept or hashed on the send path.  An accepted notice is a
   restart: pending sends fail with ``PeerRestarted`` and the next send starts a new
   handshake (new conn id and ISN: nothing of the old life reaches the new one).
-* **A HELLO with a new incarnation for a live peer is challenged** before it counts: a
+* **A HELLO with a new incarnation for a live peer is challenged** before it counts (as is
+  one announcing a new connection in the same incarnation without naming ours): a
   T_CHALLENGE with a fresh random 64-bit nonce goes to the peer's *known* address (never to
   where the HELLO came from), addressed to the conn id the HELLO announced; only a
   T_RESPONSE echoing the nonce and that incarnation lets the HELLO through (RFC 9000
@@ -24,7 +25,9 @@ Four rules (issue #11, items 3 and 4), kept here so the parts that receive stay 
   (one per channel: a udp peer sends from two sockets).  The first is the one its accepted
   handshake came from; the second is learnt from the first datagram of the connection that
   passes every other check (its random conn id, the peer's incarnation, the CRC: an
-  off-path sender cannot forge it); any other source is dropped and counted
+  off-path sender cannot forge it) -- or, when the device can say (its optional
+  ``btl_device_peer_sources``: sim and udp do), exactly the ones it names; any other
+  source is dropped and counted
   (``num_source_drops``).  The receive fast path compares a datagram's source only when it
   differs from the previous datagram's (as it caches the peer).
 
@@ -76,6 +79,8 @@ ICMP_SILENCE = 0.5
 
 _FAILED = PeerState.FAILED
 _CLOSED = PeerState.CLOSED
+#: the last item of ``Peer.sources`` when the device named them (nothing more is learnt)
+_EXACT: Any = object()
 
 
 class _Challenge:
@@ -95,7 +100,7 @@ class Guard:
 
     __slots__ = ("_state", "counters", "peers_by_addr", "peers_by_conn", "_rng", "_tokens",
                  "_refill_at", "_by_remote", "_challenges", "_proven", "_restart_peer",
-                 "_on_hello", "_fail_peer")
+                 "_on_hello", "_fail_peer", "peer_sources")
 
     def __init__(self, state: EngineState, restart_peer: Callable[[Peer, float], None],
                  fail_peer: Callable[[Peer, BaseException], None]) -> None:
@@ -110,10 +115,14 @@ class Guard:
         # and checked on use (a reset peer's old entry is simply a miss)
         self._by_remote: dict[int, Peer] = {}
         self._challenges: dict[Peer, _Challenge] = {}
-        self._proven: dict[Peer, int] = {}  # incarnation a challenge proved, until its HELLO replays
+        # (incarnation, conn id) a challenge proved, until its HELLO replays
+        self._proven: dict[Peer, tuple[int, int]] = {}
         self._restart_peer = restart_peer
         self._fail_peer = fail_peer
         self._on_hello: Callable[..., None] | None = None
+        # the device's btl_device_peer_sources, if it has one (the transport sets it): a
+        # peer's exact sources, instead of learning them
+        self.peer_sources: Callable[[Any], Any] | None = None
 
     def wire(self, on_hello: Callable[..., None]) -> None:
         """The handshake's ``on_hello`` (a proven HELLO is replayed through it)."""
@@ -190,9 +199,10 @@ class Guard:
 
     def challenge(self, peer: Peer, typ: int, dst: int, hello: Hello, wants_crc: bool,
                   source: Any, now: float) -> bool:
-        """A HELLO with a new incarnation for a live peer: True (held, a challenge sent) until
-        a response proves it; False once proven (the caller takes the restart)."""
-        if self._proven.get(peer) == hello.incarnation:
+        """A HELLO that would replace a live peer's connection (a new incarnation, or a new
+        conn id or ISN in the same one) and does not name our conn id: True (held, a
+        challenge sent) until a response proves it; False once proven (the caller goes on)."""
+        if self._proven.get(peer) == (hello.incarnation, hello.conn_id):
             del self._proven[peer]
             return False
         pending = self._challenges.get(peer)
@@ -238,7 +248,7 @@ class Guard:
             log.debug("challenge response dropped: it echoes no nonce of ours")
             return
         del self._challenges[peer]
-        self._proven[peer] = inc
+        self._proven[peer] = (inc, pending.hello[2].conn_id)
         log.info("peer %s restarted (incarnation %#x, proven by a challenge)", peer.address.hex(), inc)
         if self._on_hello is not None:
             self._on_hello(*pending.hello[:5], now)
@@ -256,12 +266,27 @@ class Guard:
         known = peer.sources
         if source in known:
             return True
-        if len(known) < MAX_SOURCES and peer.remote_known:
-            peer.sources = known + (source,)
-            return True
+        if not (known and known[-1] is _EXACT):
+            exact = self._exact_sources(peer)
+            if exact:  # the device knows them: exactly those, whatever came first
+                peer.sources = exact + (_EXACT,)
+                if source in exact:
+                    return True
+            elif len(known) < MAX_SOURCES and peer.remote_known:
+                peer.sources = known + (source,)
+                return True
         peer.counters.num_source_drops += 1
         log.debug("datagram for peer %s from unexpected source %r dropped", peer.address.hex(), source)
         return False
+
+    def _exact_sources(self, peer: Peer) -> tuple[Any, ...]:
+        """The device's answer for ``peer`` (btl_device_peer_sources), or () if none."""
+        if self.peer_sources is None:
+            return ()
+        try:
+            return tuple(self.peer_sources(peer.dest) or ())
+        except (ValueError, TypeError, AttributeError):
+            return ()
 
     # ------------------------------------------------------------------ ICMP
 

@@ -142,11 +142,18 @@ class Handshake:
         if hello.conn_id in peer.past_remote_conns and hello.incarnation == peer.remote_inc:
             c.num_stale_recvs += 1  # a late HELLO of a connection already replaced
             return
-        if peer.remote_known and hello.incarnation != peer.remote_inc and self._challenge is not None \
+        if peer.remote_known and self._challenge is not None \
+                and (dst != peer.local_conn or (source is not None and peer.sources and source not in peer.sources)) \
                 and (peer.state is PeerState.ESTABLISHED or peer.state is PeerState.CONNECTING) \
-                and not stale_incarnation(hello.incarnation, peer.remote_inc) \
+                and ((hello.incarnation != peer.remote_inc
+                      and not stale_incarnation(hello.incarnation, peer.remote_inc))
+                     or (hello.incarnation == peer.remote_inc
+                         and (hello.conn_id != peer.remote_conn or hello.isn != peer.remote_isn))) \
                 and self._challenge(peer, typ, dst, hello, wants_crc, source, now):
-            return  # a live peer's restart counts once proven at its known address (guard.py)
+            # a HELLO that would replace a live connection (a restart, or a new connection)
+            # without naming ours, or from a source the connection does not use, counts once
+            # proven at the peer's known address (guard.py)
+            return
         renewed = self._hello_renews(peer, hello, now)
         if renewed is None:
             return  # stale

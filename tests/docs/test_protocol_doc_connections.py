@@ -17,7 +17,8 @@ from btlcore.protocol import wire
 def _hello(r: RawSender, inc: int, conn: int, isn: int, *, dst: int = 0, echo: int = 0,
            delay_us: int = 200) -> None:
     body = wire.Hello(inc, conn, isn, echo, 4096, b"R", delay_us)
-    renewed = inc != r.peer.remote_inc
+    renewed = dst != r.peer.local_conn and (inc, conn, isn) != (r.peer.remote_inc, r.peer.remote_conn,
+                                                                r.peer.remote_isn)
     r.e.receive_datagram(wire.Datagram(wire.T_HELLO, dst_conn=dst, src_incarnation=inc,
                                        payload=body.encode()).encode(), None, r.now)
     # a new incarnation for a live peer is challenged at its known address (§ "Restart,

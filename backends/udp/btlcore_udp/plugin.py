@@ -81,6 +81,12 @@ def btl_device_reply_dest(device: UdpDevice, source: Any) -> Any:
 
 
 @hookimpl
+def btl_device_peer_sources(device: UdpDevice, dest: Any) -> tuple[Any, ...]:
+    """The peer's two sockets, as the kernel names senders: its handle's two sockaddrs."""
+    return tuple(dest)
+
+
+@hookimpl
 def btl_device_clock(device: UdpDevice) -> Callable[[], float]:
     clock: Callable[[], float] = device.clock()
     return clock
