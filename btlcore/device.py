@@ -210,6 +210,13 @@ class DeviceSpec:
         other source; without the hook it learns them from the connection's first datagrams."""
 
     @hookspec(firstresult=True)
+    def btl_device_path_errors(self, device: Any) -> Sequence[Any]:  # type: ignore[empty-body]
+        """Optional: the destinations (``post_send`` handles' addresses, as sources are
+        reported) that the network said were unreachable since the last call (an ICMP port
+        unreachable: ``udp`` with ``IP_RECVERR``), emptied by the call.  The core fails a
+        peer there only if it has also gone silent (ICMP is easy to forge)."""
+
+    @hookspec(firstresult=True)
     def btl_device_poll_completions(self, device: Any) -> int:  # type: ignore[empty-body]
         """Reap send completions (freeing send-queue slots); return how many were reaped."""
 
@@ -404,6 +411,8 @@ class DeviceOps:
     """``btl_device_reply_dest`` if the backend has it: a source -> a dest reaching it."""
     peer_sources: Callable[[Any], Any] | None = None
     """``btl_device_peer_sources`` if the backend has it: a dest -> the sources it sends from."""
+    path_errors: Callable[[], Sequence[Any]] | None = None
+    """``btl_device_path_errors`` if the backend has it (ICMP unreachables since the last call)."""
 
     @classmethod
     def bind(cls, backend: str, plugin: Any, device: Any) -> DeviceOps:
@@ -454,4 +463,5 @@ class DeviceOps:
             wake=optional("btl_device_wake"),
             reply_dest=optional("btl_device_reply_dest"),
             peer_sources=optional("btl_device_peer_sources"),
+            path_errors=optional("btl_device_path_errors"),
         )

@@ -149,6 +149,7 @@ class Transport:
             reply_dest=device.reply_dest if caps.reports_source else None)
         if caps.reports_source and device.peer_sources is not None:
             self.engine.guard.peer_sources = device.peer_sources  # exact source checks
+        self._path_errors = device.path_errors  # ICMP unreachables (None: the device has none)
         if device.post_send_many is not None and caps.gather_sends:
             # the device sends a datagram given as [header, payload]: bulk payloads stay
             # views of the user's message (no copy); _flush_sends joins them for anyone who
@@ -461,6 +462,9 @@ class Transport:
             datagrams, sources = self._poll_from(self._recv_budget)
         else:
             datagrams = self._poll(self._recv_budget)
+        if self._path_errors is not None:
+            for dest in self._path_errors():  # (rare: the list is empty nearly always)
+                self.engine.path_error(dest, now)
         if not datagrams:
             return
         engine = self.engine

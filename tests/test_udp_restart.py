@@ -78,3 +78,32 @@ def test_sigkill_and_restart_at_the_same_port_is_learnt_at_once() -> None:
         first.kill()
         if second is not None:
             second.kill()
+
+
+def test_icmp_port_unreachable_hastens_the_failure_of_a_silent_peer() -> None:
+    """A server SIGKILLed: its ports are closed, and loopback answers our retransmissions
+    with ICMP port unreachable.  The client fails the peer once it has been silent for half
+    of peer_timeout (ICMP alone never does it), well before peer_timeout."""
+    port = free_port_pair()
+    server = Life(port)
+    try:
+        timeout = 6.0
+        with btlcore.open("udp", config=btlcore.Config(peer_timeout=timeout)) as t:
+            echoes: list[bytes] = []
+            t.on(2, lambda peer, tag, data: echoes.append(bytes(data)))
+            peer = t.connect(server.address)
+            t.send(peer, 1, b"hello")
+            btlcore.run_until([t], lambda: echoes == [b"hello"], timeout=10)
+            server.kill()
+            start = time.monotonic()
+            done: list[BaseException | None] = []
+            t.send(peer, 1, b"anyone?", done.append)
+            btlcore.run_until([t], lambda: bool(done), timeout=2 * timeout)
+            took = time.monotonic() - start
+            icmp = t.stats()["num_icmp_errors"]
+            print(f"silent peer failed after {took:.2f} s (peer_timeout {timeout} s), "
+                  f"{icmp} ICMP errors seen")
+            assert isinstance(done[0], btlcore.PeerUnreachable) and "ICMP" in str(done[0])
+            assert timeout / 2 - 0.2 <= took < timeout - 0.5 and icmp >= 1
+    finally:
+        server.kill()

@@ -295,7 +295,8 @@ class Guard:
         if it has also gone silent; True if one was failed."""
         timeout = self._state.config.peer_timeout
         for peer in self.peers_by_addr.values():
-            if peer.dest is dest or peer.dest == dest or dest in peer.sources:
+            if peer.dest is dest or peer.dest == dest or dest in peer.sources \
+                    or dest in self._exact_sources(peer):
                 break
         else:
             return False

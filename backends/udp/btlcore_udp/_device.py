@@ -633,6 +633,7 @@ class UdpDevice:
         self.tx_gso_sends = self.gso_fallbacks = 0
         self.rx_datagrams = self.rx_bytes = self.rx_priority = self.rx_errors = self.rx_oversize = 0
         self.rx_gro_reads = self.icmp_errors = 0
+        self.port_unreachable: list[Any] = []  # destinations ICMP said closed (path_errors takes them)
         self.tx_unreachable = 0
         self.last_send_error = ""
 
@@ -681,12 +682,16 @@ class UdpDevice:
         receive-buffer space and keep epoll reporting EPOLLERR."""
         for _ in range(ERRQUEUE_BATCH):
             try:
-                sock.recvmsg(ERRQUEUE_BUFFER, ERRQUEUE_BUFFER, MSG_ERRQUEUE)
+                _data, anc, _flags, dest = sock.recvmsg(ERRQUEUE_BUFFER, ERRQUEUE_BUFFER, MSG_ERRQUEUE)
             except (BlockingIOError, AttributeError):
                 return
             except OSError:
                 continue  # a pending error reported by this call: it is cleared now
             self.icmp_errors += 1
+            # sock_extended_err.ee_errno first: a port unreachable is ECONNREFUSED
+            if any(len(d) >= 4 and int.from_bytes(d[:4], sys.byteorder) == errno.ECONNREFUSED
+                   for _l, _t, d in anc) and len(self.port_unreachable) < ERRQUEUE_BATCH:
+                self.port_unreachable.append(dest)
 
     def _gso_error(self, exc: OSError, sock: socket.socket, iov: Sequence[Any], cmsg: Any,
                    addr: Any, count: int, size: int) -> int | None:

@@ -87,6 +87,16 @@ def btl_device_peer_sources(device: UdpDevice, dest: Any) -> tuple[Any, ...]:
 
 
 @hookimpl
+def btl_device_path_errors(device: UdpDevice) -> list[Any]:
+    """The peers' sockets ICMP said closed since the last call (read with ``IP_RECVERR``)."""
+    found = device.port_unreachable
+    if not found:
+        return found
+    device.port_unreachable = []
+    return found
+
+
+@hookimpl
 def btl_device_clock(device: UdpDevice) -> Callable[[], float]:
     clock: Callable[[], float] = device.clock()
     return clock
