@@ -12,9 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+from test_udp_processes import free_port_pair  # type: ignore[import-not-found]
+
 import btlcore
 from btlcore.errors import PeerRestarted
-from test_udp_processes import free_port_pair  # type: ignore[import-not-found]
 
 PEER = Path(__file__).with_name("udp_restart_peer.py")
 

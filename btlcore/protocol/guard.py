@@ -186,7 +186,7 @@ class Guard:
                 and echo_inc == self._state.incarnation and echo_type == T_DATA \
                 and peer.state is not _FAILED and peer.state is not _CLOSED:
             seg = peer.unacked.get(unwrap_seq(seq_w, peer.snd_una))
-        if seg is None or _digest(seg.buf) != digest:
+        if peer is None or seg is None or _digest(seg.buf) != digest:
             self.counters.num_forged_drops += 1
             log.debug("unknown-connection notice for conn %#x dropped: it echoes no datagram "
                       "of ours", dst)
@@ -240,13 +240,13 @@ class Guard:
             self.counters.num_malformed_recvs += 1
             return
         (nonce,) = CHALLENGE_BODY.unpack_from(data, HEADER_LEN)
-        for peer, pending in self._challenges.items():
-            if pending.nonce == nonce and pending.incarnation == inc:
-                break
-        else:
+        found = next(((peer, pending) for peer, pending in self._challenges.items()
+                      if pending.nonce == nonce and pending.incarnation == inc), None)
+        if found is None:
             self.counters.num_forged_drops += 1
             log.debug("challenge response dropped: it echoes no nonce of ours")
             return
+        peer, pending = found
         del self._challenges[peer]
         self._proven[peer] = (inc, pending.hello[2].conn_id)
         log.info("peer %s restarted (incarnation %#x, proven by a challenge)", peer.address.hex(), inc)
