@@ -21,7 +21,8 @@ from .errors import (
 from .protocol.engine import Engine
 from .protocol.peers import Peer, PeerState
 from .registry import list_backends
-from .transport import Message, Transport, open, run_until
+from .run import open, run_until
+from .transport import Message, Transport
 
 __version__ = "0.1.0"
 

@@ -108,7 +108,8 @@ def open_device(name: str, options: Mapping[str, Any] | None = None) -> DeviceOp
     return DeviceOps.bind(name, plugin, device)
 
 
-def tool_plugin_manager(extra: list[Any] | None = None, environ: Mapping[str, str] | None = None) -> pluggy.PluginManager:
+def tool_plugin_manager(extra: list[Any] | None = None,
+                        environ: Mapping[str, str] | None = None) -> pluggy.PluginManager:
     """A plugin manager holding the tool plugins given in code (``extra``) plus those named
     in ``BTL_PLUGINS`` (comma-separated names of the ``btlcore.plugins`` entry-point group;
     an entry point that is a class is instantiated with no arguments)."""
@@ -116,7 +117,8 @@ def tool_plugin_manager(extra: list[Any] | None = None, environ: Mapping[str, st
     pm.add_hookspecs(ToolSpec)
     for plugin in extra or []:
         pm.register(plugin)
-    names = [n.strip() for n in (os.environ if environ is None else environ).get("BTL_PLUGINS", "").split(",") if n.strip()]
+    env = os.environ if environ is None else environ
+    names = [n.strip() for n in env.get("BTL_PLUGINS", "").split(",") if n.strip()]
     if names:
         eps = _entry_points(PLUGIN_GROUP)
         for name in names:

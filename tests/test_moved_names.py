@@ -123,3 +123,16 @@ def test_the_new_names_raise_no_warning() -> None:
                  "btlcore_plugins.pcap", "btlcore.testing.conformance", "btlcore.bench.runner"):
         _, caught = _import_warns(name)
         assert caught == []
+
+
+def test_transport_open_and_run_until_moved_to_run_module() -> None:
+    """``btlcore.transport.open``/``run_until`` live in ``btlcore.run`` now; the old names
+    still give the same functions for one release, with a DeprecationWarning."""
+    import btlcore.run
+    import btlcore.transport
+
+    for name in ("open", "run_until"):
+        with pytest.warns(DeprecationWarning, match=f"btlcore.run.{name}"):
+            assert getattr(btlcore.transport, name) is getattr(btlcore.run, name)
+    with pytest.raises(AttributeError):
+        btlcore.transport.no_such_name  # noqa: B018

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..run import open as open_transport
 from ..transport import Transport
-from ..transport import open as open_transport
 from ..verify import TAG_DATA, TAG_FILE, TAG_FIN, TAG_REPORT, Verifier, decode_json, encode_json
 from . import backend_options
 from .args import add_common, build_config, tool_plugins

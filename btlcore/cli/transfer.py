@@ -19,8 +19,9 @@ from typing import Any
 from ..config import Config
 from ..device import LocalPair
 from ..errors import PeerError
-from ..transport import Transport, run_until
-from ..transport import open as open_transport
+from ..run import open as open_transport
+from ..run import run_until
+from ..transport import Transport
 from ..verify import (
     FILE_CHUNK,
     TAG_DATA,

@@ -29,8 +29,9 @@ import pytest
 from ..config import Config
 from ..device import Capabilities, Channel
 from ..errors import PeerRestarted, PeerUnreachable
-from ..transport import Message, Transport, run_until
-from ..transport import open as open_transport
+from ..run import open as open_transport
+from ..run import run_until
+from ..transport import Message, Transport
 
 #: the tag the suite sends on
 TAG = 42

@@ -327,7 +327,8 @@ def test_engine_copies_out_of_reused_receive_buffers(ordered: bool) -> None:
     region = bytearray(100_000)
     key = p.b.expose(region)
     rng = random.Random(3)
-    p.add_hook(lambda s, d, raw, k: "drop" if rng.random() < 0.1 else (("delay", 0.001) if rng.random() < 0.3 else None))
+    p.add_hook(lambda s, d, raw, k:
+               "drop" if rng.random() < 0.1 else (("delay", 0.001) if rng.random() < 0.3 else None))
     msgs = [bytes([i]) * rng.randrange(4000) for i in range(60)]
     for i, m in enumerate(msgs):
         p.send(0, 1, i, m, key=i)

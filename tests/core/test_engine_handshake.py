@@ -245,9 +245,9 @@ def test_peer_cap_refuses_handshakes_and_sweeps_ones_never_confirmed() -> None:
     pa = a.connect(b"B", 2.0)
     now = 2.0
     for _ in range(4):
-        for ch, dest, buf in a.datagrams_to_send(now):
+        for _ch, _dest, buf in a.datagrams_to_send(now):
             b.receive_datagram(bytes(buf), None, now)
-        for ch, dest, buf in b.datagrams_to_send(now):
+        for _ch, dest, buf in b.datagrams_to_send(now):
             if dest == b"A":
                 a.receive_datagram(bytes(buf), None, now)
         now += 0.001

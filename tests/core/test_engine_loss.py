@@ -3,6 +3,8 @@ per-pass resend cap, the send window and the congestion window."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from btlcore import Config
@@ -100,7 +102,7 @@ def test_backoff_capped_at_rto_max() -> None:
     assert p.pa.timer.rto == pytest.approx(0.0062, abs=1e-12)
     p.run(lambda: p.completions[0])
     times = [t for t, _s in data_log(p, 0, mark)]
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     assert gaps[:4] == pytest.approx([0.0062, 0.0124, 0.0248, 0.0496], abs=1e-9)
     assert gaps[4:8] == pytest.approx([0.05] * 4, abs=1e-9)
 
@@ -112,7 +114,7 @@ def test_fixed_timeout_mode_no_backoff() -> None:
     p.send(0, 1, 1, b"x", key=0)
     p.run(lambda: p.completions[0])
     times = [t for t, _s in data_log(p, 0, mark)]
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     assert gaps == pytest.approx([0.004] * 4, abs=1e-9)
 
 
@@ -268,7 +270,7 @@ def test_loss_with_a_queue_cuts_by_cubic_beta() -> None:
         phase[0] = ph
         for i in range(20):
             p.send(0, 1, 1, b"x", key=(r, i))
-        p.run(lambda: all(p.completions[(r, i)] for i in range(20)))
+        p.run(lambda r=r: all(p.completions[(r, i)] for i in range(20)))
     assert p.pa.timer.min_rtt == pytest.approx(0.002)
     assert p.pa.timer.srtt > 1.2 * p.pa.timer.min_rtt
     assert dropped and p.a.stats()["num_fast_retrans"] == 1
@@ -400,7 +402,7 @@ def test_widened_reordering_allowance_wears_off() -> None:
         p.drop_where(lambda d: d.type == T_DATA, count=1)
         for i in range(20):
             p.send(0, 1, 1, b"y", key=(r, i))
-        p.run(lambda: all(p.completions[(r, i)] for i in range(20)))
+        p.run(lambda r=r: all(p.completions[(r, i)] for i in range(20)))
         if r < 14:
             assert p.pa.reo_mult == widened  # not before its time
     assert p.pa.reo_mult == 1

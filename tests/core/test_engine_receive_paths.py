@@ -212,7 +212,7 @@ def test_reassembly_any_order_any_buffer_kind(nchunks: int, data: st.DataObject)
     order = data.draw(st.permutations(cuts))
     kinds = data.draw(st.lists(st.booleans(), min_size=nchunks, max_size=nchunks))
     ras = Reassembly(len(message), 1, None, 0)
-    for (off, n), kept in zip(order, kinds):
+    for (off, n), kept in zip(order, kinds, strict=True):
         if kept:
             view = memoryview(b"hdr" + message[off:off + n])[3:]
             ras.add(off, view)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -9,7 +11,7 @@ from btlcore.protocol.window import ABOVE_WINDOW, BELOW_WINDOW, DUPLICATE, NEW, 
 
 
 def ranges_of(w: ReceiveWindow) -> list[tuple[int, int]]:
-    return list(zip(w._starts, w._ends))
+    return list(zip(w._starts, w._ends, strict=True))
 
 
 def test_in_order_advances_cum() -> None:
@@ -134,7 +136,7 @@ def test_receive_window_matches_set_model(base: int, size: int, offsets: list[in
         # ranges: disjoint, ascending, non-adjacent, above cum, exactly the set
         rs = ranges_of(w)
         assert {x for a, b in rs for x in range(a, b + 1)} == got
-        for (a, b), (c, d) in zip(rs, rs[1:]):
+        for (a, b), (c, _d) in itertools.pairwise(rs):
             assert a <= b < c - 1
         assert all(a > cum + 1 for a, _ in rs)
         assert all(w.holds(x) for x in got) and w.holds(cum)
@@ -202,12 +204,12 @@ def test_scoreboard_matches_set_model(ops: list[tuple[str, int, int]]) -> None:
             flat = [x for s, e in fresh for x in range(s, e + 1)]
             assert flat == want
             # fresh sub-ranges are maximal: ascending and non-adjacent
-            for (s1, e1), (s2, e2) in zip(fresh, fresh[1:]):
+            for (_s1, e1), (s2, _e2) in itertools.pairwise(fresh):
                 assert e1 + 1 < s2
             known |= set(range(lo, hi + 1))
         rs = sb.ranges()
         assert {x for s, e in rs for x in range(s, e + 1)} == known
-        for (s1, e1), (s2, e2) in zip(rs, rs[1:]):
+        for (_s1, e1), (s2, _e2) in itertools.pairwise(rs):
             assert e1 + 1 < s2
 
 

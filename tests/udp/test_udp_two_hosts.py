@@ -20,6 +20,7 @@ transport = pytest.importorskip("btlcore.transport", reason="the btlcore core is
 
 from btlcore.config import Config  # noqa: E402
 from btlcore.registry import open_device  # noqa: E402
+from btlcore.run import run_until  # noqa: E402
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(180)]
 
@@ -67,7 +68,7 @@ def test_exactly_once_over_lossy_link(link, loss, rate):
         peer = ta.connect(tb.address)
         for m in messages:
             ta.send(peer, TAG, m, callback=done.append)
-        transport.run_until([ta, tb], lambda: len(done) == len(messages) and len(got) >= len(messages),
+        run_until([ta, tb], lambda: len(done) == len(messages) and len(got) >= len(messages),
                             timeout=120)
         settle = time.monotonic() + 0.3  # a duplicate delivery would show up now
         while time.monotonic() < settle:
@@ -90,7 +91,8 @@ RECEIVER = r"""
 import hashlib, sys, time
 from btlcore.config import Config
 from btlcore.registry import open_device
-from btlcore.transport import Transport, run_until
+from btlcore.run import run_until
+from btlcore.transport import Transport
 want, limit = int(sys.argv[2]), float(sys.argv[3])
 t = Transport(open_device("udp", {"host": sys.argv[1]}),
               Config(peer_timeout=60.0, handshake_timeout=30.0, max_retries=200))
@@ -135,7 +137,7 @@ def test_exactly_once_between_two_processes(link):
         done: list[BaseException | None] = []
         for m in messages:
             ta.send(peer, TAG, m, callback=done.append)
-        transport.run_until([ta], lambda: len(done) == len(messages), timeout=90)
+        run_until([ta], lambda: len(done) == len(messages), timeout=90)
         assert done == [None] * len(messages)
         out, _ = child.communicate(timeout=60)
         lines = out.split()

@@ -301,30 +301,15 @@ class Link:
             else:
                 heappush(fab.heap, event)  # the model changed to a shorter delay meanwhile
             return True
-        if self.partitions:
-            for start, end in self.partitions:
-                if start <= t < end:
-                    return self.drop("partition", data, now)
-        if self.nth and self.offered + self.fast_frames in self.nth:
-            return self.drop("nth", data, now)
-        if self.rules:
-            for rule in self.rules:
-                if rule.take(data):
-                    if rule.exhausted:
-                        fab.remove_rule(rule)
-                    return self.drop("rule", data, now)
+        if self.partitions or self.nth or self.rules:
+            cause = self._scripted_drop(data, t)
+            if cause is not None:
+                return self.drop(cause, data, now)
         rnd = self.rng.random
         if self.loss and rnd() < self.loss:
             return self.drop("loss", data, now)
-        if self.ge_q:
-            bad = self.ge_bad
-            if bad:
-                if rnd() < self.ge_r:
-                    self.ge_bad = False
-            elif rnd() < self.ge_q:
-                self.ge_bad = True
-            if bad:
-                return self.drop("burst", data, now)
+        if self.ge_q and self._burst_step():
+            return self.drop("burst", data, now)
         frame = bytes(data)
         copies = 1
         if self.duplicate and rnd() < self.duplicate:
@@ -334,12 +319,7 @@ class Link:
             note = "duplicate" if copy else None
             out = frame
             if self.corrupt and n and rnd() < self.corrupt:
-                bit = self.rng.randrange(n * 8)
-                buf = bytearray(frame)
-                buf[bit >> 3] ^= 0x80 >> (bit & 7)  # bit 0 is the first bit on the wire
-                out = bytes(buf)
-                self.corrupted += 1
-                note = f"{note}, corrupted bit {bit}" if note else f"corrupted bit {bit}"
+                out, note = self._corrupted(frame, note)
             arrival = t
             if self.delay or self.jitter:
                 if self.reorder and rnd() < self.reorder:
@@ -351,6 +331,43 @@ class Link:
             else:
                 fab.land(self, channel, out, note)
         return True
+
+    # -- the stages that act rarely, out of transmit's way --------------------------------
+
+    def _scripted_drop(self, data: bytes | bytearray | memoryview, t: float) -> str | None:
+        """The cause if a partition, the nth list or a rule drops this frame (in that
+        order, as the module docstring says), else None.  ``t``: when it left the wire."""
+        for start, end in self.partitions:
+            if start <= t < end:
+                return "partition"
+        if self.nth and self.offered + self.fast_frames in self.nth:
+            return "nth"
+        for rule in self.rules:
+            if rule.take(data):
+                if rule.exhausted:
+                    self.fabric.remove_rule(rule)
+                return "rule"
+        return None
+
+    def _burst_step(self) -> bool:
+        """Gilbert-Elliott: True if this frame is lost (judged in the current state), then
+        move the state (the module docstring has the model)."""
+        rnd = self.rng.random
+        bad = self.ge_bad
+        if bad:
+            if rnd() < self.ge_r:
+                self.ge_bad = False
+        elif rnd() < self.ge_q:
+            self.ge_bad = True
+        return bad
+
+    def _corrupted(self, frame: bytes, note: str | None) -> tuple[bytes, str]:
+        """``frame`` with one random bit flipped, and ``note`` saying which."""
+        bit = self.rng.randrange(len(frame) * 8)
+        buf = bytearray(frame)
+        buf[bit >> 3] ^= 0x80 >> (bit & 7)  # bit 0 is the first bit on the wire
+        self.corrupted += 1
+        return bytes(buf), (f"{note}, corrupted bit {bit}" if note else f"corrupted bit {bit}")
 
     def transmit_run(self, channel: int, items: Sequence[tuple[int, Any, Any]], i: int) -> int:
         """Take ``items[i:]`` on the plain path for as long as they go to this link on

@@ -17,8 +17,8 @@ Queues behave like a NIC's, not like a socket's:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from bisect import bisect_right
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs

@@ -15,14 +15,14 @@ from typing import Any
 from btlcore.device import Capabilities, Channel, ChannelInfo, Probe, hookimpl
 from btlcore.errors import ConfigError
 
-from . import _address, _device, _options, _route
+from . import _address, _options, _receive, _route, _send, _sockets, _wait
 from ._device import UdpDevice
 
-btl_device_post_send = hookimpl(_device.post_send)
-btl_device_post_send_many = hookimpl(_device.post_send_many)
-btl_device_poll_recv = hookimpl(_device.poll_recv)
-btl_device_poll_recv_from = hookimpl(_device.poll_recv_from)
-btl_device_wait = hookimpl(_device.wait)
+btl_device_post_send = hookimpl(_send.post_send)
+btl_device_post_send_many = hookimpl(_send.post_send_many)
+btl_device_poll_recv = hookimpl(_receive.poll_recv)
+btl_device_poll_recv_from = hookimpl(_receive.poll_recv_from)
+btl_device_wait = hookimpl(_wait.wait)
 
 
 @hookimpl
@@ -35,7 +35,7 @@ def btl_backend_probe(options: Mapping[str, Any]) -> Probe:
     except Exception as exc:  # a probe must not raise
         return Probe(False, f"bad udp options: {type(exc).__name__}: {exc}")
     try:
-        socks = _device._bind_sockets(opts)
+        socks = _sockets.bind_sockets(opts)
     except OSError as exc:
         return Probe(False, f"cannot bind UDP sockets on {opts.host}: {exc.strerror or exc}")
     for s in socks:

@@ -22,7 +22,7 @@ from typing import Any
 from btlcore.device import Channel
 from btlcore.registry import open_device
 
-from ._device import SO_RCVBUFFORCE, UDP_SEGMENT, gso_supported
+from ._sockets import SO_RCVBUFFORCE, UDP_SEGMENT, gso_supported
 
 RCVBUF = 256 << 20
 
@@ -78,6 +78,45 @@ def _big_rcvbuf(sock: socket.socket) -> None:
         pass
 
 
+Record = Callable[[str, float, int], None]
+
+
+def _raw_trial(record: Record, raw_tx: socket.socket, raw_rx: socket.socket, batch: list[bytes],
+               have_gso: bool) -> None:
+    """The raw socket's figures for one trial: ``sendto`` / ``recv_into`` each datagram,
+    then (with GSO) one ``sendmsg`` per run of segments."""
+    payload, size, count = batch[0], len(batch[0]), len(batch)
+    raw_dest = raw_rx.getsockname()
+    buf = bytearray(65536)
+    secs, _ = _timed(partial(_send_each, raw_tx.sendto, payload, raw_dest, count))
+    record(f"send.raw.{size}", secs, count)
+    secs, got = _timed(lambda: _drain_raw(raw_rx, buf))
+    record(f"recv.raw.{size}", secs, max(got, 1))
+    if have_gso:
+        per = min(64, 65507 // size)
+        cmsg = [(socket.IPPROTO_UDP, UDP_SEGMENT, size.to_bytes(2, "little"))]
+        runs = [batch[i:i + per] for i in range(0, count, per)]
+        secs, _ = _timed(partial(_sendmsg_runs, raw_tx, runs, cmsg, raw_dest))
+        record(f"send.raw_gso.{size}", secs, count)
+        secs, got = _timed(lambda: _drain_raw(raw_rx, buf))
+        record(f"recv.raw_after_gso.{size}", secs, max(got, 1))
+
+
+def _gro_trial(record: Record, tx: Any, rx_gro: Any, batch: list[bytes]) -> None:
+    """The GRO device's receive figures for one trial: after a GSO batch (glued), and after
+    datagrams sent one by one (not glued)."""
+    payload, size, count = batch[0], len(batch[0]), len(batch)
+    gro_dest = tx.resolve(rx_gro.local_address())
+    tx.device.post_send_batch(Channel.DATA, gro_dest, batch)
+    drain_gro = partial(_drain_poll, rx_gro.poll_recv)
+    secs, got = _timed(drain_gro)
+    record(f"recv.device_gro_after_gso.{size}", secs, max(got, 1))
+    for _ in range(count):
+        tx.post_send(Channel.DATA, gro_dest, payload)
+    secs, got = _timed(drain_gro)
+    record(f"recv.device_gro_plain.{size}", secs, max(got, 1))
+
+
 def measure(sizes: tuple[int, ...] = (1472, 8972), count: int = 2000, trials: int = 7,
             host: str = "127.0.0.1") -> dict[str, float]:
     """Microseconds per datagram for each method and size; keys like ``send.raw.1472``."""
@@ -102,27 +141,12 @@ def measure(sizes: tuple[int, ...] = (1472, 8972), count: int = 2000, trials: in
         raw_rx.setblocking(False)
         _big_rcvbuf(raw_rx)
         dest = tx.resolve(rx.local_address())
-        raw_dest = raw_rx.getsockname()
-        buf = bytearray(65536)
         have_gso = gso_supported(raw_tx) and tx.device.stats()["gso"]
         for size in sizes:
             payload = b"\xa5" * size
             batch = [payload] * count
             for _ in range(trials):
-                # raw sendto / recv_into
-                secs, _ = _timed(partial(_send_each, raw_tx.sendto, payload, raw_dest, count))
-                record(f"send.raw.{size}", secs, count)
-                secs, got = _timed(lambda: _drain_raw(raw_rx, buf))
-                record(f"recv.raw.{size}", secs, max(got, 1))
-                # raw GSO: one sendmsg per run of segments
-                if have_gso:
-                    per = min(64, 65507 // size)
-                    cmsg = [(socket.IPPROTO_UDP, UDP_SEGMENT, size.to_bytes(2, "little"))]
-                    runs = [batch[i:i + per] for i in range(0, count, per)]
-                    secs, _ = _timed(partial(_sendmsg_runs, raw_tx, runs, cmsg, raw_dest))
-                    record(f"send.raw_gso.{size}", secs, count)
-                    secs, got = _timed(lambda: _drain_raw(raw_rx, buf))
-                    record(f"recv.raw_after_gso.{size}", secs, max(got, 1))
+                _raw_trial(record, raw_tx, raw_rx, batch, have_gso)
                 # the device, through the bound hook functions the core calls
                 post = tx.post_send
                 secs, _ = _timed(partial(_post_each, post, dest, payload, count))
@@ -147,15 +171,7 @@ def measure(sizes: tuple[int, ...] = (1472, 8972), count: int = 2000, trials: in
                     secs, got = _timed(drain_device)
                     record(f"recv.device_after_gso.{size}", secs, max(got, 1))
                 if have_gso and rx_gro is not None:
-                    gro_dest = tx.resolve(rx_gro.local_address())
-                    tx.device.post_send_batch(Channel.DATA, gro_dest, batch)
-                    drain_gro = partial(_drain_poll, rx_gro.poll_recv)
-                    secs, got = _timed(drain_gro)
-                    record(f"recv.device_gro_after_gso.{size}", secs, max(got, 1))
-                    for _ in range(count):
-                        post(Channel.DATA, gro_dest, payload)
-                    secs, got = _timed(drain_gro)
-                    record(f"recv.device_gro_plain.{size}", secs, max(got, 1))
+                    _gro_trial(record, tx, rx_gro, batch)
         lost = tx.device.stats()["tx_datagrams"] - rx.device.stats()["rx_datagrams"]
         lost -= rx_plain.device.stats()["rx_datagrams"]
         if rx_gro is not None:

@@ -35,14 +35,17 @@ Errors: a completion in error means the QP left RTS (UD QPs fail only on local e
 
 Memory is anonymous mmap owned by the device and registered with ``MR(address=...)``, so a
 memoryview a caller still holds never points at freed memory, even after ``close``.
+
+Where each part lives: ``_port`` (device, port and GID discovery), ``_channel`` (a
+channel's QP, CQ, slots and work-request ids), ``_send`` (the send path), ``_receive`` (the
+receive path), ``_recover`` (QP recovery); this module opens the device (PD, CQs, memory,
+QPs) and holds the rest of the Device interface.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ipaddress
 import mmap
-import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -52,398 +55,18 @@ import attrs
 from btlcore.device import Capabilities, Channel, ChannelInfo
 from btlcore.errors import ConfigError
 
-from . import _address, _pyverbs
+from . import _address, _pyverbs, _receive, _send
+from ._channel import _INLINE_SLOT, GRH, POLL_BATCH, _Chan, poll_cq_into
 from ._options import ALLOWED, VerbsOptions
+from ._port import Unavailable, _gid_text, choose_gid, find_port, mtu_bytes
 
-GRH = 40
 INLINE_WANT = 256  # inline bytes asked of the QP when inline is auto/on
-POLL_BATCH = 32  # work completions taken per cq.poll call
-_INLINE_SLOT = 0xFFFFFF  # wr_id slot for inline sends (no buffer held)
-_SLOT_MASK = 0xFFFFFF
 SPIN_SECONDS = 50e-6  # wait(): busy-poll this long before sleeping
 SLEEP_MIN, SLEEP_MAX = 20e-6, 1e-3  # wait(): sleeps between polls, doubling
 
 
-_PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
-
-
-class Unavailable(Exception):
-    """No usable RDMA device/port here; the message says why (a probe reason)."""
-
-
 def _round_up(n: int, to: int) -> int:
     return (n + to - 1) // to * to
-
-
-def _gid_bytes(text: str) -> bytes:
-    return bytes.fromhex(str(text).replace(":", ""))
-
-
-def _gid_text(raw: bytes) -> str:
-    h = raw.hex()
-    return ":".join(h[i:i + 4] for i in range(0, 32, 4))
-
-
-def mtu_bytes(enum_value: int) -> int:
-    """ibv_mtu (1..5) -> bytes (256..4096)."""
-    return 128 << int(enum_value)
-
-
-@attrs.define(slots=True)
-class GidChoice:
-    index: int
-    gid: bytes
-    gid_type: int
-    why: str
-
-    @property
-    def text(self) -> str:
-        return _address.gid_str(self.gid)
-
-
-def _gid_entries(pv: dict[str, Any], ctx: Any, port: int, table_len: int) -> list[tuple[int, bytes, int]]:
-    """(index, gid, type) of the port's non-zero GIDs."""
-    out = []
-    try:
-        for ent in ctx.query_gid_table(max(table_len, 1) * 4):
-            if ent.port_num == port:
-                text = ent.gid_str() if callable(ent.gid_str) else ent.gid_str
-                out.append((int(ent.gid_index), _gid_bytes(text), int(ent.gid_type)))
-    except Exception:  # older kernels: no ioctl for the table; walk it
-        out = []
-        for i in range(table_len):
-            try:
-                raw = _gid_bytes(str(ctx.query_gid(port, i)))
-            except Exception:
-                continue
-            try:  # ibv_query_gid_type speaks ibv_gid_type_sysfs: 0 IB/RoCE v1, 1 RoCE v2
-                gtype = 2 if int(ctx.query_gid_type(port, i)) == 1 else 1
-            except Exception:
-                gtype = -1
-            out.append((i, raw, gtype))
-    return sorted(e for e in out if e[1] != bytes(16))
-
-
-def choose_gid(pv: dict[str, Any], ctx: Any, dev_name: str, port: int, table_len: int,
-               want: int | None) -> GidChoice:
-    """The GID index to send from.  ``want`` None: skip zero GIDs, prefer an IPv4-mapped RoCE
-    v2 GID (it routes over IP; link-local index 0 often does not), then any RoCE v2 GID that
-    is not link-local, then anything non-link-local, then the first."""
-    e = pv["e"]
-    entries = _gid_entries(pv, ctx, port, table_len)
-    v2 = int(e.IBV_GID_TYPE_ROCE_V2)
-    if want is not None:
-        for idx, raw, gtype in entries:
-            if idx == want:
-                return GidChoice(idx, raw, gtype, "option gid_index")
-        listing = ", ".join(f"{i} ({_address.gid_str(r)})" for i, r, _ in entries) or "none"
-        raise ConfigError(f"bad value {want!r} for verbs option 'gid_index' (BTL_VERBS_GID_INDEX): "
-                          f"{dev_name} port {port} has no non-zero GID there; usable: {listing}")
-    if not entries:
-        raise Unavailable(f"{dev_name} port {port} has no non-zero GID (is its netdev up with an "
-                          "IP address?)")
-
-    def score(ent: tuple[int, bytes, int]) -> int:
-        ip = ipaddress.IPv6Address(ent[1])
-        if ent[2] == v2 and ip.ipv4_mapped is not None:
-            return 3
-        if ent[2] == v2 and not ip.is_link_local:
-            return 2
-        return 1 if not ip.is_link_local else 0
-
-    best = max(entries, key=lambda ent: (score(ent), -ent[0]))
-    why = {3: "IPv4-mapped RoCE v2", 2: "RoCE v2", 1: "not link-local", 0: "first non-zero"}[score(best)]
-    return GidChoice(best[0], best[1], best[2], why)
-
-
-def list_devices(pv: dict[str, Any]) -> list[str]:
-    """Names of the RDMA devices; raises Unavailable saying why there are none."""
-    try:
-        devs = pv["get_device_list"]()
-    except Exception as exc:
-        devs = None
-        err = f"{type(exc).__name__}: {exc}"
-    if not devs:
-        if not os.path.isdir("/sys/class/infiniband_verbs"):
-            why = "the kernel has no ib_uverbs loaded (and no RDMA driver such as rdma_rxe)"
-        elif not os.listdir("/sys/class/infiniband"):
-            why = ("ib_uverbs is loaded but no device is registered; for Soft-RoCE: modprobe "
-                   "rdma_rxe; rdma link add rxe0 type rxe netdev lo")
-        else:
-            why = ("devices exist in /sys/class/infiniband but libibverbs has no provider for "
-                   "them (install ibverbs-providers)")
-        if devs is None:
-            why += f"; ibv_get_device_list failed ({err})"
-        raise Unavailable(f"no RDMA devices: {why}")
-    return [d.name.decode() if isinstance(d.name, bytes) else str(d.name) for d in devs]
-
-
-def find_port(pv: dict[str, Any], opts: VerbsOptions) -> tuple[Any, str, int, Any]:
-    """Open the device and pick the port: -> (context, name, port, port_attr).
-
-    An explicitly named device or port that does not exist raises ConfigError; no active
-    port raises Unavailable."""
-    names = list_devices(pv)
-    if opts.device is not None and opts.device not in names:
-        raise ConfigError(f"bad value {opts.device!r} for verbs option 'device' (BTL_VERBS_DEVICE): "
-                          f"no such RDMA device; devices here: {', '.join(names)}")
-    active = int(pv["e"].IBV_PORT_ACTIVE)
-    seen = []
-    for name in [opts.device] if opts.device else names:
-        ctx = pv["Context"](name=name)
-        try:
-            nports = ctx.query_device().phys_port_cnt
-            if opts.port is not None and opts.port > nports:
-                raise ConfigError(f"bad value {opts.port!r} for verbs option 'port' (BTL_VERBS_PORT): "
-                                  f"{name} has {nports} port(s)")
-            for port in [opts.port] if opts.port else range(1, nports + 1):
-                attr = ctx.query_port(port)
-                if int(attr.state) == active:
-                    return ctx, name, port, attr
-                state = _PORT_STATES.get(int(attr.state), str(int(attr.state)))
-                seen.append(f"{name} port {port} is {state}")
-        except BaseException:
-            ctx.close()
-            raise
-        ctx.close()
-    raise Unavailable("no active RDMA port: " + "; ".join(seen))
-
-
-# ---------------------------------------------------------------------------------------
-# Per-packet functions: plain functions taking the device first, installed both as methods
-# and (in plugin.py) as the hook implementations, so the core's direct calls land here.
-
-
-def post_send(device: VerbsDevice, channel: Channel, dest: Destination, data: Any) -> bool:
-    """Post one datagram; False if the channel's send queue is full."""
-    ch = device._chans[channel]
-    n = len(data)
-    if n > ch.mtu or n > dest.max_datagram:
-        raise ValueError(f"verbs: datagram of {n} bytes exceeds the {Channel(channel).name} channel "
-                         f"MTU of {min(ch.mtu, dest.max_datagram)} bytes")
-    if ch.outstanding >= ch.sq_depth:
-        device.tx_pushbacks += 1
-        return False
-    if 0 < n <= ch.max_inline:
-        ch.inline_view[:n] = data
-        sge = ch.inline_sge
-        wr = ch.inline_wr
-        slot = -1
-    else:
-        slot = ch.free.pop()
-        off = slot * ch.send_stride
-        ch.send_view[off:off + n] = data
-        sge = ch.send_sges[slot]
-        wr = ch.send_wrs[slot]
-    sge.length = n
-    wr.sg_list = sge
-    wr.set_wr_ud(dest.ah, dest.qpns[channel], dest.qkey)
-    try:
-        ch.qp.post_send(wr)
-    except device._rdma_error as exc:
-        if slot >= 0:
-            ch.free.append(slot)
-        if exc.error_code == 12:  # ENOMEM: the provider's queue is full after all
-            device.tx_pushbacks += 1
-            return False
-        raise OSError(exc.error_code, f"verbs: post_send on the {Channel(channel).name} QP of "
-                      f"{device.name} failed: {exc}") from exc
-    ch.outstanding += 1
-    if slot < 0:
-        device.tx_inline += 1
-    device.tx_datagrams += 1
-    device.tx_bytes += n
-    return True
-
-
-def _reap_sends(device: VerbsDevice) -> int:
-    """Poll the send CQ dry; free slots and queue entries.  Returns completions reaped."""
-    chans = device._chans
-    poll = device._scq.poll
-    total = 0
-    while True:
-        n, wcs = poll(POLL_BATCH)
-        if not n:
-            break
-        for wc in wcs:
-            wr_id = wc.wr_id
-            ch = chans[(wr_id >> 24) & 0xFF]
-            if wr_id >> 32 != ch.gen:  # from before a QP recovery: already accounted for
-                device.stale_completions += 1
-                continue
-            ch.outstanding -= 1
-            slot = wr_id & _SLOT_MASK
-            if slot != _INLINE_SLOT:
-                ch.free.append(slot)
-            if wc.status:
-                device.tx_errors += 1
-                device.last_error = f"send completion status {int(wc.status)} (vendor {wc.vendor_err})"
-                ch.broken = True
-        total += n
-        if n < POLL_BATCH:
-            break
-    device._reaped += total
-    if chans[0].broken or chans[1].broken:
-        for ch in chans:
-            if ch.broken:
-                recover(device, ch)
-    return total
-
-
-def _poll_cq_into(device: VerbsDevice, ch: _Chan, limit: int) -> int:
-    """Move up to ``limit`` receive completions of ``ch`` from its CQ to its stash."""
-    got = 0
-    poll = ch.rcq.poll
-    stash = ch.stash
-    while got < limit:
-        n, wcs = poll(min(POLL_BATCH, limit - got))
-        if not n:
-            break
-        stash.extend((wc.wr_id, wc.status, wc.byte_len) for wc in wcs)
-        got += n
-    return got
-
-
-def poll_recv(device: VerbsDevice, budget: int) -> list[memoryview]:
-    """Up to ``budget`` datagrams, the priority channel first.  The views handed out by the
-    previous call are given back to the device (their buffers reposted) first."""
-    if device._lent:
-        _repost(device)
-    out: list[memoryview] = []
-    if budget <= 0 or device.closed:
-        return out
-    lent = device._lent
-    nbytes = 0
-    for ch in device._chans:
-        if len(out) < budget and len(ch.stash) < budget - len(out):
-            _poll_cq_into(device, ch, budget - len(out) - len(ch.stash))
-        stash = ch.stash
-        take = min(len(stash), budget - len(out))
-        if not take:
-            continue
-        view = ch.recv_view
-        stride = ch.recv_stride
-        mtu = ch.recv_mtu
-        gen = ch.gen
-        for wr_id, status, byte_len in stash[:take]:
-            slot = wr_id & _SLOT_MASK
-            if wr_id >> 24 != gen:
-                device.stale_completions += 1  # from before a QP recovery: ignore
-                continue
-            if status:
-                device.rx_errors += 1
-                device.last_error = f"receive completion status {int(status)}"
-                ch.broken = True
-                if slot < ch.rq_depth:
-                    ch.unposted.add(slot)
-                continue
-            if slot >= ch.rq_depth:  # not a work request of ours
-                continue
-            lent.append((ch, slot))
-            n = byte_len - GRH
-            if n > mtu or n < 0:
-                device.rx_oversize += 1
-                continue
-            off = slot * stride + GRH
-            out.append(view[off:off + n])
-            nbytes += n
-        del stash[:take]
-        if ch.broken:
-            recover(device, ch)
-        if ch.channel == Channel.PRIORITY:
-            device.rx_priority += len(out)
-    device.rx_datagrams += len(out)
-    device.rx_bytes += nbytes
-    return out
-
-
-def recover(device: VerbsDevice, ch: _Chan) -> None:
-    """Bring a channel whose QP left RTS (a receive or send completed in error) back.
-
-    A UD QP goes to the error state on a local error (a receive buffer too small, a bad
-    lkey) and to SQE on a send error; every posted work request is then flushed.  Recovery
-    takes the QP through RESET, INIT, RTR to RTS again, starts a new *generation* of work
-    request ids (so completions still on their way from the old one are recognised and
-    ignored, never double-freeing a slot), forgets outstanding sends (lost, as on a wire:
-    the core retransmits) and reposts every receive slot not lent out or holding data."""
-    pv = device._pv
-    e = pv["e"]
-    ch.broken = False
-    try:
-        state = int(ch.qp.query(e.IBV_QP_STATE)[0].qp_state)
-    except Exception:
-        state = -1
-    if state == int(e.IBV_QPS_RTS):
-        # an error completion that did not take the QP down: repost what it consumed
-        busy = {slot for c, slot in device._lent if c is ch}
-        busy.update(w & _SLOT_MASK for w, st, _ in ch.stash if not st and w >> 24 == ch.gen)
-        _repost_missing(device, ch, busy)
-        return
-    device.qp_recoveries += 1
-    # what already arrived stays deliverable; flushed receives are just dropped
-    _poll_cq_into(device, ch, 1 << 30)
-    gen = ch.gen
-    ch.stash[:] = [(w, st, n) for w, st, n in ch.stash if not st and w >> 24 == gen]
-    attr = pv["QPAttr"]()
-    try:
-        attr.qp_state = e.IBV_QPS_RESET
-        ch.qp.modify(attr, e.IBV_QP_STATE)
-        attr = pv["QPAttr"](port_num=device.port)
-        attr.qp_state = e.IBV_QPS_INIT
-        attr.qkey = device.options.qkey
-        attr.pkey_index = 0
-        ch.qp.modify(attr, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_QKEY)
-        attr = pv["QPAttr"]()
-        attr.qp_state = e.IBV_QPS_RTR
-        ch.qp.modify(attr, e.IBV_QP_STATE)
-        attr = pv["QPAttr"]()
-        attr.qp_state = e.IBV_QPS_RTS
-        attr.sq_psn = 0
-        ch.qp.modify(attr, e.IBV_QP_STATE | e.IBV_QP_SQ_PSN)
-    except Exception as exc:
-        device.last_error = f"recovery of the {ch.channel.name} QP failed: {exc}"
-        raise OSError(f"verbs: the {ch.channel.name} QP of {device.name} entered the error "
-                      f"state and could not be recovered: {exc}") from exc
-    # a new generation of work request ids; the stash's slots keep their data
-    ch.gen = gen = (gen + 1) & 0xFFFFFF
-    ch.stash[:] = [((gen << 24) | (w & _SLOT_MASK), st, n) for w, st, n in ch.stash]
-    tag = (gen << 32) | (ch.channel << 24)
-    for i, wr in enumerate(ch.send_wrs):
-        wr.wr_id = tag | i
-    ch.inline_wr.wr_id = tag | _INLINE_SLOT
-    ch.outstanding = 0
-    ch.free[:] = range(ch.sq_depth - 1, -1, -1)
-    rtag = gen << 24
-    for i, wr in enumerate(ch.recv_wrs):
-        wr.wr_id = rtag | i
-    busy = {slot for c, slot in device._lent if c is ch}
-    busy.update(w & _SLOT_MASK for w, _st, _n in ch.stash)
-    _repost_missing(device, ch, busy, everything=True)
-
-
-def _repost_missing(device: VerbsDevice, ch: _Chan, busy: set[int], everything: bool = False) -> None:
-    """Post the receive slots of ``ch`` that are not ``busy``: after a reset all of them,
-    otherwise only those whose completion ended in error (tracked as not posted)."""
-    for slot in range(ch.rq_depth):
-        if slot in busy or (not everything and slot not in ch.unposted):
-            continue
-        try:
-            ch.qp.post_recv(ch.recv_wrs[slot])
-        except device._rdma_error as exc:
-            device.rx_errors += 1
-            device.last_error = f"post_recv failed: {exc}"
-    ch.unposted.clear()
-
-
-def _repost(device: VerbsDevice) -> None:
-    lent = device._lent
-    for ch, slot in lent:
-        try:
-            ch.qp.post_recv(ch.recv_wrs[slot])
-        except device._rdma_error as exc:
-            device.rx_errors += 1
-            device.last_error = f"post_recv failed: {exc}"
-    lent.clear()
 
 
 @attrs.define(slots=True, eq=False)
@@ -457,39 +80,11 @@ class Destination:
     max_datagram: int
 
 
-@attrs.define(slots=True, eq=False)
-class _Chan:
-    channel: Channel
-    qp: Any
-    rcq: Any
-    mtu: int  # largest datagram sent on this channel (create_channel may lower it)
-    recv_mtu: int  # largest datagram a receive slot holds
-    sq_depth: int
-    rq_depth: int
-    max_inline: int
-    send_view: memoryview
-    send_stride: int
-    send_sges: list[Any]
-    send_wrs: list[Any]
-    recv_view: memoryview
-    recv_stride: int
-    recv_wrs: list[Any]
-    inline_view: memoryview
-    inline_sge: Any
-    inline_wr: Any
-    free: list[int] = attrs.Factory(list)
-    outstanding: int = 0
-    stash: list[tuple[int, int, int]] = attrs.Factory(list)
-    gen: int = 0  # work request id generation, bumped by recover()
-    broken: bool = False  # an error completion was seen: recover() at the next chance
-    unposted: set[int] = attrs.Factory(set)  # receive slots whose completion was an error
-
-
 class VerbsDevice:
     """One verbs device: a priority and a data UD QP on one port of one RDMA device."""
 
-    post_send = post_send
-    poll_recv = poll_recv
+    post_send = _send.post_send
+    poll_recv = _receive.poll_recv
 
     def __init__(self, opts: VerbsOptions) -> None:
         pv = _pyverbs.load()
@@ -644,7 +239,7 @@ class VerbsDevice:
     def poll_completions(self) -> int:
         if self.closed:
             return 0
-        _reap_sends(self)
+        _send.reap_sends(self)
         n, self._reaped = self._reaped, 0
         return n
 
@@ -684,9 +279,9 @@ class VerbsDevice:
         chans = self._chans
         while True:
             for ch in chans:
-                if ch.stash or _poll_cq_into(self, ch, POLL_BATCH):
+                if ch.stash or poll_cq_into(ch, POLL_BATCH):
                     return
-            if _reap_sends(self):
+            if _send.reap_sends(self):
                 return
             t = now()
             if deadline is not None and t >= deadline:

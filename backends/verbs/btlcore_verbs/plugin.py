@@ -13,11 +13,11 @@ from typing import Any
 from btlcore.device import Capabilities, Channel, ChannelInfo, Probe, hookimpl
 from btlcore.errors import ConfigError
 
-from . import _address, _device, _options, _pyverbs
+from . import _address, _options, _port, _pyverbs, _receive, _send
 from ._device import VerbsDevice
 
-btl_device_post_send = hookimpl(_device.post_send)
-btl_device_poll_recv = hookimpl(_device.poll_recv)
+btl_device_post_send = hookimpl(_send.post_send)
+btl_device_poll_recv = hookimpl(_receive.poll_recv)
 
 
 def probe(options: Mapping[str, Any]) -> Probe:
@@ -32,17 +32,17 @@ def probe(options: Mapping[str, Any]) -> Probe:
     except ImportError as exc:
         return Probe(False, str(exc))
     try:
-        ctx, name, port, attr = _device.find_port(pv, opts)
+        ctx, name, port, attr = _port.find_port(pv, opts)
         try:
-            gid = _device.choose_gid(pv, ctx, name, port, attr.gid_tbl_len, opts.gid_index)
+            gid = _port.choose_gid(pv, ctx, name, port, attr.gid_tbl_len, opts.gid_index)
         finally:
             ctx.close()
-    except (_device.Unavailable, ConfigError) as exc:
+    except (_port.Unavailable, ConfigError) as exc:
         return Probe(False, str(exc))
     except Exception as exc:  # a probe must not raise
         return Probe(False, f"verbs probe failed: {type(exc).__name__}: {exc}")
     return Probe(True, f"{name} port {port}, gid[{gid.index}] {gid.text} ({gid.why}), "
-                       f"mtu {_device.mtu_bytes(attr.active_mtu)}")
+                       f"mtu {_port.mtu_bytes(attr.active_mtu)}")
 
 
 def describe_address(address: bytes) -> str:

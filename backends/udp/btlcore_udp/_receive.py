@@ -1,0 +1,207 @@
+"""The receive path: ``poll_recv`` and ``poll_recv_from`` drain the priority socket, then
+the data socket, each the device's way (``_drain_mmsg``: recvmmsg into fixed slots;
+``_drain``: a recv_into loop into one arena; ``_drain_gro``: UDP GRO reads cut at the
+kernel's segment size).  Each datagram is a memoryview valid until the next poll.
+
+Plain functions taking the device first, installed as its methods and as the hook
+implementations; the loops are per datagram, so everything in them stays inline."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from typing import TYPE_CHECKING, Any
+
+from ._sockets import UDP_GRO
+
+if TYPE_CHECKING:
+    from ._device import UdpDevice
+
+GRO_BUFFER = 65536  # a GRO read may return up to 64 KiB of glued datagrams
+GRO_CMSG_SPACE = socket.CMSG_SPACE(4)
+ARENA_BYTES = 4 << 20
+MAX_ERRORS_PER_POLL = 8
+
+
+def _drain(device: UdpDevice, sock: socket.socket, out: list[Any], srcs: list[Any], budget: int,
+           off: int) -> int:
+    """``recvfrom_into`` datagrams back to back into the arena from ``off``, their senders
+    into ``srcs``; return the new offset.  Stops when the socket is empty, ``out`` holds
+    ``budget``, or the arena is full."""
+    arena = device._arena
+    limit = device._arena_limit
+    size = device._recv_size
+    mtu = device._recv_mtu
+    recvfrom_into = sock.recvfrom_into
+    append = out.append
+    append_src = srcs.append
+    errors = 0
+    start = off
+    while len(out) < budget and off <= limit:
+        try:
+            n, src = recvfrom_into(arena[off:], size)
+        except BlockingIOError:
+            break
+        except OSError:  # an ICMP error reported by this call (IP_RECVERR)
+            device.rx_errors += 1
+            device._drain_errqueue(sock)
+            errors += 1
+            if errors >= MAX_ERRORS_PER_POLL:
+                break
+            continue
+        if n > mtu:
+            device.rx_oversize += 1
+            continue
+        append(arena[off:off + n])
+        append_src(src)
+        off += n
+    device.rx_bytes += off - start
+    return off
+
+
+def _drain_mmsg(device: UdpDevice, sock: socket.socket, out: list[Any], srcs: list[Any],
+                budget: int, slot: int) -> int:
+    """Like :func:`_drain` with ``recvmmsg``: many datagrams per system call, each in its own
+    slot of ``device._batch`` from ``slot`` on; return the next free slot.  The senders are
+    read per call, in bulk (``RecvBatch.sources``)."""
+    recv, view, lens, stride, at, size, slots, sources = device._mmsg_parts
+    fd = sock.fileno()
+    mtu = device._recv_mtu
+    append = out.append
+    nbytes = 0
+    errors = 0
+    while len(out) < budget and slot < slots:
+        want = min(budget - len(out), slots - slot)
+        try:
+            k = recv(fd, slot, want)
+        except OSError:  # an ICMP error reported by this call (IP_RECVERR)
+            device.rx_errors += 1
+            device._drain_errqueue(sock)
+            errors += 1
+            if errors >= MAX_ERRORS_PER_POLL:
+                break
+            continue
+        had = len(out)
+        for i in range(slot, slot + k):
+            n = lens[i * stride + at]
+            if n > mtu:
+                device.rx_oversize += 1
+                continue
+            begin = i * size
+            append(view[begin:begin + n])
+            nbytes += n
+        if len(out) - had == k:
+            srcs += sources(slot, k)
+        else:  # oversize datagrams were dropped: their senders go too
+            srcs += [src for i, src in enumerate(sources(slot, k), slot)
+                     if lens[i * stride + at] <= mtu]
+        slot += k
+        if k < want:  # the socket ran dry: spare the call that would say so
+            break
+    device.rx_bytes += nbytes
+    return slot
+
+
+def _drain_gro(device: UdpDevice, sock: socket.socket, out: list[Any], srcs: list[Any], budget: int,
+               off: int) -> int:
+    """Like :func:`_drain`, for a socket with UDP_GRO on: one ``recvmsg_into`` may return many
+    datagrams glued together, with their size in a control message.  Those beyond the budget
+    are copied to ``device._pending`` (their sender to ``device._pending_from``) and
+    delivered first by the next poll."""
+    arena = device._arena
+    limit = device._arena_gro_limit
+    mtu = device._recv_mtu
+    recvmsg_into = sock.recvmsg_into
+    append = out.append
+    append_src = srcs.append
+    errors = 0
+    start = off
+    while len(out) < budget and off <= limit:
+        try:
+            n, anc, flags, src = recvmsg_into([arena[off:off + GRO_BUFFER]], GRO_CMSG_SPACE)
+        except BlockingIOError:
+            break
+        except OSError:
+            device.rx_errors += 1
+            device._drain_errqueue(sock)
+            errors += 1
+            if errors >= MAX_ERRORS_PER_POLL:
+                break
+            continue
+        seg = n
+        for level, kind, data in anc:
+            if level == socket.IPPROTO_UDP and kind == UDP_GRO:
+                seg = int.from_bytes(data, sys.byteorder) or n
+        if seg > mtu or flags & socket.MSG_TRUNC:
+            device.rx_oversize += -(-n // seg) if seg else 1
+            continue
+        if seg == n:
+            append(arena[off:off + n])
+            append_src(src)
+            off += n
+            continue
+        device.rx_gro_reads += 1
+        end = off + n
+        p = off
+        while p < end:
+            q = p + seg if p + seg < end else end
+            if len(out) < budget:
+                append(arena[p:q])
+                append_src(src)
+            else:
+                device._pending.append(bytes(arena[p:q]))
+                device._pending_from.append(src)
+                device.rx_bytes -= q - p  # counted when delivered
+            p = q
+        off = end
+    device.rx_bytes += off - start
+    return off
+
+
+def poll_recv(device: UdpDevice, budget: int) -> list[Any]:
+    """Up to ``budget`` datagrams, the priority socket drained first."""
+    return poll_recv_from(device, budget)[0]
+
+
+def poll_recv_from(device: UdpDevice, budget: int) -> tuple[list[Any], list[Any]]:
+    """Up to ``budget`` datagrams, the priority socket drained first, and the address of the
+    socket each came from (``(host, port)``: a peer's priority and data sockets differ)."""
+    out: list[Any] = []
+    srcs: list[Any] = []
+    if budget <= 0 or device.closed:
+        return out, srcs
+    batched = device._batch is not None
+    # Read only the sockets epoll reports readable: a read of an empty socket costs a system
+    # call (1.2 us through recvmmsg), twice per pass.  Right after a wait we know already;
+    # otherwise one epoll_wait(0) (0.3 us) asks for both.  Epoll is level-triggered, so a
+    # socket skipped here and filled meanwhile shows in the next answer.
+    ready = device._ready
+    device._ready = None
+    if ready is None:
+        ready = device._readiness(device._poller.poll(0))
+    slot = off = 0
+    if ready[0]:
+        if batched:
+            slot = _drain_mmsg(device, device._prio_sock, out, srcs, budget, 0)
+        else:
+            off = _drain(device, device._prio_sock, out, srcs, budget, 0)
+    device.rx_priority += len(out)
+    if not ready[1] and not device._pending:
+        device.rx_datagrams += len(out)
+        return out, srcs
+    if device._pending:  # left over from a GRO read: they come before newer data
+        pending = device._pending
+        take = pending[:budget - len(out)]
+        del pending[:len(take)]
+        out.extend(take)
+        srcs.extend(device._pending_from[:len(take)])
+        del device._pending_from[:len(take)]
+        device.rx_bytes += sum(map(len, take))
+    if device._gro:
+        _drain_gro(device, device._data_sock, out, srcs, budget, 0 if batched else off)
+    elif batched:
+        _drain_mmsg(device, device._data_sock, out, srcs, budget, slot)
+    else:
+        _drain(device, device._data_sock, out, srcs, budget, off)
+    device.rx_datagrams += len(out)
+    return out, srcs
