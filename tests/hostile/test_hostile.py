@@ -46,13 +46,7 @@ def pair() -> Iterator[LivePair]:
 HUGE_CLAIMS = 6  # chunks of 1 KB, each claiming 64 MiB: 384 MiB if the claims are believed
 
 
-@pytest.mark.parametrize("ids", [
-    "guessed",
-    pytest.param("learned", marks=pytest.mark.xfail(
-        strict=True, raises=AssertionError,
-        reason="#11: reassembly allocates a header's claimed length, and a datagram from a source "
-               "that is not the peer's is taken as the peer's")),
-])
+@pytest.mark.parametrize("ids", ["guessed", "learned"])
 def test_forged_chunks_claiming_huge_messages(pair: LivePair, ids: str) -> None:
     dst_conn, incarnation, seq = pair.learned_ids()
     if ids == "guessed":  # an off-path sender: ids it cannot know, so it guesses
@@ -155,9 +149,6 @@ def test_hello_replies_never_go_to_an_address_written_inside(pair: LivePair) -> 
 
 # ----------------------------------------------------------------- (4, 5) forged HELLO
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="#11: a HELLO with a new incarnation restarts a live peer without a challenge "
-                          "to its known address")
 def test_forged_hello_from_own_socket(pair: LivePair) -> None:
     run_attack(pair, {"kind": "hello", "count": 3})
     assert not pair.torn_down(), f"a stranger's HELLO reset the live peer: {pair.summary()}"
@@ -166,9 +157,6 @@ def test_forged_hello_from_own_socket(pair: LivePair) -> None:
 
 
 @needs_raw
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="#11: a HELLO with a new incarnation restarts a live peer without a challenge "
-                          "to its known address")
 def test_forged_hello_spoofing_the_live_peer(pair: LivePair) -> None:
     run_attack(pair, {"kind": "hello", "count": 3, "spoof": True})
     assert not pair.torn_down(), f"a HELLO spoofing the peer's address reset it: {pair.summary()}"
