@@ -50,6 +50,7 @@ from .peers import Peer, PeerState
 from .state import EngineState
 from .wire import (
     CHALLENGE_BODY,
+    CLOSE_BODY,
     HEADER,
     HEADER_LEN,
     NOTICE_BODY,
@@ -194,6 +195,25 @@ class Guard:
         log.info("peer %s restarted: its new life (incarnation %#x) does not know the "
                  "connection", peer.address.hex(), inc)
         self._restart_peer(peer, now)
+
+    def close_peer(self, data: Any, dst: int, inc: int, source: Any) -> Peer | None:
+        """The peer a CLOSE or CLOSE_ACK (CRC checked) really comes from, or None (dropped,
+        counted): it must name the connection by ids an off-path sender cannot know -- our
+        conn id in the header, the peer's incarnation, its own conn id and our incarnation
+        in the body -- and come from a source the connection uses.  For the CLOSE handler."""
+        peer = self.peers_by_conn.get(dst)
+        if len(data) != HEADER_LEN + CLOSE_BODY.size:
+            self.counters.num_malformed_recvs += 1
+            return None
+        conn_id, echo_inc, _reason = CLOSE_BODY.unpack_from(data, HEADER_LEN)
+        if peer is None or not peer.remote_known or inc != peer.remote_inc \
+                or conn_id != peer.remote_conn or echo_inc != self._state.incarnation:
+            self.counters.num_forged_drops += 1
+            log.debug("CLOSE for conn %#x dropped: it does not name a connection of ours", dst)
+            return None
+        if source is not None and source not in peer.sources and not self.source_ok(peer, source):
+            return None
+        return peer
 
     # ------------------------------------------------------------------ challenges
 

@@ -239,3 +239,26 @@ def test_icmp_alone_never_fails_a_live_peer_but_hastens_a_silent_ones_end() -> N
     assert any(type(ev) is PeerFailed for ev in p.other_events[0])
     assert p.a.counters.num_icmp_errors == 4
     assert p.a.path_error(b"nobody", p.now) is False
+
+
+# ------------------------------------------------------------------ CLOSE (for its handler)
+
+def test_a_close_counts_only_if_it_names_the_connection_by_its_random_ids() -> None:
+    p = _pair()
+    pa, guard = p.pa, p.a.guard
+
+    def close(dst: int, inc: int, conn: int, echo: int) -> bytes:
+        return wire.Datagram(wire.T_CLOSE, 0, dst, inc, payload=wire.Close(conn, echo).encode()).encode()
+
+    good = close(pa.local_conn, pa.remote_inc, pa.remote_conn, p.a.incarnation)
+    assert guard.close_peer(good, pa.local_conn, pa.remote_inc, b"B") is pa
+    for dg in (close(pa.local_conn ^ 1, pa.remote_inc, pa.remote_conn, p.a.incarnation),
+               close(pa.local_conn, pa.remote_inc, pa.remote_conn ^ 1, p.a.incarnation),
+               close(pa.local_conn, pa.remote_inc, pa.remote_conn, p.a.incarnation ^ 1)):
+        d = wire.decode(dg)
+        assert guard.close_peer(dg, d.dst_conn, d.src_incarnation, b"B") is None
+    assert p.a.counters.num_forged_drops == 3
+    # the right ids from a third source (both of b's known): dropped too
+    pa.sources = (b"B", b"B2")
+    assert guard.close_peer(good, pa.local_conn, pa.remote_inc, b"Z") is None
+    assert pa.counters.num_source_drops == 1
