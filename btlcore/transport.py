@@ -43,7 +43,7 @@ import attrs
 
 from . import checks
 from .config import Config
-from .device import Channel, DeviceOps
+from .device import Capabilities, Channel, DeviceOps
 from .protocol.engine import Engine
 from .protocol.events import Event, MessageReceived, PeerFailed, PutLanded, PutRefused, SendCompleted
 from .protocol.events import PeerRestarted as PeerRestartedEvent
@@ -143,11 +143,8 @@ class Transport:
         self.engine = Engine(
             self.config, address=self.address, resolve=device.resolve,
             data_mtu=data_info.mtu, priority_mtu=prio_info.mtu, crc=use_crc,
-            rng=rng, now=self.now(), incarnation=incarnation,
-            reply_dest=device.reply_dest if caps.reports_source else None)
-        if caps.reports_source and device.peer_sources is not None:
-            self.engine.guard.peer_sources = device.peer_sources  # exact source checks
-        self._path_errors = device.path_errors  # ICMP unreachables (None: the device has none)
+            rng=rng, now=self.now(), incarnation=incarnation)
+        self._guard_hooks(device, caps)
         if device.post_send_many is not None and caps.gather_sends:
             # the device sends a datagram given as [header, payload]: bulk payloads stay
             # views of the user's message (no copy); _flush_sends joins them for anyone who
@@ -160,8 +157,7 @@ class Transport:
         self._poll_from = device.poll_recv_from if caps.reports_source else None
         self._recv_budget = self.config.recv_budget
         self._stats_interval = self.config.stats_interval
-        # a device whose sends complete inside post_send (UDP's sendto) has nothing to reap:
-        # no call per pass
+        # a device whose sends complete inside post_send (UDP's sendto) has nothing to reap: no call per pass
         self._poll_completions = None if caps.sends_complete_at_once else device.poll_completions
         # a device whose wait() returns at once when input is already there (real-time,
         # readiness-based, as epoll) lets progress(timeout) wait before it reads
@@ -449,6 +445,14 @@ class Transport:
                 raise
         self._flush_sends(now)
         return n
+
+    def _guard_hooks(self, device: DeviceOps, caps: Capabilities) -> None:
+        """The device's optional hooks the engine's guard uses (guard.py): answering a source
+        (notices), a peer's exact sources, and ICMP unreachables (``_receive`` passes them on)."""
+        if caps.reports_source:
+            self.engine.state.reply_dest = device.reply_dest
+            self.engine.guard.peer_sources = device.peer_sources
+        self._path_errors = device.path_errors
 
     def _receive(self, now: float) -> None:
         """Reap send completions, then take received datagrams (and, where the device

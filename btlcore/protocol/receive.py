@@ -96,19 +96,16 @@ class Receiver:
 
     def receive_datagrams(self, batch: Iterable[Any], now: float,
                           sources: Sequence[Any] | None = None) -> None:
-        """The receive path: a poll's datagrams, arrived by ``now`` (``sources``: where each came from, or None).
-        Its first branch is the common case, written once: the next data segment in order of a confirmed peer,
-        intact, whole or a middle chunk (state read once per batch).  Else :meth:`dispatch`, :meth:`_on_segment`."""
+        """The receive path for a poll's datagrams (``sources``: where each came from, or None).  Its first branch
+        is the common case, written once: a confirmed peer's next data segment in order, intact.  Else: dispatch."""
         self._state.now = now
         if self._state.closed:
             return  # nobody will read them: neither deliver nor acknowledge
         head_chunk, check, peers, events = HEADER_CHUNK.unpack_from, crc32c, self.peers_by_conn, self.events
         acking, timed, freq = self._acking, self._timed, self._ack_frequency
-        last_dst = last_inc = k = -1  # whose peer passed the checks (only dispatch changes that)
-        last_src: Any = None  # the source last seen to be that peer's (sources given)
+        last_dst = last_inc = last_src = -1  # whose peer (and source) passed the checks (only dispatch changes that)
         peer: Any
-        for data in batch:
-            k += 1
+        for k, data in enumerate(batch):
             n = len(data)
             typ = -1
             if n >= _CHUNKED:  # the chunk extension too, in the same unpack
@@ -121,7 +118,7 @@ class Receiver:
                     (dst != last_dst or inc != last_inc)
                     and ((peer := peers.get(dst)) is None or inc != peer.remote_inc or not peer.confirmed
                          or not peer.remote_known or peer.state is _FAILED
-                         or (last_dst := dst) < 0 or (last_inc := inc) < 0 or (last_src := None) is not None)) or (
+                         or (last_dst := dst) < 0 or (last_inc := inc) < 0 or (last_src := -1) >= 0)) or (
                     sources is not None and (src := sources[k]) != last_src
                     and (src not in peer.sources or (last_src := src) is None)) or (
                     check((view := memoryview(data))[CRC_OFFSET + 4:], check(view[:CRC_OFFSET])) != crc
