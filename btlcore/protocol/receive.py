@@ -96,16 +96,16 @@ class Receiver:
 
     def receive_datagrams(self, batch: Iterable[Any], now: float,
                           sources: Sequence[Any] | None = None) -> None:
-        """The receive path for a poll's datagrams (``sources``: where each came from, or None).  Its first branch
-        is the common case, written once: a confirmed peer's next data segment in order, intact.  Else: dispatch."""
+        """A poll's datagrams (``sources``: where each came from, or None); first, the common case: the next segment."""
         self._state.now = now
         if self._state.closed:
             return  # nobody will read them: neither deliver nor acknowledge
         head_chunk, check, peers, events = HEADER_CHUNK.unpack_from, crc32c, self.peers_by_conn, self.events
         acking, timed, freq = self._acking, self._timed, self._ack_frequency
-        last_dst = last_inc = last_src = -1  # whose peer (and source) passed the checks (only dispatch changes that)
+        last_dst = last_inc = last_src = k = -1  # whose peer (and source) passed the checks (dispatch resets them)
         peer: Any
-        for k, data in enumerate(batch):
+        for data in batch:
+            k += 1
             n = len(data)
             typ = -1
             if n >= _CHUNKED:  # the chunk extension too, in the same unpack
