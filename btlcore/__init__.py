@@ -17,6 +17,8 @@ from .errors import (
     PeerUnreachable,
     PutError,
     TransportClosed,
+    VersionMismatch,
+    WouldBlock,
 )
 from .protocol.engine import Engine
 from .protocol.peers import Peer, PeerState
@@ -30,5 +32,6 @@ __all__ = [
     "Engine", "Message", "Peer", "PeerState", "Transport", "list_backends", "open", "run_until",
     "BackendUnavailable", "BtlError", "Capabilities", "Channel", "ChannelInfo", "Config",
     "ConfigError", "MessageTooLarge", "PeerError", "PeerRestarted", "PeerUnreachable", "Probe",
-    "PutError", "TransportClosed", "hookimpl",
+    "PutError", "TransportClosed", "WouldBlock", "hookimpl",
+    "VersionMismatch",
 ]

@@ -137,7 +137,8 @@ class ChannelInfo:
 
 class DeviceSpec:
     """The hooks a backend implements.  All but ``btl_device_fds``, ``btl_device_wake``,
-    ``btl_device_post_send_many`` and ``btl_device_poll_recv_from`` are required."""
+    ``btl_device_post_send_many``, ``btl_device_poll_recv_from`` and
+    ``btl_device_reply_dest`` are required."""
 
     @hookspec(firstresult=True)
     def btl_backend_probe(self, options: Mapping[str, Any]) -> Probe:  # type: ignore[empty-body]
@@ -196,13 +197,6 @@ class DeviceSpec:
         ``Capabilities.reports_source``; the core then calls it instead of ``poll_recv``."""
 
     @hookspec(firstresult=True)
-    def btl_device_reply_dest(self, device: Any, source: Any) -> Any:
-        """Optional (with ``poll_recv_from``): a destination handle for ``post_send`` that
-        reaches ``source`` (as ``poll_recv_from`` reported it), on any channel, or None.  The
-        core answers a datagram from an unknown sender there (an "unknown connection"
-        notice), never at an address written inside the datagram."""
-
-    @hookspec(firstresult=True)
     def btl_device_peer_sources(self, device: Any, dest: Any) -> Sequence[Any] | None:
         """Optional (with ``poll_recv_from``): the sources, as ``poll_recv_from`` reports
         them, that the peer at ``dest`` (a ``btl_device_resolve`` handle) sends from, one per
@@ -228,6 +222,14 @@ class DeviceSpec:
     def btl_device_resolve(self, device: Any, address: bytes) -> Any:
         """Turn a peer's address bytes into a destination handle for ``post_send``.  A
         malformed address raises ``ValueError``."""
+
+    @hookspec(firstresult=True)
+    def btl_device_reply_dest(self, device: Any, source: Any) -> Any:
+        """Optional, with ``poll_recv_from``: a destination handle for ``post_send`` that
+        reaches ``source`` (a source as ``poll_recv_from`` reported it) on every channel, so
+        that the core answers a handshake where it came from, never at an address written
+        inside it.  A source it cannot answer raises ``ValueError`` (no reply is sent).
+        Without it, replies go to the resolved address the HELLO names (the old way)."""
 
     @hookspec(firstresult=True)
     def btl_device_clock(self, device: Any) -> Callable[[], float]:  # type: ignore[empty-body]
@@ -408,7 +410,7 @@ class DeviceOps:
     wake: Callable[[], None] | None = None
     """``btl_device_wake`` if the backend has it (from any thread)."""
     reply_dest: Callable[[Any], Any] | None = None
-    """``btl_device_reply_dest`` if the backend has it: a source -> a dest reaching it."""
+    """``btl_device_reply_dest`` if the backend has it: a datagram's source -> a dest."""
     peer_sources: Callable[[Any], Any] | None = None
     """``btl_device_peer_sources`` if the backend has it: a dest -> the sources it sends from."""
     path_errors: Callable[[], Sequence[Any]] | None = None
@@ -461,7 +463,7 @@ class DeviceOps:
             fds=bound("btl_device_fds", lambda _device: []),
             close=bound("btl_device_close"),
             wake=optional("btl_device_wake"),
-            reply_dest=optional("btl_device_reply_dest"),
-            peer_sources=optional("btl_device_peer_sources"),
+            reply_dest=optional("btl_device_reply_dest") if poll_recv_from is not None else None,
+            peer_sources=optional("btl_device_peer_sources") if poll_recv_from is not None else None,
             path_errors=optional("btl_device_path_errors"),
         )

@@ -32,12 +32,33 @@ class PeerRestarted(PeerError):
     never delivered to the new one."""
 
 
+class VersionMismatch(PeerUnreachable):
+    """The peer speaks no protocol version this end speaks: it answered our handshake with a
+    VERSION reply listing only others.  ``ours`` is this end's version, ``theirs`` what the
+    peer listed."""
+
+    def __init__(self, peer: str, ours: int, theirs: tuple[int, ...]) -> None:
+        listed = ", ".join(str(v) for v in theirs)
+        super().__init__(f"peer {peer} speaks protocol version {listed}, not this end's "
+                         f"version {ours}: no common version")
+        self.ours = ours
+        self.theirs = theirs
+
+
 class TransportClosed(BtlError):
     """The transport is closed (or closing) and takes no new work."""
 
 
+class WouldBlock(BtlError, BlockingIOError):
+    """A send or put does not fit in the peer's send buffer (``send_buffer`` bytes of messages
+    accepted and not yet completed): nothing was queued.  Retry after ``on_peer("writable",
+    peer, None)``, or pass ``send(..., timeout=T)`` to wait for room while progressing."""
+
+
 class MessageTooLarge(BtlError, ValueError):
-    """A message exceeds ``max_message_size``."""
+    """A message exceeds ``max_message_size``, ours or the largest the peer advertised in
+    its handshake (raised by ``send()`` once the peer's limits are known, else given to the
+    send's callback when they become known)."""
 
 
 class PutError(BtlError):

@@ -44,8 +44,9 @@ import attrs
 from . import checks
 from .config import Config
 from .device import Capabilities, Channel, DeviceOps
+from .errors import WouldBlock
 from .protocol.engine import Engine
-from .protocol.events import Event, MessageReceived, PeerFailed, PutLanded, PutRefused, SendCompleted
+from .protocol.events import Event, MessageReceived, PeerFailed, PeerWritable, PutLanded, PutRefused, SendCompleted
 from .protocol.events import PeerRestarted as PeerRestartedEvent
 from .protocol.peers import Callback, Peer
 from .protocol.stats import stats_json, stats_line
@@ -143,7 +144,7 @@ class Transport:
         self.engine = Engine(
             self.config, address=self.address, resolve=device.resolve,
             data_mtu=data_info.mtu, priority_mtu=prio_info.mtu, crc=use_crc,
-            rng=rng, now=self.now(), incarnation=incarnation)
+            rng=rng, now=self.now(), incarnation=incarnation, reply_dest=device.reply_dest)
         self._guard_hooks(device, caps)
         if device.post_send_many is not None and caps.gather_sends:
             # the device sends a datagram given as [header, payload]: bulk payloads stay
@@ -244,12 +245,19 @@ class Transport:
         checks.data(data)
         checks.function(callback, "callback")
 
-    def send(self, peer: Peer, tag: int, data: Any, callback: Callback | None = None) -> None:
+    def send(self, peer: Peer, tag: int, data: Any, callback: Callback | None = None,
+             timeout: float | None = None) -> None:
         """Send ``data`` (any bytes-like; do not modify it until the callback) with ``tag``.
 
         ``callback(None)`` fires once the peer acknowledged every byte; ``callback(exc)``
         if the peer died or restarted first, or the transport closed.  Bad arguments raise
-        ``TypeError``/``ValueError`` here, and nothing is queued."""
+        ``TypeError``/``ValueError`` here, and nothing is queued.
+
+        Back-pressure: when the peer's send buffer (``send_buffer`` bytes of messages not yet
+        completed) is not empty and ``data`` does not fit, :class:`WouldBlock` is raised and
+        nothing is queued -- at once with ``timeout=None``, else after progressing up to
+        ``timeout`` seconds waiting for room.  ``on_peer`` reports ``"writable"`` when room
+        returns."""
         # the ping-pong path: one chain of cheap tests (the engine checks the tag's range),
         # and the thread check and the wordy errors only when one of them fails
         if (get_ident() != self._owner or type(tag) is not int or type(data) is not bytes
@@ -261,7 +269,26 @@ class Transport:
             mine = False
         if not mine:
             self._check_peer(peer)
-        self.engine.send(peer, tag, data, callback, self.now())
+        if timeout is None:
+            self.engine.send(peer, tag, data, callback, self.now())
+        else:
+            self._send_waiting(peer, tag, data, callback, checks.seconds(timeout) or 0.0, None, 0)
+
+    def _send_waiting(self, peer: Peer, tag: int, data: Any, callback: Callback | None, timeout: float,
+                      put_key: int | None, put_offset: int) -> None:
+        """A send (or put) that may wait ``timeout`` seconds for room in the peer's send
+        buffer, driving progress meanwhile (ACKs drain it); WouldBlock once that passed."""
+        engine = self.engine
+        deadline = self.now() + timeout
+        while True:
+            try:
+                engine.send(peer, tag, data, callback, self.now(), put_key=put_key, put_offset=put_offset)
+                return
+            except WouldBlock:
+                left = deadline - self.now()
+                if left <= 0:
+                    raise
+            self.progress(left)
 
     def on(self, tag: int, handler: Handler | None) -> None:
         """Register ``handler(peer, tag, data)`` for messages with ``tag`` (active-message
@@ -286,7 +313,9 @@ class Transport:
         self._put_error_handler = on_error
 
     def on_peer(self, handler: PeerHandler | None) -> None:
-        """``handler(event, peer, exc)`` with event ``"failed"`` or ``"restarted"``."""
+        """``handler(event, peer, exc)`` with event ``"failed"`` (``exc`` says why),
+        ``"restarted"``, or ``"writable"`` (a send refused with WouldBlock may be retried:
+        the peer's send buffer drained to half; ``exc`` None)."""
         self._check_thread()
         checks.function(handler, "handler")
         self._user_peer_handler = handler
@@ -295,6 +324,8 @@ class Transport:
         """Every peer event passes here: logged, then given to the user's handler."""
         if event == "failed":
             log.warning("peer %s failed: %s", peer.address.hex(), exc)
+        elif event == "writable":
+            log.debug("peer %s writable", peer.address.hex())
         else:
             log.info("peer %s %s", peer.address.hex(), event)
         handler = self._user_peer_handler
@@ -308,7 +339,7 @@ class Transport:
             self._claim()
         timeout = checks.seconds(timeout, "timeout", optional=True)
         if self._inbox:
-            return self._inbox.popleft()
+            return self._take()
         deadline = None if timeout is None else self.now() + timeout
         while not self._inbox:
             self.progress()
@@ -318,7 +349,14 @@ class Transport:
             if deadline is not None and now >= deadline:
                 return None
             self._wait(deadline)
-        return self._inbox.popleft()
+        return self._take()
+
+    def _take(self) -> Message:
+        """The oldest queued message, its bytes no longer held against its peer's window."""
+        msg = self._inbox.popleft()
+        peer = msg.peer
+        self.engine.set_unconsumed(peer, peer.unconsumed - len(msg.data))
+        return msg
 
     def expose(self, buffer: Any) -> int:
         """Expose a writable buffer for puts; send the returned key to the peers."""
@@ -332,12 +370,14 @@ class Transport:
         checks.integer(key, "key", checks.KEY_MAX, "keys (from expose())")
         self.engine.unexpose(key)
 
-    def put(self, peer: Peer, key: int, offset: int, data: Any, callback: Callback | None = None) -> None:
+    def put(self, peer: Peer, key: int, offset: int, data: Any, callback: Callback | None = None,
+            timeout: float | None = None) -> None:
         """Emulated RDMA write: place ``data`` at ``offset`` in the peer's region ``key``.
         The callback fires once, when every byte is acknowledged and the peer's put status
         is back: with None if the put landed, a :class:`PutError` if the peer refused it
         (unknown key, out of bounds, region unexposed while it arrived), or the error that
-        failed the peer (as for :meth:`send`)."""
+        failed the peer (as for :meth:`send`).  A put counts against the send buffer as a
+        send does (``WouldBlock``, ``timeout``: see :meth:`send`)."""
         if get_ident() != self._owner:
             self._claim()
         checks.integer(key, "key", checks.KEY_MAX, "keys (from expose())")
@@ -346,7 +386,10 @@ class Transport:
         checks.function(callback, "callback")
         if type(peer) is not Peer or self.engine.peers_by_addr.get(peer.address) is not peer:
             self._check_peer(peer)
-        self.engine.send(peer, 0, data, callback, self.now(), put_key=key, put_offset=offset)
+        if timeout is None:
+            self.engine.send(peer, 0, data, callback, self.now(), put_key=key, put_offset=offset)
+        else:
+            self._send_waiting(peer, 0, data, callback, checks.seconds(timeout) or 0.0, key, offset)
 
     def add_send_filter(self, keep: Callable[[int, bytes], bool]) -> None:
         """Fault injection on any backend: ``keep(channel, datagram)`` returning False drops
@@ -447,10 +490,9 @@ class Transport:
         return n
 
     def _guard_hooks(self, device: DeviceOps, caps: Capabilities) -> None:
-        """The device's optional hooks the engine's guard uses (guard.py): answering a source
-        (notices), a peer's exact sources, and ICMP unreachables (``_receive`` passes them on)."""
+        """The device's optional hooks the engine's guard uses (guard.py) besides reply_dest:
+        a peer's exact sources, and ICMP unreachables (``_receive`` passes them on)."""
         if caps.reports_source:
-            self.engine.state.reply_dest = device.reply_dest
             self.engine.guard.peer_sources = device.peer_sources
         self._path_errors = device.path_errors
 
@@ -526,8 +568,9 @@ class Transport:
                     handler = handlers.get(tag)
                     if handler is not None:
                         handler(peer, tag, data)  # type: ignore[arg-type]
-                    else:
+                    else:  # queued for recv(): held against the peer's receive window
                         self._inbox.append(Message(peer, tag, data))  # type: ignore[arg-type]
+                        self.engine.set_unconsumed(peer, peer.unconsumed + len(data))
                 elif type(ev) is SendCompleted:
                     ev.callback(ev.error)
                 elif type(ev) is PutLanded:
@@ -542,6 +585,9 @@ class Transport:
                 elif type(ev) is PeerRestartedEvent:
                     if self._peer_handler is not None:
                         self._peer_handler("restarted", ev.peer, None)
+                elif type(ev) is PeerWritable:
+                    if self._peer_handler is not None:
+                        self._peer_handler("writable", ev.peer, None)
             except BaseException:
                 # a user callback raised: keep the events it did not get to, then re-raise
                 self.engine.events[:0] = events[i + 1:]

@@ -45,6 +45,7 @@ def hello_bodies(draw: st.DrawFn) -> tuple[bytes, dict]:
 @st.composite
 def datagrams(draw: st.DrawFn) -> tuple[wire.Datagram, object, dict]:
     """A datagram, the scapy packet built from the same fields, and the body's fields."""
+    # the four types of variable body (the fixed-body types of version 2: v2 tests below)
     typ = draw(st.sampled_from(sorted(wire.TYPES_BY_VERSION[1])))
     if typ == wire.T_ACK:
         payload, body = draw(ack_bodies())

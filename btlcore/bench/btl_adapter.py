@@ -110,6 +110,31 @@ def send(t: Any, peer: Any, tag: int, data: Any,
     t.send(peer, tag, data, callback=callback)
 
 
+def send_waiting(transports: Iterable[Any], t: Any, peer: Any, tag: int, data: Any,
+                 callback: Callable[[BaseException | None], None] | None, timeout: float) -> None:
+    """A send that waits for room in the peer's send buffer (back-pressure: ``WouldBlock``,
+    in trees that have it) by progressing ``transports``; BenchError if none came."""
+    blocked = getattr(_btl(), "WouldBlock", None)
+    if blocked is None:
+        send(t, peer, tag, data, callback)
+        return
+
+    limit, size = t.config.send_buffer, len(data)
+
+    def attempt() -> bool:
+        queued = peer.send_queued  # (a cheap look first: no exception per pass while it is full)
+        if queued and queued + size > limit:
+            return False
+        try:
+            t.send(peer, tag, data, callback=callback)
+        except blocked:
+            return False
+        return True
+
+    if not attempt() and not run_until(transports, attempt, timeout):
+        raise BenchError(f"no room in the send buffer within {timeout:g} s")
+
+
 def on(t: Any, tag: int, handler: Callable[[Any, int, Any], None]) -> None:
     t.on(tag, handler)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..config import Config
 from ..device import LocalPair
-from ..errors import PeerError
+from ..errors import PeerError, WouldBlock
 from ..run import open as open_transport
 from ..run import run_until
 from ..transport import Transport
@@ -114,21 +114,34 @@ def run_local(backend: str, pair: LocalPair, messages: list[bytes], cfg: Config,
     total = len(messages)
     progress = Progress(total, not json_out)
     peer = a.connect(b.address)
+    writable: list[bool] = []
+    a.on_peer(lambda event, p, exc: writable.append(True) if event == "writable" else None)
     t0 = time.perf_counter()
+    start = a.now()
     sent_bytes = 0
-    for m in messages:
-        a.send(peer, TAG_DATA, m, done.append)
-        sent_bytes += len(m)
 
     def finished() -> bool:
         progress.update(verifier.delivered, verifier.bytes_delivered)
         return len(done) == total and verifier.delivered >= total
 
     try:
-        run_until([a, b], finished, timeout=timeout)
+        for m in messages:
+            while True:
+                try:
+                    a.send(peer, TAG_DATA, m, done.append)
+                    break
+                except WouldBlock:  # the send buffer is full: both ends progress until it drains
+                    writable.clear()
+                    run_until([a, b], lambda: bool(writable) or finished(),
+                              timeout=max(0.0, start + timeout - a.now()))
+            sent_bytes += len(m)
+        run_until([a, b], finished, timeout=max(0.0, start + timeout - a.now()))
         timed_out = False
     except TimeoutError:
         timed_out = True
+    except PeerError as exc:  # a send after the receiver failed
+        done.append(exc)
+        timed_out = False
     progress.close()
     wall = time.perf_counter() - t0
     rep = verifier.report({"messages": total})
@@ -201,8 +214,8 @@ def run_remote(args: argparse.Namespace, options: dict[str, Any], cfg: Config, s
     reports: list[dict[str, Any]] = []
     t.on(TAG_REPORT, lambda p, tag, d: reports.append(decode_json(d)))
     failed: list[str] = []
-    t.on_peer(lambda event, p, exc: failed.append(f"server {event}: {exc}" if exc else
-                                                  f"server {p.address.hex()} {event}"))
+    t.on_peer(lambda event, p, exc: None if event == "writable" else  # (back-pressure: not a failure)
+              failed.append(f"server {event}: {exc}" if exc else f"server {p.address.hex()} {event}"))
     done: list[BaseException | None] = []
     fin: dict[str, Any] = {"ordered": cfg.ordered, "messages": 0, "file": None}
     t0 = time.perf_counter()
@@ -213,7 +226,10 @@ def run_remote(args: argparse.Namespace, options: dict[str, Any], cfg: Config, s
     timed_out = False
     try:
         for tag, m in source:
-            t.send(peer, tag, m, done.append)
+            try:  # the send buffer full: wait for room, progressing, until the run's deadline
+                t.send(peer, tag, m, done.append, timeout=max(0.0, deadline - time.monotonic()))
+            except WouldBlock:
+                raise TimeoutError from None
             sent[0] += len(m)
             sent[1] += 1
             while sent[1] - len(done) >= IN_FLIGHT_CAP and not failed:

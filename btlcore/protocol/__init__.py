@@ -2,7 +2,7 @@
 
 Where things happen, one concept a module.  :class:`~.engine.Engine` composes its parts: it
 builds the shared :class:`~.state.EngineState` and one object per part over it
-(``Packetizer``, ``Recovery``, ``Handshake``, ``Receiver``: none inherits another), hands
+(``Packetizer``, ``Recovery``, ``Handshake``, ``Versions``, ``Receiver``: none inherits another), hands
 each the bound methods of the parts it calls, and adds the public methods:
 
 ==================  ============================================================================
@@ -21,7 +21,10 @@ module              what it owns
                     fast retransmit (``detect_losses``), timeouts and peer death
                     (``handle_timer``), the timers' heaps (``next_deadline``)
 ``congestion/``     the window's size, behind an interface; ``aimd`` is the default
-``handshake``       HELLO / HELLO_ACK, connection ids, incarnations, restarts and resets
+``handshake``       HELLO / HELLO_ACK, connection ids, incarnations, restarts and resets; the
+                    peer's transport parameters (its limits) obeyed; replies to the source
+``versions``        version negotiation: VERSION replies out (rate-limited) and in
+                    (``VersionMismatch``)
 ``peers``           per-peer state, and the connection state machine (``TRANSITIONS``)
 ``events``          what the driver is told: ``MessageReceived``, ``SendCompleted``, ...
 ``wire``            the one codec of the wire format (``docs/protocol.md`` is its prose twin)
@@ -36,10 +39,19 @@ standalone ACKs that are due, then handshakes.
 """
 
 from .engine import Engine
-from .events import Event, MessageReceived, PeerFailed, PeerRestarted, PutLanded, PutRefused, SendCompleted
+from .events import (
+    Event,
+    MessageReceived,
+    PeerFailed,
+    PeerRestarted,
+    PeerWritable,
+    PutLanded,
+    PutRefused,
+    SendCompleted,
+)
 from .peers import InvalidTransition, Peer, PeerEvent, PeerState
 
 __all__ = [
     "Engine", "Event", "InvalidTransition", "MessageReceived", "Peer", "PeerEvent", "PeerFailed",
-    "PeerRestarted", "PeerState", "PutLanded", "PutRefused", "SendCompleted",
+    "PeerRestarted", "PeerState", "PeerWritable", "PutLanded", "PutRefused", "SendCompleted",
 ]

@@ -21,8 +21,9 @@ it calls::
     recovery   = Recovery(state, packetizer)      # resends with packetizer.stamp
     handshake  = Handshake(state, packetizer, recovery)   # fail_messages, build_hello
     recovery.wire(confirm=handshake.confirm)      # the one cycle: an ACK confirms
-    guard      = Guard(state, handshake._restart_peer, recovery._fail_peer)  # notices, challenges, sources
-    receiver   = Receiver(state, recovery, handshake, guard)
+    guard      = Guard(state, handshake._restart_peer, recovery.fail_peer)  # notices, challenges, sources
+    versions   = Versions(state, recovery.fail_peer)  # VERSION replies, in and out
+    receiver   = Receiver(state, recovery, handshake, versions, guard)
 
 Hot entry points with nothing to add are the parts' own bound methods, set on the engine at
 construction (no delegating call): ``receive_datagrams`` (the receiver's),
@@ -42,7 +43,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from ..config import Config
-from ..errors import MessageTooLarge, PeerUnreachable, TransportClosed
+from ..errors import MessageTooLarge, PeerUnreachable, TransportClosed, WouldBlock
 from .events import Event, legacy
 from .guard import Guard
 from .handshake import Handshake
@@ -52,6 +53,7 @@ from .receive import Receiver
 from .recovery import Recovery
 from .state import EngineState
 from .stats import aggregate
+from .versions import Versions
 from .wire import (
     PUT_LEN,
     T_DATA,
@@ -76,7 +78,7 @@ class Engine:
     """One local endpoint talking to any number of peers over one device."""
 
     __slots__ = (
-        "state", "packetizer", "recovery", "handshake", "receiver", "guard",
+        "state", "packetizer", "recovery", "handshake", "receiver", "versions", "guard",
         "config", "address", "incarnation", "data_mtu", "priority_mtu", "crc", "peers_by_addr",
         "peers_by_conn", "counters", "events", "regions",
         "receive_datagrams", "next_deadline", "handle_timer", "enable_gather",
@@ -103,10 +105,11 @@ class Engine:
         recovery = self.recovery = Recovery(state, packetizer)
         handshake = self.handshake = Handshake(state, packetizer, recovery)
         recovery.wire(confirm=handshake.confirm)
-        guard = self.guard = Guard(state, handshake._restart_peer, recovery._fail_peer)
+        guard = self.guard = Guard(state, handshake._restart_peer, recovery.fail_peer)
         guard.wire(on_hello=handshake.on_hello)
         handshake.wire_guard(guard.challenge, guard.learn_remote)
-        receiver = self.receiver = Receiver(state, recovery, handshake, guard)
+        versions = self.versions = Versions(state, recovery.fail_peer)
+        receiver = self.receiver = Receiver(state, recovery, handshake, versions, guard)
         self.config, self.address, self.incarnation = state.config, state.address, state.incarnation
         self.data_mtu, self.priority_mtu, self.crc = state.data_mtu, state.priority_mtu, state.crc
         self.peers_by_addr, self.peers_by_conn = state.peers_by_addr, state.peers_by_conn
@@ -169,11 +172,22 @@ class Engine:
         else:
             view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
         size = len(view)
-        if size > self.config.max_message_size:
-            raise MessageTooLarge(
-                f"message of {size} bytes exceeds max_message_size={self.config.max_message_size}")
+        if size > peer.max_message:  # ours, and the peer's once its handshake told it
+            if size > self.config.max_message_size:
+                raise MessageTooLarge(
+                    f"message of {size} bytes exceeds max_message_size={self.config.max_message_size}")
+            raise MessageTooLarge(f"message of {size} bytes exceeds the peer's max_message_size="
+                                  f"{peer.max_message} (advertised in its handshake)")
+        queued = peer.send_queued  # back-pressure: an empty buffer takes any message
+        if queued and queued + size > self.config.send_buffer:
+            peer.send_blocked = True  # (a PeerWritable event once it drains to half)
+            peer.counters.num_send_blocks += 1
+            raise WouldBlock(f"peer {peer.address.hex()}: {size} bytes do not fit in the send buffer "
+                             f"({queued} of send_buffer={self.config.send_buffer} bytes queued); "
+                             "retry once it is writable")
+        peer.send_queued = queued + size
         extra = PUT_LEN if put_key is not None else 0
-        chunked = size > self._single_cap - extra
+        chunked = size > peer.single_cap - extra  # (the peer's largest datagram, once known)
         peer.msg_counter += 1
         msg = OutMessage(tag, view, callback, peer.msg_counter & U32_MASK, chunked, put_key, put_offset)
         queue = peer.queue
@@ -186,6 +200,24 @@ class Engine:
         elif peer.hello_next is None and not peer.confirmed:
             self._start_hello(peer, now)
         return msg
+
+    def set_unconsumed(self, peer: Peer, nbytes: int) -> None:
+        """The driver holds ``nbytes`` of ``peer``'s delivered messages that its application
+        has not taken yet (Transport's ``recv()`` queue): they shrink the receive window we
+        advertise (to zero at ``recv_buffer``).  O(1); when the window has opened by a
+        quarter of ``window`` or more since the last ACK (or from zero), an ACK carries the
+        news at once, so a sender stopped by a zero window resumes."""
+        before = peer.unconsumed
+        peer.unconsumed = nbytes
+        if nbytes >= before:
+            return  # (a smaller window: the next ACK says so)
+        was = peer.adv_window
+        if was < self.config.window and peer.remote_known and not self.state.closed:
+            now = self.packetizer.advertised_window(peer)
+            if now > was and (was == 0 or now - was >= self.config.window >> 2):
+                peer.ack_now = True
+                self._acking[peer] = None
+                self._touched[peer] = None
 
     def expose(self, buffer: Any) -> int:
         """Expose a writable buffer to puts from peers; returns its key."""

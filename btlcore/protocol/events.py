@@ -74,7 +74,14 @@ class PeerRestarted(NamedTuple):
     peer: Peer
 
 
-Event = MessageReceived | SendCompleted | PutLanded | PutRefused | PeerFailed | PeerRestarted
+class PeerWritable(NamedTuple):
+    """``peer``'s send buffer has room again after a send was refused with ``WouldBlock``
+    (once per such refusal: when the buffer drained to half of ``send_buffer`` or less)."""
+
+    peer: Peer
+
+
+Event = MessageReceived | SendCompleted | PutLanded | PutRefused | PeerFailed | PeerRestarted | PeerWritable
 
 # The integer codes of the last release's event tuples (deprecated; see legacy())
 EV_MESSAGE = 0  # (EV_MESSAGE, peer, tag, data)
@@ -83,10 +90,12 @@ EV_PUT = 2  # (EV_PUT, peer, key, offset, length): a put into an exposed region 
 EV_PUT_ERROR = 3  # (EV_PUT_ERROR, peer, key, offset, length): a put that did not fit
 EV_PEER_FAILED = 4  # (EV_PEER_FAILED, peer, exc)
 EV_PEER_RESTARTED = 5  # (EV_PEER_RESTARTED, peer)
+EV_PEER_WRITABLE = 6  # (EV_PEER_WRITABLE, peer): new with PeerWritable, for completeness
 
 LEGACY_CODES: dict[type, int] = {
     MessageReceived: EV_MESSAGE, SendCompleted: EV_COMPLETE, PutLanded: EV_PUT,
     PutRefused: EV_PUT_ERROR, PeerFailed: EV_PEER_FAILED, PeerRestarted: EV_PEER_RESTARTED,
+    PeerWritable: EV_PEER_WRITABLE,
 }
 
 

@@ -10,22 +10,30 @@ the HELLO pass.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import MessageTooLarge, PeerUnreachable
 from ..errors import PeerRestarted as RestartError
-from ..errors import PeerUnreachable
-from .events import PeerRestarted
+from .events import PeerRestarted, SendCompleted
 from .packetizer import Packetizer
-from .peers import Peer, PeerEvent, PeerState
+from .peers import OutMessage, Peer, PeerEvent, PeerState
 from .recovery import Recovery, RetransmitTimer
 from .state import EngineState
 from .window import ReceiveWindow
 from .wire import (
+    CHUNK_LEN,
+    HEADER_LEN,
+    PUT_LEN,
     T_HELLO,
     T_HELLO_ACK,
     Hello,
+    TransportParameters,
 )
+
+#: what a HELLO without a parameter block is taken to advertise
+_NO_PARAMS = TransportParameters()
 
 _HELLO_INTERVAL_MAX = 1.0
 
@@ -46,7 +54,8 @@ class Handshake:
 
     __slots__ = ("_state", "config", "crc", "incarnation", "counters", "events", "peers_by_addr",
                  "peers_by_conn", "_cc", "_rng", "_hello", "_timed", "_touched", "_sending", "_acking",
-                 "_ack_channel", "_unschedule", "_fail_messages", "_build_hello", "_challenge", "_learn_remote")
+                 "_ack_channel", "_unschedule", "_fail_messages", "_build_hello", "hello_ack_len",
+                 "_challenge", "_learn_remote")
 
     def __init__(self, state: EngineState, packetizer: Packetizer, recovery: Recovery) -> None:
         self._state = state  # for closed and resolve
@@ -68,8 +77,9 @@ class Handshake:
         self._unschedule = state.unschedule
         self._fail_messages = recovery.fail_messages
         self._build_hello = packetizer.build_hello
+        self.hello_ack_len = packetizer.hello_ack_len
         self._challenge: Callable[..., bool] | None = None  # guard.py's, set by wire_guard
-        self._learn_remote: Callable[[Peer], None] | None = None
+        self._learn_remote: Callable[[Peer], None] = lambda peer: None
 
     def wire_guard(self, challenge: Callable[..., bool], learn_remote: Callable[[Peer], None]) -> None:
         """The guard's ``challenge`` (a live peer's restart must be proven) and
@@ -84,9 +94,48 @@ class Handshake:
         peer = Peer(address, dest, conn, self._rng.randrange(1, 1 << 62), timer, cfg.window)
         self._cc.on_new_peer(peer)
         peer.crc = self.crc
+        self._own_limits(peer)
         self.peers_by_addr[address] = peer
         self.peers_by_conn[conn] = peer
         return peer
+
+    def _own_limits(self, peer: Peer) -> None:
+        """Until the peer's handshake says otherwise, it is held to our own limits."""
+        state = self._state
+        peer.max_message = self.config.max_message_size
+        peer.single_cap = state.single_cap
+        peer.chunk_cap = state.chunk_cap
+        peer.peer_timeout = self.config.peer_timeout
+
+    def _learn_limits(self, peer: Peer, params: TransportParameters | None) -> None:
+        """Obey the limits the peer advertised (its transport parameters): the largest
+        message it takes (what is queued beyond it fails now, through its callback, with
+        MessageTooLarge), the largest datagram (our segments are cut to fit), and
+        ``peer_timeout`` (the smaller of the two ends' wins, as QUIC's max_idle_timeout)."""
+        p = params if params is not None else _NO_PARAMS
+        cfg, state = self.config, self._state
+        peer.max_message = min(p.max_message_size, cfg.max_message_size)
+        if p.peer_timeout_ms:
+            peer.peer_timeout = min(cfg.peer_timeout, p.peer_timeout_ms / 1000)
+        datagram = min(state.data_mtu, p.max_datagram_size)
+        peer.single_cap = min(state.single_cap, datagram - HEADER_LEN)
+        peer.chunk_cap = min(state.chunk_cap, datagram - HEADER_LEN - CHUNK_LEN)
+        if peer.queue:
+            kept: deque[OutMessage] = deque()
+            for msg in peer.queue:
+                if msg.offset or msg.done:  # (cut already: our limits held it)
+                    kept.append(msg)
+                elif msg.length > peer.max_message:
+                    msg.done = True
+                    peer.counters.num_send_errors += 1
+                    if msg.callback is not None:
+                        self.events.append(SendCompleted(msg.callback, MessageTooLarge(
+                            f"message of {msg.length} bytes exceeds the peer's max_message_size="
+                            f"{peer.max_message} (advertised in its handshake)")))
+                else:
+                    msg.chunked = msg.length > peer.single_cap - (PUT_LEN if msg.put_key is not None else 0)
+                    kept.append(msg)
+            peer.queue = kept
 
     def _fresh_conn_id(self) -> int:
         while True:
@@ -130,6 +179,17 @@ class Handshake:
     def on_hello(self, typ: int, dst: int, hello: Hello, wants_crc: bool, source: Any, now: float) -> None:
         """A HELLO or HELLO_ACK (checked): learn the peer, follow its restarts and new
         connections, answer a HELLO, confirm the connection."""
+        reply = None
+        reply_dest = self._state.reply_dest
+        if typ == T_HELLO and source is not None and reply_dest is not None:
+            # The HELLO_ACK goes where the HELLO came from, never to an address written
+            # inside it (a stranger could aim our replies at anyone).  A device that cannot
+            # answer sources (no reply_dest) answers the resolved address, as before.
+            try:
+                reply = reply_dest(source)
+            except (ValueError, TypeError):
+                self.counters.num_malformed_recvs += 1
+                return
         peer = self._hello_peer(typ, dst, hello, now)
         if peer is None:
             return
@@ -142,18 +202,9 @@ class Handshake:
         if hello.conn_id in peer.past_remote_conns and hello.incarnation == peer.remote_inc:
             c.num_stale_recvs += 1  # a late HELLO of a connection already replaced
             return
-        if peer.remote_known and self._challenge is not None \
-                and (dst != peer.local_conn or (source is not None and peer.sources and source not in peer.sources)) \
-                and (peer.state is PeerState.ESTABLISHED or peer.state is PeerState.CONNECTING) \
-                and ((hello.incarnation != peer.remote_inc
-                      and not stale_incarnation(hello.incarnation, peer.remote_inc))
-                     or (hello.incarnation == peer.remote_inc
-                         and (hello.conn_id != peer.remote_conn or hello.isn != peer.remote_isn))) \
+        if self._challenge is not None and self._unproven(peer, dst, hello, source) \
                 and self._challenge(peer, typ, dst, hello, wants_crc, source, now):
-            # a HELLO that would replace a live connection (a restart, or a new connection)
-            # without naming ours, or from a source the connection does not use, counts once
-            # proven at the peer's known address (guard.py)
-            return
+            return  # would replace a live connection: proven first, at the peer's known address (guard.py)
         renewed = self._hello_renews(peer, hello, now)
         if renewed is None:
             return  # stale
@@ -167,20 +218,25 @@ class Handshake:
             peer.remote_known = True
             peer.remote_inc = hello.incarnation
             peer.remote_conn = hello.conn_id
-            if self._learn_remote is not None:
-                self._learn_remote(peer)
+            self._learn_remote(peer)  # (a notice names it by this id: guard.py)
             peer.remote_isn = hello.isn
             # how long the peer may sit on an ACK: part of our retransmit timeout
             peer.timer.set_max_ack_delay(min(hello.max_ack_delay_us * 1e-6, 1.0))
             peer.remote_window = max(8, hello.window)
             peer.window = ReceiveWindow(hello.isn, self.config.window)
+            self._learn_limits(peer, hello.params)
         if typ == T_HELLO:
+            peer.reply_dest = reply
             peer.hello_reply = True
             self._hello[peer] = None
         if renewed:
             # this datagram was addressed to our old connection: the peer cannot know the
-            # new one until our HELLO tells it
-            self.start_hello(peer, now)
+            # new one until our HELLO, or the HELLO_ACK we owe it, tells it.  A HELLO answered
+            # at its observed source needs no HELLO of ours besides, to the address written
+            # inside it (a stranger's HELLO must not make us send there: its own retries get
+            # HELLO_ACKs until it confirms)
+            if typ == T_HELLO_ACK or reply is None:
+                self.start_hello(peer, now)
         # A HELLO_ACK proves the peer knows our current connection (it was looked up by
         # it); a HELLO does only if it is addressed to it.
         elif hello.echo_incarnation == self.incarnation and (typ == T_HELLO_ACK or dst == peer.local_conn):
@@ -194,6 +250,19 @@ class Handshake:
                 self._acking[peer] = None
         elif peer.state is PeerState.CONNECTING and peer.hello_next is None and peer.queue:
             self.start_hello(peer, now)
+
+    def _unproven(self, peer: Peer, dst: int, hello: Hello, source: Any) -> bool:
+        """Would this HELLO or HELLO_ACK replace a live connection (a restart, or a new
+        connection in the same incarnation) without naming ours, or from a source the
+        connection does not use?  Then it counts only once a challenge proves it."""
+        if not peer.remote_known or (peer.state is not PeerState.ESTABLISHED
+                                     and peer.state is not PeerState.CONNECTING):
+            return False
+        if dst == peer.local_conn and (source is None or not peer.sources or source in peer.sources):
+            return False
+        if hello.incarnation != peer.remote_inc:
+            return not stale_incarnation(hello.incarnation, peer.remote_inc)
+        return hello.conn_id != peer.remote_conn or hello.isn != peer.remote_isn
 
     def _hello_peer(self, typ: int, dst: int, hello: Hello, now: float) -> Peer | None:
         """The peer a HELLO (by its address: it may be new) or a HELLO_ACK (by our connection
@@ -277,6 +346,8 @@ class Handshake:
             peer.remember_conn(peer.remote_conn)
         peer.transition(PeerEvent.RESET)  # (Peer.__init__ below leaves it in that state)
         keep = (peer.counters, peer.user_data, peer.past_incarnations, peer.past_remote_conns)
+        unconsumed = peer.unconsumed  # (what the driver holds for its application stays held)
+        self._state.drop_reassembly(peer)
         self.peers_by_conn.pop(peer.local_conn, None)
         self._unschedule(peer)
         cfg = self.config
@@ -286,8 +357,10 @@ class Handshake:
         Peer.__init__(peer, peer.address, peer.dest, conn, self._rng.randrange(1, 1 << 62),
                       timer, cfg.window)
         peer.counters, peer.user_data, peer.past_incarnations, peer.past_remote_conns = keep
+        peer.unconsumed = unconsumed
         self._cc.on_new_peer(peer)
         peer.crc = self.crc
+        self._own_limits(peer)
         self.peers_by_conn[conn] = peer
 
     def hello_pass(self, out: list[Any], now: float, budget: int) -> None:
@@ -295,8 +368,10 @@ class Handshake:
             if len(out) >= budget:
                 break
             if peer.hello_reply:
-                out.append((self._ack_channel, peer.dest, self._build_hello(peer, T_HELLO_ACK)))
+                dest = peer.dest if peer.reply_dest is None else peer.reply_dest
+                out.append((self._ack_channel, dest, self._build_hello(peer, T_HELLO_ACK)))
                 peer.hello_reply = False
+                peer.reply_dest = None
                 peer.counters.num_hello_sends += 1
                 peer.counters.num_total_sends += 1
             if peer.hello_next is not None and peer.hello_next <= now and not peer.confirmed:

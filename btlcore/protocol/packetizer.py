@@ -33,23 +33,30 @@ from .wire import (
     HEAD_REST_PUT,
     HEADER,
     HEADER_LEN,
+    HELLO_BODY,
     HF_CRC_REQUIRED,
     PUT_LEN,
     SACK_RANGE,
     SEQ_MASK,
     T_ACK,
     T_DATA,
+    T_HELLO,
     U32_MASK,
     WIRE_VERSION,
     Hello,
+    TransportParameters,
     crc32c,
     datagram_crc,
+    padding_param,
     seal,
 )
 
 _U32 = struct.Struct("!I")
 _U64 = struct.Struct("!Q")
 _NO_CRC = bytes(4)
+#: a HELLO is padded as if the receiver's address were at least this long (udp 12 or 28
+#: bytes, verbs 36, sim 6), so that the HELLO_ACK it provokes is never larger than itself
+HELLO_PAD_ADDRESS = 64
 GATHER_MIN = 2048  # with enable_gather, chunks from this size keep their payload uncopied
 _PREFIXES_MAX = 4096  # header prefixes kept (EngineState.prefixes)
 _NEVER = 1 << 62  # a size no chunk reaches
@@ -59,7 +66,8 @@ class Packetizer:
     """Messages to segments, and the datagrams of a send pass."""
 
     __slots__ = ("_state", "config", "incarnation", "address", "crc", "priority_limit", "_chunk_cap",
-                 "_ack_channel", "_max_sack", "_prefixes", "_sending", "_acking", "_touched", "_timed")
+                 "_ack_channel", "_max_sack", "_prefixes", "_sending", "_acking", "_touched", "_timed",
+                 "params", "hello_ack_len", "hello_room")
 
     def __init__(self, state: EngineState) -> None:
         self._state = state  # for gather_min, which enable_gather changes
@@ -76,6 +84,16 @@ class Packetizer:
         self._acking = state.acking
         self._touched = state.touched
         self._timed = state.timed
+        cfg = self.config
+        # the limits we advertise in every HELLO and HELLO_ACK (the peer obeys them)
+        self.params = TransportParameters(
+            max_datagram_size=state.data_mtu, max_message_size=cfg.max_message_size,
+            peer_timeout_ms=max(1, round(cfg.peer_timeout * 1000)), window_bytes=0)
+        #: the size of our HELLO_ACK: a HELLO smaller than this is not answered (a reply is
+        #: never larger than what provoked it)
+        self.hello_ack_len = HEADER_LEN + HELLO_BODY.size + len(self.address) + len(self.params.encode())
+        # the largest HELLO body the handshake's channel takes
+        self.hello_room = (state.priority_mtu if state.ack_channel == PRIORITY else state.data_mtu) - HEADER_LEN
 
     def enable_gather(self) -> None:
         """The driver can post a datagram given as a list of buffers (``sendmsg`` style): from
@@ -156,7 +174,7 @@ class Packetizer:
             flags = (F_ACK | F_CRC if crc else F_ACK) | msg.flags | (F_PUT if put else 0)
             if msg.chunked:
                 flags |= F_CHUNK
-                cap = self._chunk_cap - (PUT_LEN if put else 0)
+                cap = peer.chunk_cap - (PUT_LEN if put else 0)  # (the peer's largest datagram)
                 channel = DATA
             else:
                 cap = length
@@ -262,7 +280,8 @@ class Packetizer:
         buf = bytearray(HEADER_LEN + body)
         HEADER.pack_into(buf, 0, WIRE_VERSION, T_ACK, F_ACK | F_CRC if peer.crc else F_ACK, 0,
                          peer.remote_conn, self.incarnation, 0, 0, w.cum & SEQ_MASK, 0, body)
-        ACK_BODY.pack_into(buf, HEADER_LEN, self.config.window, len(ranges), ack_flags, delay)
+        window = peer.adv_window = self.advertised_window(peer)
+        ACK_BODY.pack_into(buf, HEADER_LEN, window, len(ranges), ack_flags, delay)
         pos = HEADER_LEN + ACK_BODY.size
         for start, length in ranges:
             SACK_RANGE.pack_into(buf, pos, start, length)
@@ -271,15 +290,39 @@ class Packetizer:
             seal(buf)
         return buf
 
+    def advertised_window(self, peer: Peer) -> int:
+        """The receive window to advertise to ``peer``, in segments: ``window``, less what
+        ``recv_buffer`` cannot take any more -- the bytes delivered and not consumed
+        (``Peer.unconsumed``) counted in full-size chunks.  Zero once they reach
+        ``recv_buffer``: the sender stops until a window update (see Engine.set_unconsumed)."""
+        cfg = self.config
+        free = cfg.recv_buffer - peer.unconsumed
+        if free <= 0:
+            return 0
+        segments = free // self._chunk_cap
+        return cfg.window if segments >= cfg.window else segments if segments > 0 else 1
+
     def build_hello(self, peer: Peer, typ: int) -> bytearray:
         body = Hello(self.incarnation, peer.local_conn, peer.isn, peer.remote_inc,
-                     self.config.window, self.address, int(self.config.ack_delay * 1e6)).encode()
+                     self.config.window, self.address, int(self.config.ack_delay * 1e6),
+                     self.params).encode()
+        if typ == T_HELLO:
+            # No smaller than the HELLO_ACK it provokes, which the receiver checks (a reply
+            # never amplifies): its address may be longer than the one we resolved (a
+            # dual-stack udp end advertises 28 bytes, reached at 12), so we pad as if it
+            # were at least HELLO_PAD_ADDRESS bytes; its parameters as long as ours.  Within
+            # the channel's MTU.
+            want = HELLO_BODY.size + max(len(peer.address), HELLO_PAD_ADDRESS) + len(self.params.encode())
+            body += padding_param(min(want, self.hello_room) - len(body))
         buf = bytearray(HEADER_LEN + len(body))
         # Always with a CRC32C, whatever either side's setting (a handshake is rare, and a
         # side that requires CRCs must be able to read it); hello_flags says whether we
         # require one on everything else.
         HEADER.pack_into(buf, 0, WIRE_VERSION, typ, F_CRC, HF_CRC_REQUIRED if self.crc else 0,
-                         peer.remote_conn, self.incarnation, 0, 0, 0, 0, len(body))
+                         # a first HELLO (we know no connection of the peer's) carries our
+                         # own id: a VERSION reply echoes it, so it names this handshake
+                         peer.remote_conn or peer.local_conn, self.incarnation, 0, 0, 0, 0,
+                         len(body))
         buf[HEADER_LEN:] = body
         seal(buf)
         return buf

@@ -113,19 +113,23 @@ class Segment:
 class Reassembly:
     """A chunked message being put back together (or a chunked put being tracked).
 
-    Chunks that arrive in order as immutable ``bytes`` datagrams (the simulator's) are kept
-    as views of those datagrams and joined once the last one is in: no zero-filled buffer
-    and one copy of the payload, instead of zeroing a buffer and copying every chunk into it.
-    Anything else (a chunk out of order, a datagram the device will reuse) switches to
-    copying into a buffer, with what was kept so far copied in first."""
+    It holds only what arrived, never what the header claims (``msg_len`` is a stranger's
+    word until every byte is in): memory grows with the bytes received, which the receiver
+    counts against its budgets (``Peer.rx_held``, ``EngineState.rx_held``).  Chunks that
+    arrive in order as immutable ``bytes`` datagrams (the simulator's) are kept as views of
+    those datagrams (``parts``) and joined once the last one is in (one copy).  Anything else
+    (a datagram the device will reuse, a chunk out of order) switches to ``buf``, the in-order
+    prefix, appended to as chunks arrive (``+=``: one copy, the allocator growing it in
+    place, measured as fast as zero-filling ``msg_len`` and copying into it), with chunks above
+    a gap waiting in ``pending`` (copies) until it fills."""
 
-    __slots__ = ("buf", "view", "parts", "msg_len", "received", "tag", "last_seq", "put_key",
+    __slots__ = ("buf", "parts", "pending", "msg_len", "received", "tag", "last_seq", "put_key",
                  "put_offset", "failed")
 
     def __init__(self, msg_len: int, tag: int, put_key: int | None, put_offset: int) -> None:
-        self.buf: bytearray | None = None  # made when the first chunk cannot be kept
-        self.view: memoryview | None = None  # of buf: one view made once, not one per chunk
+        self.buf: bytearray | None = None  # the in-order prefix, once a chunk cannot be kept
         self.parts: list[memoryview] | None = [] if put_key is None else None  # kept chunks
+        self.pending: dict[int, bytes] | None = None  # chunks above the prefix, by offset
         self.msg_len = msg_len
         self.received = 0
         self.tag = tag
@@ -138,28 +142,40 @@ class Reassembly:
 
     def add(self, off: int, chunk: memoryview) -> None:
         """Take the chunk at ``off`` (a view of the datagram; before ``received`` counts it)."""
+        buf = self.buf
+        if buf is not None and off == len(buf) and not self.pending:  # the common case first
+            buf += chunk
+            return
         parts = self.parts
         if parts is not None:
             if off == self.received and type(chunk.obj) is bytes:
                 parts.append(chunk)  # immutable: kept, not copied
                 return
-            self.buf = bytearray(self.msg_len)
-            view = self.view = memoryview(self.buf)
-            pos = 0
-            for part in parts:
-                view[pos:pos + len(part)] = part
-                pos += len(part)
+            buf = self.buf = bytearray().join(parts)
             self.parts = None
-        self.view[off:off + len(chunk)] = chunk  # type: ignore[index]
+        if buf is None:
+            return  # (a put's chunks go to its region: nothing is kept here)
+        if off == len(buf):
+            buf += chunk
+            pending = self.pending
+            if pending:  # the gap before them is filled: move them onto the prefix
+                nxt = pending.pop(len(buf), None)
+                while nxt is not None:
+                    buf += nxt
+                    nxt = pending.pop(len(buf), None)
+        elif off > len(buf):
+            if self.pending is None:
+                self.pending = {}
+            self.pending[off] = bytes(chunk)
+        # (off below the prefix: a chunk overlapping what is in, which no sender makes; take()
+        # then finds the message short and the receiver drops it)
 
-    def take(self) -> bytearray:
-        """The whole message, once every byte arrived (call once)."""
-        if self.parts is not None:
-            self.buf = bytearray().join(self.parts)  # the chunks tile it: they came in order
-            self.parts = None
-        elif self.view is not None:
-            self.view.release()  # the buffer is the user's now
-        return self.buf  # type: ignore[return-value]
+    def take(self) -> bytearray | None:
+        """The whole message, once ``received`` reached ``msg_len`` (call once); None if the
+        chunks did not tile it (a lying sender's overlapping offsets)."""
+        out = bytearray().join(self.parts) if self.parts is not None else self.buf
+        self.parts = self.buf = self.pending = None
+        return out if out is not None and len(out) == self.msg_len else None
 
 
 class Peer:
@@ -170,18 +186,20 @@ class Peer:
         # identity and handshake
         "address", "dest", "local_conn", "remote_conn", "remote_inc", "state", "confirmed",
         "remote_known", "inbound_since", "crc", "hello_next", "hello_count", "hello_sent_at", "hello_interval",
-        "hello_started", "hello_reply",
+        "hello_started", "hello_reply", "reply_dest",
+        # the peer's limits (transport parameters of its handshake) and what follows from them
+        "max_message", "single_cap", "chunk_cap", "peer_timeout",
         "error", "user_data", "source", "sources", "past_incarnations", "past_remote_conns", "remote_isn",
         # send side
         "isn", "next_seq", "snd_una", "queue", "unacked", "resend", "scoreboard",
         "tx_serial", "acked_serial", "reo_mult", "reo_persist", "loss_seq_limit", "cwnd", "ssthresh",
         "recovery_serial", "timeouts", "probe_seq", "probe_serial", "probe_dup", "timer",
         "last_progress", "rto_base", "msg_counter", "puts",
-        "remote_window",
+        "remote_window", "send_queued", "send_blocked",
         # receive side
         "window", "rx_high_time", "dup_seen", "last_ack_sent", "ready", "reassembly", "ack_count", "ack_deadline",
         "ack_now",
-        "sack_dirty",
+        "sack_dirty", "rx_held", "unconsumed", "adv_window",
         "counters",
         # timers (the engine's heap)
         "timed", "timed_order",
@@ -206,14 +224,15 @@ class Peer:
         self.hello_sent_at: float | None = None
         self.hello_started: float | None = None
         self.hello_reply = False  # a HELLO_ACK is owed
+        self.reply_dest: Any = None  # where to: the HELLO's source as a dest (None: ``dest``)
+        # its limits (the handshake sets them: ours, then the peer's transport parameters):
+        # largest message, unchunked and chunk payloads that fit its datagrams; peer_timeout, s
+        self.max_message, self.single_cap, self.chunk_cap = (1 << 32) - 1, 0, 0
+        self.peer_timeout = 0.0
         self.error: BaseException | None = None
         self.user_data: Any = None
-        # where the peer's last accepted handshake came from, as the device reported it (None
-        # if it does not say): for source checks, which use it later
-        self.source: Any = None
-        # the sources its connection's datagrams may come from (guard.py's source checks):
-        # its handshake's, then one more (one per channel), learnt once the ids check out
-        self.sources: tuple[Any, ...] = ()
+        self.source: Any = None  # where its last accepted handshake came from (None: not reported)
+        self.sources: tuple[Any, ...] = ()  # where its connection's datagrams may come from (guard.py)
         # incarnations this address had before (a late HELLO of one is no restart)
         self.past_incarnations: tuple[int, ...] = ()
         self.past_remote_conns: tuple[int, ...] = ()  # likewise, connections
@@ -250,6 +269,8 @@ class Peer:
         # last segment (what the status names)
         self.puts: dict[int, OutMessage] = {}
         self.remote_window = window
+        self.send_queued = 0  # bytes of messages accepted, not completed (unsent or unacked)
+        self.send_blocked = False  # a send was refused: PeerWritable once drained to half
 
         self.window = ReceiveWindow(0, window)  # rebased on the peer's ISN at handshake
         self.last_ack_sent = -1.0
@@ -261,6 +282,9 @@ class Peer:
         self.ack_deadline: float | None = None
         self.ack_now = False
         self.sack_dirty = False
+        self.rx_held = 0  # bytes its messages in reassembly hold (in EngineState.rx_held too)
+        self.unconsumed = 0  # bytes delivered and not taken yet (Engine.set_unconsumed)
+        self.adv_window = window  # the receive window our last ACK advertised, segments
         self.counters = PeerCounters()
         self.timed = False  # the engine keeps times for it (see Recovery._refresh_timers)
         self.timed_order = 0  # when it became timed: timers of peers due together run in this order

@@ -19,6 +19,7 @@ from .handshake import Handshake
 from .peers import OutMessage, Peer, PeerState, Reassembly
 from .recovery import Recovery
 from .state import EngineState
+from .versions import Versions
 from .window import ABOVE_WINDOW, DUPLICATE, NEW
 from .window import SEQ_HALF as _HALF
 from .window import SEQ_WRAP as _WRAP
@@ -69,10 +70,11 @@ class Receiver:
 
     __slots__ = ("_state", "config", "crc", "counters", "events", "peers_by_conn", "regions", "_acking",
                  "_timed", "_sending", "_ack_frequency", "_ack_delay", "_on_cum_ack", "_detect_losses",
-                 "_on_ack", "_put_done", "_confirm", "_on_hello", "_guard", "_source_ok")
+                 "_on_ack", "_put_done", "_confirm", "_on_hello", "_min_hello", "_on_foreign",
+                 "_rx_limit", "_guard", "_source_ok")
 
     def __init__(self, state: EngineState, recovery: Recovery, handshake: Handshake,
-                 guard: Guard) -> None:
+                 versions: Versions, guard: Guard) -> None:
         self._state = state  # for now and closed
         self.config = state.config
         self.crc = state.crc
@@ -91,14 +93,19 @@ class Receiver:
         self._put_done = recovery.put_done
         self._confirm = handshake.confirm
         self._on_hello = handshake.on_hello
+        self._min_hello = handshake.hello_ack_len  # a smaller HELLO is not answered
+        self._on_foreign = versions.on_foreign
+        # the transport's reassembly budget: never below one largest message (else that
+        # message could never be put together)
+        self._rx_limit = max(self.config.reassembly_limit, self.config.max_message_size)
         self._guard = guard  # notices, challenges, source checks (guard.py)
         self._source_ok = guard.source_ok
 
     def receive_datagrams(self, batch: Iterable[Any], now: float,
                           sources: Sequence[Any] | None = None) -> None:
         """A poll's datagrams (``sources``: where each came from, or None); first, the common case: the next segment."""
-        self._state.now = now
-        if self._state.closed:
+        (st := self._state).now = now  # (st.rx_held: what reassembly holds, every peer)
+        if st.closed:
             return  # nobody will read them: neither deliver nor acknowledge
         head_chunk, check, peers, events = HEADER_CHUNK.unpack_from, crc32c, self.peers_by_conn, self.events
         acking, timed, freq = self._acking, self._timed, self._ack_frequency
@@ -139,16 +146,14 @@ class Receiver:
                     if peer.unacked:
                         self._detect_losses(peer)
             cum = (w := peer.window).cum
-            if seq_w != (cum + 1) & SEQ_MASK or w._starts:
-                self._on_segment(peer, view, n, flags, seq_w, tag, plen, now)  # out of order
+            # in order, whole or a middle chunk of a message in reassembly (not its first nor last) within the
+            # transport's budget (the peer's: see _over_budget); else (out of order, ...) the general handler
+            if seq_w != (cum + 1) & SEQ_MASK or w._starts or flags & F_CHUNK and (
+                    (ras := peer.reassembly.get(msg_id)) is None or ras.msg_len != msg_len or ras.put_key is not None
+                    or plen <= 0 or off + plen >= msg_len or ras.received + plen >= msg_len
+                    or st.rx_held + plen > self._rx_limit):
+                self._on_segment(peer, view, n, flags, seq_w, tag, plen, now)
                 continue
-            if flags & F_CHUNK:
-                ras = peer.reassembly.get(msg_id)
-                # a chunk in the middle of a message being reassembled (not its first nor last)
-                if ras is None or ras.msg_len != msg_len or ras.put_key is not None or plen <= 0 \
-                        or off + plen >= msg_len or ras.received + plen >= msg_len:
-                    self._on_segment(peer, view, n, flags, seq_w, tag, plen, now)
-                    continue
             seq = w.cum = cum + 1
             if seq > w.high:
                 w.high = seq
@@ -167,6 +172,8 @@ class Receiver:
                 else:
                     ras.add(off, view[_CHUNKED:])
                 ras.received += plen
+                peer.rx_held += plen
+                st.rx_held += plen
             peer.ack_count += 1
             if peer.ack_count >= freq:
                 peer.ack_now = True
@@ -180,11 +187,11 @@ class Receiver:
         bad, then handed on by type: data to :meth:`_on_data`, an ACK to recovery's
         ``on_ack``, a HELLO or HELLO_ACK to the handshake's ``on_hello``."""
         n = len(data)
-        if n < HEADER_LEN:
-            self.counters.num_malformed_recvs += 1
+        if n < HEADER_LEN or data[0] != WIRE_VERSION:
+            self._on_foreign(data, source, now)  # a VERSION reply, another version, garbage
             return
         version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = HEADER.unpack_from(data)
-        if version != WIRE_VERSION or flags & UNKNOWN_FLAGS:
+        if flags & UNKNOWN_FLAGS:
             self.counters.num_malformed_recvs += 1
             return
         view = memoryview(data)  # one view for the CRC and the payload copy
@@ -211,7 +218,9 @@ class Receiver:
             else:
                 self._on_ack(peer, view, n, ack_w, plen, now)
         elif typ == T_HELLO or typ == T_HELLO_ACK:
-            if n != HEADER_LEN + plen:
+            if n != HEADER_LEN + plen or (typ == T_HELLO and n < self._min_hello):
+                # (a HELLO smaller than our HELLO_ACK would make our reply amplify it: a
+                # version-2 HELLO is padded so that it never is)
                 self.counters.num_malformed_recvs += 1
                 return
             try:
@@ -297,6 +306,10 @@ class Receiver:
                 # keep different state, and a sender never reuses a live message id)
                 c.num_badfrag_recvs += 1
                 return
+            if not flags & F_PUT and (peer.rx_held + plen > self.config.recv_buffer
+                                      or self._state.rx_held + plen > self._rx_limit) \
+                    and cum < seq <= cum + w.size and not w.holds(seq) and self._over_budget(peer, ras, plen):
+                return  # (not accepted, so not acknowledged: the sender sends it again)
         verdict = w.accept(seq)
         if verdict != NEW:
             self._on_not_new(peer, verdict, now)
@@ -353,15 +366,38 @@ class Receiver:
             ras = peer.reassembly[msg_id] = Reassembly(msg_len, tag, None, 0)
         ras.add(off, data[pos:])
         ras.received += plen
+        peer.rx_held += plen
+        self._state.rx_held += plen
         if off + plen == msg_len:
             ras.last_seq = seq
         if ras.received < msg_len:
             return None, seq
         del peer.reassembly[msg_id]
+        peer.rx_held -= ras.received
+        self._state.rx_held -= ras.received
+        peer.ack_now = True  # usnic ACKs a completed large message at once
+        message = ras.take()
+        if message is None:  # chunks that overlap instead of tiling it: a lying sender
+            c.num_badfrag_recvs += 1
+            return None, ras.last_seq
         c.num_msgs_delivered += 1
         c.num_bytes_delivered += msg_len
-        peer.ack_now = True  # usnic ACKs a completed large message at once
-        return MessageReceived(peer, ras.tag, ras.take()), ras.last_seq
+        return MessageReceived(peer, ras.tag, message), ras.last_seq
+
+    def _over_budget(self, peer: Peer, ras: Reassembly | None, plen: int) -> bool:
+        """A new chunk would take reassembly past a budget: count it and say so (the caller
+        drops it).  The peer's budget (``recv_buffer``) is for its messages other than this
+        chunk's own, so that one message larger than the budget still comes through (it
+        grows only with bytes that arrive, up to ``max_message_size``); the transport's
+        (``reassembly_limit``) holds for every byte.  Memory per peer thus stays within
+        ``recv_buffer + max_message_size``, and within ``reassembly_limit`` in all."""
+        if self._state.rx_held + plen > self._rx_limit:
+            self.counters.num_rx_memory_drops += 1
+            return True
+        if peer.rx_held - (0 if ras is None else ras.received) + plen > self.config.recv_buffer:
+            peer.counters.num_rx_budget_drops += 1
+            return True
+        return False
 
     def _on_put(self, peer: Peer, data: memoryview, pos: int, flags: int, seq: int, tag: int, plen: int,
                 msg_id: int, msg_len: int, off: int, ras: Reassembly | None) -> tuple[Event | None, int]:

@@ -23,7 +23,7 @@ from operator import attrgetter
 from typing import Any
 
 from ..errors import PeerUnreachable, PutError
-from .events import PeerFailed, SendCompleted, _new
+from .events import PeerFailed, PeerWritable, SendCompleted, _new
 from .packetizer import Packetizer
 from .peers import OutMessage, Peer, PeerEvent, PeerState, Segment
 from .state import EngineState
@@ -223,6 +223,9 @@ class Recovery:
             peer.counters.num_msgs_completed += 1
             if msg.callback is not None:
                 self.events.append(_new(SendCompleted, (msg.callback, None)))
+            peer.send_queued -= msg.length  # self.release, inline (once per message)
+            if peer.send_blocked:
+                self.release(peer, 0)
 
     def put_done(self, peer: Peer, msg: OutMessage) -> None:
         """A put is acknowledged and its status is in: its callback gets None if it landed,
@@ -240,6 +243,16 @@ class Recovery:
                            peer.address.hex())
         if msg.callback is not None:
             self.events.append(SendCompleted(msg.callback, exc))
+        self.release(peer, msg.length)
+
+    def release(self, peer: Peer, nbytes: int) -> None:
+        """A message of ``nbytes`` completed: its bytes leave the peer's send buffer (once per
+        message, never per segment).  A send refused for want of room is told when the
+        buffer has drained to half (a low-water mark: one event per refusal, not per ACK)."""
+        queued = peer.send_queued = peer.send_queued - nbytes
+        if peer.send_blocked and queued <= self.config.send_buffer >> 1:
+            peer.send_blocked = False
+            self.events.append(_new(PeerWritable, (peer,)))
 
     def _progress(self, peer: Peer, now: float) -> None:
         """Something new was acknowledged: restart the death clock and the retransmit
@@ -271,7 +284,9 @@ class Recovery:
         c.num_ack_recvs += 1
         if not peer.confirmed:
             self._confirm(peer, now)
-        peer.remote_window = window if window > 8 else 8
+        if window > peer.remote_window and peer.queue and peer.state is _ESTABLISHED:
+            self._sending[peer] = None  # the window opened (a window update acknowledges nothing new)
+        peer.remote_window = window  # (zero: the receiver's application is not reading)
         if ack_flags & AF_DUPLICATE:
             peer.probe_dup = True  # (only read while a timeout's probes are out)
             if peer.reo_mult < 16 and peer.counters.num_resends:
@@ -403,7 +418,9 @@ class Recovery:
         peer.queue = ()
         peer.puts.clear()
         peer.resend = ()
-        peer.reassembly.clear()
+        peer.send_queued = 0  # (nobody to tell that it has room: the sends failed)
+        peer.send_blocked = False
+        self._state.drop_reassembly(peer)
         peer.ready.clear()
 
     def _fail_peer(self, peer: Peer, exc: BaseException) -> None:
@@ -414,6 +431,8 @@ class Recovery:
         peer.hello_next = None
         self._unschedule(peer)
         self.events.append(PeerFailed(peer, exc))
+
+    fail_peer = _fail_peer  # (public for the parts that fail a peer: version negotiation)
 
     # -- timers: each peer's times are recomputed only when something about it changed (it is
     # in _timed, added by whatever changed it, or _touched); both are kept in heaps

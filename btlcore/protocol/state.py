@@ -47,7 +47,7 @@ class EngineState:
         "ack_delay", "cc", "cwnd_max", "single_cap", "chunk_cap", "gather_min", "prefixes",
         "peers_by_addr", "peers_by_conn", "counters", "events", "regions", "next_region",
         "closed", "now", "resending", "sending", "acking", "hello", "timed", "touched",
-        "deadlines", "actions",
+        "deadlines", "actions", "rx_held",
         "reply_dest", "replies",
     )
 
@@ -121,6 +121,14 @@ class EngineState:
         self.touched: dict[Peer, None] = {}
         self.deadlines: DeadlineHeap[Peer] = DeadlineHeap()  # what next_deadline() reports
         self.actions: DeadlineHeap[Peer] = DeadlineHeap()  # when handle_timer() acts on one
+        # bytes every peer's reassemblies hold together (bounded by config.reassembly_limit)
+        self.rx_held = 0
+
+    def drop_reassembly(self, peer: Peer) -> None:
+        """Forget ``peer``'s messages in reassembly and give back the bytes they held."""
+        self.rx_held -= peer.rx_held
+        peer.rx_held = 0
+        peer.reassembly.clear()
 
     def unschedule(self, peer: Peer) -> None:
         """Take ``peer`` off every work list and timer (it failed, is reset, or is forgotten)."""

@@ -38,6 +38,7 @@ class PeerCounters:
     num_hello_recvs: int = 0
     num_stale_recvs: int = 0
     num_reassembly_drops: int = 0
+    num_rx_budget_drops: int = 0
     num_put_errors: int = 0
     num_put_status_sends: int = 0
     num_put_status_recvs: int = 0
@@ -50,6 +51,7 @@ class PeerCounters:
     num_bytes_delivered: int = 0
     num_send_errors: int = 0
     num_source_drops: int = 0
+    num_send_blocks: int = 0
     max_send_window: int = 0
     max_recv_window: int = 0
 
@@ -73,6 +75,7 @@ class ModuleCounters:
     num_forged_drops: int = 0
     num_replies_limited: int = 0
     num_icmp_errors: int = 0
+    num_rx_memory_drops: int = 0
 
 
 #: counters summed over peers; ``max_*`` ones are high-water marks (max, not sum)

@@ -70,12 +70,14 @@ T_HELLO / T_HELLO_ACK payload::
     30   n   address          our device address (what the receiver passes to resolve)
     30+n     transport parameters (version 2; see below), possibly none
 
-Version 2 (``SUPPORTED_VERSIONS``; the engine still speaks ``WIRE_VERSION`` = 1 until it
-switches, at the line marked below).  The same header, and these types and bodies:
+Version 2 (``WIRE_VERSION``, the one ``SUPPORTED_VERSIONS`` lists; version 1 had only the
+first four types and no parameters).  The same header, and these types and bodies:
 
 Transport parameters (after a HELLO's address): a run of ``PARAM_HEAD`` (type u16,
 length u16) each followed by ``length`` bytes of value; unknown types are skipped, a known
 one has one fixed width and a range, and appears at most once (``TransportParameters``).
+``TP_PADDING`` (type 0, any length, zeros) is an unknown type by design: a HELLO carries
+one so that it is no smaller than the HELLO_ACK it provokes (``padding_param``).
 
 T_CLOSE / T_CLOSE_ACK payload (header dst_conn: the receiver's conn id)::
 
@@ -125,8 +127,8 @@ try:  # the C implementation: 0.3 us for 1500 B, five times zlib.crc32
 except ImportError:  # pragma: no cover - crc32c is a hard dependency; keep a slow fallback
     _crc32c_mod = None
 
-# The engine switches this to 2 (= max(SUPPORTED_VERSIONS)) when it speaks the second
-# version (issue #11); until then version 2 is a codec only: decode(buf, versions=(2,)).
+#: the version this end speaks (and writes in every datagram's first byte); a datagram of
+#: another version is answered with a VERSION reply (the engine's, rate-limited)
 WIRE_VERSION = 2
 #: the versions whose datagrams this codec reads and writes (the VERSION reply lists these)
 SUPPORTED_VERSIONS = (2,)
@@ -474,6 +476,8 @@ TP_MAX_DATAGRAM_SIZE = 0x0001
 TP_MAX_MESSAGE_SIZE = 0x0002
 TP_PEER_TIMEOUT = 0x0003
 TP_WINDOW_BYTES = 0x0004
+#: padding: skipped as unknown (never in PARAM_SPECS); see padding_param
+TP_PADDING = 0x0000
 _PARAM_FORMAT = {4: struct.Struct("!I"), 8: struct.Struct("!Q")}
 #: type -> (attribute, width, smallest, largest)
 PARAM_SPECS: dict[int, tuple[str, int, int, int]] = {
@@ -545,6 +549,14 @@ class TransportParameters:
                 values[name] = value
             pos += length
         return cls(**values)
+
+
+def padding_param(size: int) -> bytes:
+    """A ``TP_PADDING`` parameter at least ``size`` bytes long (b"" for ``size`` <= 0): what
+    a HELLO appends so that the HELLO_ACK it provokes is no larger than itself."""
+    if size <= 0:
+        return b""
+    return PARAM_HEAD.pack(TP_PADDING, max(0, size - PARAM_HEAD.size)) + bytes(max(0, size - PARAM_HEAD.size))
 
 
 @attrs.define(slots=True, frozen=True)

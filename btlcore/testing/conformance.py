@@ -360,6 +360,33 @@ class ConformanceTests:
                                           for y in distinct[i + 1:]), \
             f"each channel of each peer needs a source of its own: {by_group}"
 
+    def test_reply_dest_reaches_the_source(self, harness: BackendHarness) -> None:
+        """``btl_device_reply_dest(source)`` is a dest that reaches the sender of a datagram
+        on either channel (btlcore answers handshakes there, never at an address written
+        inside them); a source it cannot answer raises ValueError."""
+        a, c = harness.open(self.config()), harness.open(self.config())
+        reply_dest, poll_from = c.device.reply_dest, c.device.poll_recv_from
+        if reply_dest is None or poll_from is None or not c.capabilities.reports_source:
+            pytest.skip(f"{harness.backend} does not answer sources (no btl_device_reply_dest)")
+        probe = b"conformance-reply-probe"
+        source = _raw_exchange(c, {probe: (a, Channel.PRIORITY, probe)}, poll_from)[probe]
+        dest = reply_dest(source)
+        answers = {b"conformance-reply %d" % ch: ch for ch in Channel}
+        seen: set[bytes] = set()
+        deadline = a.now() + 10.0
+        while seen != set(answers):
+            assert a.now() < deadline, f"answers to the source never arrived: {set(answers) - seen}"
+            for data, channel in answers.items():
+                if data not in seen:
+                    c.device.post_send(channel, dest, data)
+            for _ in range(20):
+                seen.update(bytes(d) for d in a.device.poll_recv(256) if bytes(d) in answers)
+                if seen == set(answers):
+                    break
+                a.device.wait(min(deadline, a.now() + 0.005))
+        with pytest.raises(ValueError):
+            reply_dest(object())
+
     # -- put, close ----------------------------------------------------------------------
 
     def test_put_lands_in_exposed_buffer(self, harness: BackendHarness) -> None:

@@ -13,8 +13,10 @@ testing API: a user's or a backend's tests drive two engines like this::
     assert p.delivered[1] == [(b"A", 7, b"hello")] and p.completions["m"] == [None]
 
 Each step hands every engine what arrived (``receive_datagram`` or, with
-``batch_receive=True``, ``receive_datagrams``), runs its due timers (``next_deadline`` /
-``handle_timer``), takes its events (``take_events``: deliveries into ``delivered``,
+``batch_receive=True``, ``receive_datagrams``), each datagram with its source: the sender's
+address, which the engines' ``reply_dest`` takes as a dest as it is (``resolve`` is the
+identity), so handshake and VERSION replies go back to the sender; runs its due timers
+(``next_deadline`` / ``handle_timer``), takes its events (``take_events``: deliveries into ``delivered``,
 completions into ``completions``, the rest into ``other_events``; all into ``timeline``) and
 sends what it wants sent (``datagrams_to_send``), logging every datagram in ``log``.
 
@@ -28,6 +30,7 @@ lands after ``delay`` seconds of virtual time.  A fate is one of::
     ("dup", n)                  deliver it n + 1 times
     ("delay", extra)            deliver after ``delay + extra``
     ("corrupt", bit)            flip bit number ``bit`` (mod the datagram's length in bits)
+    ("replace", data)           deliver ``data`` instead (a datagram rewritten on the link)
 
 Hooks are ``hook(src, dst, data, k) -> fate | None`` where ``src``/``dst`` are engine indices
 and ``k`` counts datagrams from ``src`` to ``dst`` (from 0).  Helpers build the usual ones
@@ -66,12 +69,8 @@ class EngineNet:
     def __init__(self, n: int = 2, config: Config | None = None, *, configs: list[Config] | None = None,
                  mtu: int = 1500, priority_mtu: int = 768, seed: int = 1, delay: float = 0.001,
                  crc: bool = True, max_steps: int = 200_000, budget: int = 1 << 30,
-                 reuse_rx_buffer: bool = False, batch_receive: bool = False,
-                 sources: bool = False) -> None:
+                 reuse_rx_buffer: bool = False, batch_receive: bool = False) -> None:
         self.now = 0.0
-        # hand each datagram over with its source (the sender's address, as a device that
-        # reports sources does), and let engines answer a source (reply_dest)
-        self.with_sources = sources
         # hand each engine what landed in one step as one Engine.receive_datagrams batch
         self.batch_receive = batch_receive
         # hand datagrams over as memoryviews of one buffer that is scribbled over after each
@@ -105,11 +104,12 @@ class EngineNet:
         # incarnations are ordered, as a Transport makes them from the clock: later lives
         # of a node get larger numbers
         self._lives = getattr(self, "_lives", 0) + 1
+        # a datagram's source is its sender's address (a dest as it is: resolve is the identity)
         return Engine(self.configs[i], address=bytes([65 + i]), resolve=lambda addr: bytes(addr),
                       data_mtu=self.mtu, priority_mtu=self.priority_mtu, crc=self.crc,
                       rng=random.Random(seed), now=self.now,
                       incarnation=self._lives << 10,  # lives a "second" apart (1024 units)
-                      reply_dest=(lambda source: bytes(source)) if self.with_sources else None)
+                      reply_dest=lambda source: bytes(source))
 
     # ------------------------------------------------------------------ helpers
 
@@ -247,6 +247,8 @@ class EngineNet:
                 bit = fate[1] % (len(b) * 8)
                 b[bit // 8] ^= 1 << (bit % 8)
                 data = bytes(b)
+            elif fate[0] == "replace":
+                data = bytes(fate[1])
         for _ in range(copies):
             self._n += 1
             heapq.heappush(self._flight, (when, self._n, src, dst, data))
@@ -287,24 +289,23 @@ class EngineNet:
         if cap is not None and target > cap:
             target = cap
         self.now = max(self.now, target)
-        batches: dict[int, list[bytes]] = {}
-        froms: dict[int, list[bytes]] = {}
-        with_sources = self.with_sources
+        batches: dict[int, tuple[list[bytes], list[bytes]]] = {}
         while self._flight and self._flight[0][0] <= self.now:
             _t, _n, src, dst, data = heapq.heappop(self._flight)
             self.arrivals.append((self.now, src, dst, data))
-            source = self.addresses[src] if with_sources else None
+            source = self.addresses[src]  # where it came from (what a device reports)
             if self.batch_receive:
-                batches.setdefault(dst, []).append(data)
-                froms.setdefault(dst, []).append(self.addresses[src])
+                batch, sources = batches.setdefault(dst, ([], []))
+                batch.append(data)
+                sources.append(source)
             elif self.reuse_rx_buffer:
                 self._rx[:len(data)] = data
                 self.engines[dst].receive_datagram(memoryview(self._rx)[:len(data)], source, self.now)
                 self._rx[:len(data)] = b"\xa5" * len(data)
             else:
                 self.engines[dst].receive_datagram(data, source, self.now)
-        for dst, batch in batches.items():
-            self.engines[dst].receive_datagrams(batch, self.now, froms[dst] if with_sources else None)
+        for dst, (batch, sources) in batches.items():
+            self.engines[dst].receive_datagrams(batch, self.now, sources)
         self._collect()
         return True
 

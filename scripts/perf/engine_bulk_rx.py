@@ -17,7 +17,9 @@ from btlcore.testing.enginepair import EnginePair
 mode = sys.argv[1]
 mtu = int(sys.argv[2])
 nmsgs = int(sys.argv[3])
-net = EnginePair(Config(), mtu=mtu, priority_mtu=min(mtu, 9000), crc=os.environ.get("CRC","1")=="1")
+# every message queued at once: a send buffer that takes them all (trees before it had none)
+cfg = Config(send_buffer=1 << 40) if "send_buffer" in Config.names() else Config()
+net = EnginePair(cfg, mtu=mtu, priority_mtu=min(mtu, 9000), crc=os.environ.get("CRC","1")=="1")
 net.handshake()
 a, b = net.a, net.b
 pa, pb = net.pa, net.pb

@@ -20,7 +20,7 @@ from btlcore.testing.enginepair import DROP, EnginePair
 
 
 def _pair(config: Config | None = None, **kw: Any) -> EnginePair:
-    p = EnginePair(config or Config(peer_timeout=30.0), sources=True, **kw)
+    p = EnginePair(config or Config(peer_timeout=30.0), **kw)
     p.handshake()
     return p
 
@@ -143,8 +143,9 @@ def test_no_notice_without_a_source_to_answer() -> None:
 # ------------------------------------------------------------------ restart HELLO, challenged
 
 def _forged_hello(p: EnginePair, inc: int, conn: int = 0x4242) -> bytes:
-    body = wire.Hello(inc, conn, 12345, p.a.incarnation, 64, b"B", 1000)
-    return wire.Datagram(wire.T_HELLO, 0, 0, inc, payload=body.encode()).encode()
+    body = wire.Hello(inc, conn, 12345, p.a.incarnation, 64, b"B", 1000, wire.TransportParameters())
+    # padded as a real one is, so that it is no smaller than the HELLO_ACK it could provoke
+    return wire.Datagram(wire.T_HELLO, 0, 0, inc, payload=body.encode() + wire.padding_param(64)).encode()
 
 
 @pytest.mark.parametrize("source", [b"B", b"Z"])

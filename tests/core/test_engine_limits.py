@@ -31,6 +31,7 @@ def test_max_message_size_enforced_at_send() -> None:
 
 def test_receiver_refuses_chunks_of_oversized_message() -> None:
     p = pair(config_b=Config(max_message_size=3000, peer_timeout=0.3), peer_timeout=0.3)
+    p.pa.max_message = 1 << 20  # a sender ignoring the limit b advertised (else: MessageTooLarge)
     p.send(0, 1, 1, bytes(4000), key="big")
     p.run_idle(2)
     assert p.pb.counters.num_badfrag_recvs >= 3

@@ -19,6 +19,7 @@ from btlcore.protocol.events import (
     MessageReceived,
     PeerFailed,
     PeerRestarted,
+    PeerWritable,
     PutLanded,
     PutRefused,
     SendCompleted,
@@ -68,7 +69,8 @@ def test_transport_dispatches_every_event_type() -> None:
     t = btlcore.open("sim")
     try:
         seen: list[Any] = []
-        peer = SimpleNamespace(address=b"\x02\x00\x00\x00\x00\x07")  # (what Transport reads of a peer)
+        # (what Transport reads of a peer; and the engine's set_unconsumed, for the inbox)
+        peer = SimpleNamespace(address=b"\x02\x00\x00\x00\x00\x07", unconsumed=0, adv_window=0, remote_known=False)
         err = ValueError("boom")
         t.on(9, lambda p, tag, data: seen.append(("msg", p, tag, data)))
         t.on_put(lambda p, k, o, n: seen.append(("put", p, k, o, n)),
@@ -78,12 +80,15 @@ def test_transport_dispatches_every_event_type() -> None:
             MessageReceived(peer, 9, b"m"), MessageReceived(peer, 4, b"inbox"),  # type: ignore[arg-type]
             SendCompleted(lambda e: seen.append(("done", e)), None),
             PutLanded(peer, 1, 2, 3), PutRefused(peer, 4, 5, 6),  # type: ignore[arg-type]
-            PeerFailed(peer, err), PeerRestarted(peer),  # type: ignore[arg-type]
+            PeerFailed(peer, err), PeerRestarted(peer), PeerWritable(peer),  # type: ignore[arg-type]
         ]
         t._dispatch(t.engine.take_events())
         assert seen == [("msg", peer, 9, b"m"), ("done", None), ("put", peer, 1, 2, 3),
-                        ("refused", peer, 4, 5, 6), ("failed", peer, err), ("restarted", peer, None)]
+                        ("refused", peer, 4, 5, 6), ("failed", peer, err), ("restarted", peer, None),
+                        ("writable", peer, None)]
+        assert peer.unconsumed == len(b"inbox")  # queued for recv(): held against the window
         msg = t.recv(0)
         assert msg is not None and (msg.peer, msg.tag, msg.data) == (peer, 4, b"inbox")
+        assert peer.unconsumed == 0
     finally:
         t.close(flush=False)

@@ -203,11 +203,12 @@ def test_v2_bodies_malformed(typ: int) -> None:
             parse(bytes(size + 1))
 
 
-def test_v2_types_are_unknown_in_version_1_and_version_2_is_refused_by_default() -> None:
+def test_v2_types_are_unknown_in_version_1_and_version_1_is_refused_by_default() -> None:
     raw = bytearray(_v2(T_CLOSE, Close(1, 2).encode()))
-    with pytest.raises(MalformedDatagram, match="wire version 2, expected 1"):
-        decode(raw, versions=(1,))
+    assert decode(raw).type == T_CLOSE  # version 2 is the default now
     raw[0] = 1
+    with pytest.raises(MalformedDatagram, match="wire version 1, expected 2"):
+        decode(raw)
     with pytest.raises(MalformedDatagram, match="unknown type 5 in version 1"):
         decode(raw, versions=(1, 2))
     assert decode(_v2(wire.T_DATA, b"x"), versions=(1, 2)).version == 2

@@ -102,9 +102,11 @@ class RawSender:
         self.e = Engine(config or Config(), address=b"E", resolve=lambda a: bytes(a), data_mtu=1500,
                         priority_mtu=768, crc=True, rng=random.Random(4), now=0.0)
         self.inc, self.conn, self.isn = 0x1234, 0x5678, 1000
-        hello = wire.Hello(self.inc, self.conn, self.isn, 0, 4096, b"R")
+        hello = wire.Hello(self.inc, self.conn, self.isn, 0, 4096, b"R", 0, wire.TransportParameters())
+        # padded so that it is no smaller than the HELLO_ACK it provokes (protocol.md §1.8)
         self.e.receive_datagram(wire.Datagram(wire.T_HELLO, src_incarnation=self.inc,
-                                              payload=hello.encode()).encode(), None, 0.0)
+                                              payload=hello.encode() + wire.padding_param(64)).encode(),
+                                None, 0.0)
         (reply,) = self.collect(0.0)
         assert reply.type == wire.T_HELLO_ACK
         self.dst = wire.Hello.decode(reply.payload).conn_id

@@ -35,7 +35,7 @@ def test_backends_md_covers_every_hook_and_binding() -> None:
 def test_conformance_test_list_in_backends_md() -> None:
     """backends.md enumerates what the suite tests; a new test must be added there."""
     tests = sorted(n for n in vars(ConformanceTests) if n.startswith("test_"))
-    assert len(tests) == 14, f"the conformance suite has {len(tests)} tests now: update backends.md's list"
+    assert len(tests) == 15, f"the conformance suite has {len(tests)} tests now: update backends.md's list"
 
 
 def test_backends_md_has_runnable_examples() -> None:

@@ -136,7 +136,7 @@ def test_constants_match_wire_py() -> None:
     v2 = [n for n in dir(wire) if re.fullmatch(r"(T|TP|CR)_[A-Z_]+", n)]
     for name in v2:
         assert cells(row(text, f"`{name}`"))[1] == str(getattr(wire, name)), name
-    assert len(v2) == 11 + len(wire.PARAM_SPECS) + len(wire.CLOSE_REASON_NAMES)
+    assert len(v2) == 11 + len(wire.PARAM_SPECS) + 1 + len(wire.CLOSE_REASON_NAMES)  # (+1: TP_PADDING)
     params = {getattr(wire, n): n for n in v2 if n.startswith("TP_")}
     defaults = wire.TransportParameters()
     for typ, (name, width, low, high) in wire.PARAM_SPECS.items():
@@ -180,9 +180,11 @@ def test_worked_examples_are_exact() -> None:
     assert _example(text, "ack") == ack
     assert wire.parse_ack_payload(wire.decode(ack).payload) == (4096, [(2, 3), (7, 1)], 150, wire.AF_DUPLICATE)
     hello_body = wire.Hello(0x55667788, 0x0A0B0C0D, 0x1000, 0, 4096, bytes.fromhex("020000000001"), 200)
-    hello = wire.Datagram(wire.T_HELLO, src_incarnation=0x55667788, payload=hello_body.encode()).encode()
+    # (version 1's HELLO, for comparison with version 2's below)
+    hello = wire.Datagram(wire.T_HELLO, src_incarnation=0x55667788, payload=hello_body.encode(),
+                          version=1).encode()
     assert _example(text, "hello") == hello
-    assert wire.Hello.decode(wire.decode(hello).payload) == hello_body
+    assert wire.Hello.decode(wire.decode(hello, versions=(1,)).payload) == hello_body
     for name in ("data", "ack", "hello"):
         assert wire.crc_ok(_example(text, name))
 
@@ -193,12 +195,13 @@ def test_version_2_worked_examples_are_exact() -> None:
                                       peer_timeout_ms=10_000, window_bytes=16 << 20)
     hello_body = wire.Hello(0x55667788, 0x0A0B0C0D, 0x1000, 0, 4096, bytes.fromhex("020000000001"), 200,
                             params)
-    hello = wire.Datagram(wire.T_HELLO, src_incarnation=0x55667788, payload=hello_body.encode(),
-                          version=2).encode()
+    # a first HELLO: its dst_conn is the sender's own conn_id (§5.3)
+    hello = wire.Datagram(wire.T_HELLO, dst_conn=0x0A0B0C0D, src_incarnation=0x55667788,
+                          payload=hello_body.encode(), version=2).encode()
     assert _example(text, "hello_v2") == hello
     assert wire.Hello.decode(wire.decode(hello, versions=(2,)).payload) == hello_body
     # version 1's HELLO body, then the parameter block
-    v1_body = wire.decode(_example(text, "hello")).payload
+    v1_body = wire.decode(_example(text, "hello"), versions=(1,)).payload
     assert wire.decode(hello, versions=(2,)).payload == v1_body + params.encode()
     close = wire.Datagram(wire.T_CLOSE, dst_conn=0x11223344, src_incarnation=0x55667788, version=2,
                           payload=wire.Close(0x0A0B0C0D, 0x99AABBCC, wire.CR_CLOSED).encode()).encode()
@@ -209,12 +212,15 @@ def test_version_2_worked_examples_are_exact() -> None:
 
 
 def test_worked_examples_are_accepted_by_an_engine() -> None:
-    """The HELLO example, sent to a fresh engine, creates a peer and is answered."""
+    """The version-2 HELLO example, sent to a fresh engine, creates a peer and is answered
+    (the version-1 one gets no answer: no source to send a VERSION reply to)."""
     from btlcore.protocol.engine import Engine
 
     e = Engine(Config(), address=b"\x02\x00\x00\x00\x00\x02", resolve=lambda a: bytes(a), data_mtu=1500,
                priority_mtu=768, crc=True, rng=random.Random(5), now=0.0)
     e.receive_datagram(_example(read("protocol.md"), "hello"), None, 0.0)
+    assert e.peers_by_addr == {} and e.datagrams_to_send(0.0) == []
+    e.receive_datagram(_example(read("protocol.md"), "hello_v2"), None, 0.0)
     assert list(e.peers_by_addr) == [bytes.fromhex("020000000001")]
     out = e.datagrams_to_send(0.0)
     replies = [wire.decode(bytes(buf)) for _, _, buf in out]

@@ -71,8 +71,14 @@ class DocPeer:
         assert crc == c32.crc32c(dg[16:], c32.crc32c(dg[:12])), "CRC rule of protocol.md §2"
         if typ == 3:  # HELLO: record the remote, answer with HELLO_ACK
             r_inc, r_conn, r_isn, echo, window, r_delay, alen = struct.unpack_from("!IIQIIIH", dg, 36)
-            assert r_inc == inc and dg[66:66 + alen] == bytes(dg[66:]) and len(dg) == 66 + alen
-            self.remote = {"inc": r_inc, "conn": r_conn, "isn": r_isn, "addr": alen, "max_ack_delay": r_delay}
+            assert r_inc == inc and len(dg) >= 66 + alen
+            params, pos = {}, 66 + alen  # the transport parameter block (§1.7): type, length, value
+            while pos < len(dg):
+                ptype, plen_ = struct.unpack_from("!HH", dg, pos)
+                params[ptype] = int.from_bytes(dg[pos + 4:pos + 4 + plen_], "big")
+                pos += 4 + plen_
+            self.remote = {"inc": r_inc, "conn": r_conn, "isn": r_isn, "addr": alen, "max_ack_delay": r_delay,
+                           "max_datagram": params[1], "max_message": params[2]}
             self.cum = r_isn
             body = struct.pack("!IIQIIIH", self.inc, self.conn, self.isn, r_inc, 64, self.max_ack_delay,
                                len(self.address))
@@ -153,6 +159,8 @@ def test_a_peer_written_from_protocol_md_interoperates() -> None:
     assert doc.data_acked  # the engine acknowledged the doc peer's segment
     # each side's HELLO advertised its ACK delay (µs); the engine's RTO adds the doc peer's
     assert doc.remote["max_ack_delay"] == round(Config().ack_delay * 1e6)
+    # and its limits (transport parameters): its largest datagram and message
+    assert (doc.remote["max_datagram"], doc.remote["max_message"]) == (1500, Config().max_message_size)
     assert peer.timer.max_ack_delay == doc.max_ack_delay == 0
     assert e.stats()["num_resends"] >= 1
 

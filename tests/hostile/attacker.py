@@ -93,8 +93,11 @@ def forged_chunk(*, dst_conn: int, incarnation: int, seq: int, msg_id: int, msg_
 
 def forged_hello(*, address: bytes, incarnation: int, conn_id: int, isn: int, window: int = 4096,
                  dst_conn: int = 0, typ: int | None = None) -> bytes:
-    """A HELLO (or HELLO_ACK) that says it comes from ``address`` in life ``incarnation``."""
-    body = wire.Hello(incarnation, conn_id, isn, 0, window, address, 0).encode()
+    """A HELLO (or HELLO_ACK) that says it comes from ``address`` in life ``incarnation``: a
+    well-formed one of version 2 (transport parameters, padded as the protocol asks, so that
+    the victim takes it and would answer it)."""
+    body = wire.Hello(incarnation, conn_id, isn, 0, window, address, 0, wire.TransportParameters()).encode()
+    body += wire.padding_param(200)
     buf = header(wire.T_HELLO if typ is None else typ, dst_conn=dst_conn, incarnation=incarnation,
                  payload_len=len(body))
     return seal(buf + body)

@@ -61,9 +61,6 @@ def test_forged_chunks_claiming_huge_messages(pair: LivePair, ids: str) -> None:
 
 
 @needs_raw
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="#11: reassembly allocates a header's claimed length (memory not in "
-                          "proportion to the bytes received)")
 def test_forged_chunks_claiming_huge_messages_spoofed(pair: LivePair) -> None:
     # the worst sender: it saw the connection's ids and sends from the live peer's own address,
     # so no source check stops it; only the reassembly budget does.  (Such a sender can also
@@ -112,9 +109,6 @@ def test_flood_from_1000_unknown_sources(pair: LivePair) -> None:
     assert_connection_intact(pair)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="#11: handshake replies go to the address written in the HELLO, not to the "
-                          "datagram's observed source")
 def test_hello_replies_never_go_to_an_address_written_inside(pair: LivePair) -> None:
     import socket
 

@@ -171,12 +171,11 @@ def btl_device_resolve(device: SimNIC, address: bytes) -> Link:
 
 
 @hookimpl
-def btl_device_reply_dest(device: SimNIC, source: Any) -> Link | None:
-    """The link back to a source ``(address, channel)`` (either channel reaches the NIC)."""
-    try:
-        return device.resolve(bytes(source[0]))
-    except (ValueError, TypeError, KeyError, IndexError):
-        return None
+def btl_device_reply_dest(device: SimNIC, source: Any) -> Link:
+    """The link to the NIC a frame came from (its source is ``(address, channel)``)."""
+    if not isinstance(source, tuple) or len(source) != 2:
+        raise ValueError(f"sim: a source is (address, channel), not {source!r}")
+    return device.resolve(source[0])
 
 
 @hookimpl

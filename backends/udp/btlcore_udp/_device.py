@@ -190,6 +190,14 @@ class UdpDevice:
                                      f"the peer's network")
         return _address.to_handle(family, ip, pport, dport, scope)
 
+    def reply_dest(self, source: Any) -> _address.Handle:
+        """A handle that reaches ``source`` (a sender's ``(host, port)`` as ``poll_recv_from``
+        reports it) on either channel: a reply goes back to the socket it came from."""
+        if not isinstance(source, tuple) or len(source) not in (2, 4) \
+                or not isinstance(source[0], str) or not isinstance(source[1], int):
+            raise ValueError(f"udp: a source is a (host, port) tuple, not {source!r}")
+        return (source, source)
+
     def _same_family(self, address: bytes, family: int, ip: str) -> str:
         """``ip`` (of ``family``, not ours) as our family can send to it, or ValueError."""
         if self.family == socket.AF_INET6 and self.wildcard:

@@ -75,9 +75,7 @@ def btl_device_resolve(device: UdpDevice, address: bytes) -> Any:
 
 @hookimpl
 def btl_device_reply_dest(device: UdpDevice, source: Any) -> Any:
-    """A handle reaching ``source`` (a sending socket's address) from either channel: an
-    answer goes back where the datagram came from, whatever the datagram says."""
-    return (source, source)
+    return device.reply_dest(source)
 
 
 @hookimpl

@@ -1,0 +1,127 @@
+"""Reassembly memory grows with the bytes that arrived, never with a header's claim, and
+stays within the per-peer (``recv_buffer``) and per-transport (``reassembly_limit``)
+budgets; what exceeds them is dropped and counted, never allocated."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+from btlcore import Config
+from btlcore.protocol.wire import F_ACK, T_DATA, Datagram
+from btlcore.testing.enginepair import EngineNet, EnginePair
+
+CLAIM = 64 << 20  # what each forged chunk says its message is
+
+
+def forged(net: EngineNet, victim: int, as_: int, seq: int, msg_id: int, off: int = 0,
+           size: int = 1024, msg_len: int = CLAIM) -> bytes:
+    """A chunk that ``victim`` takes as coming from engine ``as_`` (its ids spoofed)."""
+    peer = net.peer(victim, as_)
+    return Datagram(T_DATA, F_ACK, peer.local_conn, net.engines[as_].incarnation, seq, 0, 9,
+                    msg_id=msg_id, msg_len=msg_len, offset=off, payload=bytes([msg_id & 0xFF]) * size).encode()
+
+
+def test_forged_chunks_claiming_64_mib_each_cost_the_bytes_that_arrived() -> None:
+    """40 chunks of 1 KB, each claiming a 64 MiB message (the +2,560 MB of issue #11), beside a
+    live transfer from a third engine that verifies."""
+    net = EngineNet(3, Config(max_message_size=CLAIM), mtu=1500)
+    net.connect(0, 1)
+    net.connect(2, 1)
+    net.run(lambda: net.established(0, 1) and net.established(2, 1), max_time=5)
+    net.run_idle()
+    victim = net.engines[1]
+    pa = net.peer(1, 0)
+    cum = pa.window.cum
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for i in range(40):  # half in order, half out of order, at offsets anywhere
+            seq = cum + 1 + i if i < 20 else cum + 100 + i
+            off = 0 if i % 2 else (i * 7919 * 1024) % (CLAIM - 1024)
+            victim.receive_datagram(forged(net, 1, 0, seq, 1000 + i, off=off), None, net.now)
+        current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(pa.reassembly) == 40
+    assert pa.rx_held == 40 * 1024 and victim.state.rx_held == 40 * 1024
+    assert peak - base < 1 << 20, f"{(peak - base) >> 10} KiB for 40 KiB of chunks"
+    # the live transfer beside it
+    message = bytes(range(256)) * 2000
+    net.send(2, 1, 5, message, key="live")
+    net.run(lambda: net.completions["live"], max_time=net.now + 10)
+    assert net.completions["live"] == [None]
+    assert (b"C", 5, message) in [(a, t, bytes(d)) for a, t, d in net.delivered[1]]
+
+
+def test_out_of_order_chunks_beyond_the_peer_budget_are_dropped_and_counted() -> None:
+    p = EnginePair(Config(recv_buffer=64 * 1024, max_message_size=CLAIM), mtu=1500)
+    p.handshake()
+    p.run_idle()
+    cum = p.pb.window.cum
+    for i in range(200):  # out of order (cum + 1 never comes): all held, as far as the budget
+        p.b.receive_datagram(forged(p, 1, 0, cum + 2 + i, 5000 + i), None, p.now)
+    assert p.pb.rx_held <= 64 * 1024
+    assert p.pb.counters.num_rx_budget_drops == 200 - 64
+    assert p.b.stats()["num_rx_budget_drops"] == 136
+    assert len(p.pb.reassembly) == 64
+    # dropped means not accepted: not in the window, so not acknowledged
+    assert not p.pb.window.holds(cum + 2 + 100)
+
+
+def test_the_transport_budget_holds_across_peers() -> None:
+    n = 4
+    cfg = Config(recv_buffer=1 << 20, reassembly_limit=100 * 1024, max_message_size=100 * 1024)
+    net = EngineNet(n, cfg, mtu=1500)
+    for i in range(1, n):
+        net.connect(i, 0)
+    net.run(lambda: all(net.established(i, 0) for i in range(1, n)), max_time=5)
+    net.run_idle()
+    victim = net.engines[0]
+    for i in range(1, n):
+        cum = net.peer(0, i).window.cum
+        for k in range(50):
+            victim.receive_datagram(forged(net, 0, i, cum + 2 + k, 7000 + k, msg_len=100 * 1024), None, net.now)
+    assert victim.state.rx_held <= 100 * 1024
+    assert victim.stats()["num_rx_memory_drops"] == 3 * 50 - 100
+    held = sum(net.peer(0, i).rx_held for i in range(1, n))
+    assert held == victim.state.rx_held
+
+
+def test_a_message_larger_than_the_peer_budget_still_arrives_under_loss() -> None:
+    cfg = Config(recv_buffer=16 * 1024, window=64)
+    p = EnginePair(cfg, mtu=1500)
+    p.handshake()
+    message = bytes(i * 13 & 0xFF for i in range(300_000))
+    for n in (5, 17, 40, 41, 90):
+        p.drop_nth(0, 1, n)
+    p.send(0, 1, 3, message, key="big")
+    p.run(lambda: p.completions["big"], max_time=60)
+    assert p.completions["big"] == [None]
+    assert bytes(p.delivered[1][-1][2]) == message
+    assert p.pb.rx_held == 0 and p.b.state.rx_held == 0
+
+
+def test_budgets_are_given_back_when_a_peer_fails_or_restarts() -> None:
+    p = EnginePair(Config(max_message_size=CLAIM, peer_timeout=0.2), mtu=1500)
+    p.handshake()
+    p.run_idle()
+    cum = p.pb.window.cum
+    for i in range(10):
+        p.b.receive_datagram(forged(p, 1, 0, cum + 2 + i, 100 + i), None, p.now)
+    assert p.b.state.rx_held == 10 * 1024
+    p.b.handshake.reset_peer(p.pb)
+    assert p.b.state.rx_held == 0 and p.pb.rx_held == 0 and not p.pb.reassembly
+
+
+def test_overlapping_chunks_that_do_not_tile_the_message_are_not_delivered() -> None:
+    p = EnginePair(Config(), mtu=1500)
+    p.handshake()
+    p.run_idle()
+    cum = p.pb.window.cum
+    # a liar: 3 chunks of 1000 at offsets 0, 0, 1000 for a 3000-byte message
+    for k, off in enumerate((0, 0, 1000)):
+        p.b.receive_datagram(forged(p, 1, 0, cum + 1 + k, 77, off=off, size=1000, msg_len=3000), None, p.now)
+    p._collect()
+    assert p.delivered[1] == []
+    assert p.pb.counters.num_badfrag_recvs == 1
+    assert p.pb.rx_held == 0 and not p.pb.reassembly
