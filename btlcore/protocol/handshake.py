@@ -254,9 +254,11 @@ class Handshake:
     def _unproven(self, peer: Peer, dst: int, hello: Hello, source: Any) -> bool:
         """Would this HELLO or HELLO_ACK replace a live connection (a restart, or a new
         connection in the same incarnation) without naming ours, or from a source the
-        connection does not use?  Then it counts only once a challenge proves it."""
-        if not peer.remote_known or (peer.state is not PeerState.ESTABLISHED
-                                     and peer.state is not PeerState.CONNECTING):
+        connection does not use?  Then it counts only once a challenge proves it.  (A peer
+        neither confirmed nor holding our sends has no known address to challenge: a
+        stranger's HELLO may have named it.)"""
+        if not peer.remote_known or not (peer.state is PeerState.ESTABLISHED or (
+                peer.state is PeerState.CONNECTING and (peer.confirmed or peer.queue or peer.unacked))):
             return False
         if dst == peer.local_conn and (source is None or not peer.sources or source in peer.sources):
             return False
