@@ -225,8 +225,7 @@ class Peer:
         self.hello_started: float | None = None
         self.hello_reply = False  # a HELLO_ACK is owed
         self.reply_dest: Any = None  # where to: the HELLO's source as a dest (None: ``dest``)
-        # its limits (the handshake sets them: ours, then the peer's transport parameters):
-        # largest message, unchunked and chunk payloads that fit its datagrams; peer_timeout, s
+        # its limits (ours, then its transport parameters): largest message, payloads, peer_timeout
         self.max_message, self.single_cap, self.chunk_cap = (1 << 32) - 1, 0, 0
         self.peer_timeout = 0.0
         self.error: BaseException | None = None
@@ -241,8 +240,7 @@ class Peer:
         self.isn = isn
         self.next_seq = isn + 1
         self.snd_una = isn  # everything up to here is acknowledged
-        # queue and resend are deques once used; an empty tuple until then keeps an idle
-        # peer small (a deque costs ~770 bytes)
+        # queue and resend: deques once used, an empty tuple until then (a deque costs ~770 B)
         self.queue: deque[OutMessage] | tuple[()] = ()
         self.unacked: OrderedDict[int, Segment] = OrderedDict()  # in transmission order
         self.resend: deque[Segment] | tuple[()] = ()
@@ -253,8 +251,7 @@ class Peer:
         self.cwnd = 0.0  # congestion window, segments (set by the engine)
         self.ssthresh = float("inf")
         self.recovery_serial = 0  # losses of segments sent before this serial: same episode
-        # timeouts in a row without progress; the probes of the first one, judged when they
-        # are acknowledged (a duplicate report means the timeout was spurious)
+        # timeouts in a row without progress; the first one's probes, judged when acknowledged
         self.timeouts = 0
         self.probe_seq: int | None = None
         self.probe_serial = 0
