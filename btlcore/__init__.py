@@ -12,6 +12,7 @@ from .errors import (
     BtlError,
     ConfigError,
     MessageTooLarge,
+    PeerClosed,
     PeerError,
     PeerRestarted,
     PeerUnreachable,
@@ -31,7 +32,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Engine", "Message", "Peer", "PeerState", "Transport", "list_backends", "open", "run_until",
     "BackendUnavailable", "BtlError", "Capabilities", "Channel", "ChannelInfo", "Config",
-    "ConfigError", "MessageTooLarge", "PeerError", "PeerRestarted", "PeerUnreachable", "Probe",
-    "PutError", "TransportClosed", "WouldBlock", "hookimpl",
+    "ConfigError", "MessageTooLarge", "PeerClosed", "PeerError", "PeerRestarted", "PeerUnreachable",
+    "Probe", "PutError", "TransportClosed", "WouldBlock", "hookimpl",
     "VersionMismatch",
 ]

@@ -9,6 +9,7 @@ allowed.  Times are in seconds.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -104,8 +105,10 @@ class Config:
     rto_max: float = _param(1.0, "upper bound of the retransmit timeout after backoff, seconds", lo=1e-6, hi=600.0)
     retrans_timeout: float = _param(0.005, "the fixed retransmit timeout (rto_mode=fixed), seconds", lo=1e-6, hi=60.0)
     max_resends_per_pass: int = _param(16, "cap on retransmissions per progress pass (usnic's storm fix)", lo=1, hi=1 << 20)
-    max_retries: int = _param(20, "a segment sent this many times without an ACK declares the peer dead", lo=1, hi=1 << 20)
-    peer_timeout: float = _param(10.0, "no ACK progress for this long with data outstanding declares the peer dead, seconds", lo=1e-3, hi=86400.0)
+    max_retries: int = _param(20, "deprecated, no effect: liveness is peer_timeout's alone (setting it warns)", lo=1, hi=1 << 20)
+    peer_timeout: float = _param(10.0, "a peer heard nothing at all from for this long is declared dead, seconds (the smaller of the two ends' wins)", lo=1e-3, hi=86400.0)
+    keepalive: bool = _param(True, "send a PING after a third of peer_timeout of silence, so that a live idle peer stays up")
+    close_timeout: float = _param(1.0, "longest close() or disconnect() resends CLOSE awaiting its acknowledgement, seconds (at most 8 retransmit timeouts)", lo=0.0, hi=60.0)
     handshake_timeout: float = _param(10.0, "give up on a peer that never answers the handshake, seconds", lo=1e-3, hi=86400.0)
     handshake_interval: float = _param(0.01, "first HELLO retry interval (doubles per retry), seconds", lo=1e-6, hi=60.0)
     send_credits: int = _param(64, "new segments one peer may send per progress pass (fairness between peers)", lo=1, hi=1 << 20)
@@ -120,6 +123,10 @@ class Config:
     stats_interval: float = _param(0.0, "print the stats line every this many seconds of progress; 0 never", lo=0.0, hi=86400.0)
 
     def __attrs_post_init__(self) -> None:
+        if self.max_retries != 20:
+            warnings.warn("Config.max_retries is deprecated and has no effect: a peer is declared "
+                          "dead only when nothing was heard from it for peer_timeout",
+                          DeprecationWarning, stacklevel=3)
         if self.rto_min > self.rto_max:
             raise ConfigError(
                 f"parameter 'rto_min' ({self.rto_min}) must not exceed 'rto_max' ({self.rto_max})")

@@ -23,8 +23,8 @@ class PeerError(BtlError):
 
 
 class PeerUnreachable(PeerError):
-    """The peer stopped acknowledging (no progress within ``peer_timeout``, or a segment was
-    retransmitted ``max_retries`` times), or never answered the handshake."""
+    """Nothing at all was heard from the peer for ``peer_timeout`` (the death rule), or it
+    never answered the handshake."""
 
 
 class PeerRestarted(PeerError):
@@ -32,6 +32,10 @@ class PeerRestarted(PeerError):
     never delivered to the new one."""
 
 
+class PeerClosed(PeerError):
+    """The connection was closed gracefully: the peer's CLOSE arrived (its transport closed
+    or it disconnected us), or we disconnected it.  What was pending toward it fails with
+    this error; a new ``connect()`` starts a new connection."""
 class VersionMismatch(PeerUnreachable):
     """The peer speaks no protocol version this end speaks: it answered our handshake with a
     VERSION reply listing only others.  ``ours`` is this end's version, ``theirs`` what the

@@ -44,11 +44,12 @@ import attrs
 from . import checks
 from .config import Config
 from .device import Capabilities, Channel, DeviceOps
-from .errors import WouldBlock
+from .errors import TransportClosed, WouldBlock
 from .protocol.engine import Engine
 from .protocol.events import Event, MessageReceived, PeerFailed, PeerWritable, PutLanded, PutRefused, SendCompleted
+from .protocol.events import PeerClosed as PeerClosedEvent
 from .protocol.events import PeerRestarted as PeerRestartedEvent
-from .protocol.peers import Callback, Peer
+from .protocol.peers import Callback, Peer, PeerState
 from .protocol.stats import stats_json, stats_line
 from .registry import tool_plugin_manager
 
@@ -313,9 +314,18 @@ class Transport:
         self._put_error_handler = on_error
 
     def on_peer(self, handler: PeerHandler | None) -> None:
-        """``handler(event, peer, exc)`` with event ``"failed"`` (``exc`` says why),
-        ``"restarted"``, or ``"writable"`` (a send refused with WouldBlock may be retried:
-        the peer's send buffer drained to half; ``exc`` None)."""
+        """``handler(event, peer, exc)``, once per event about a peer:
+
+        * ``"failed"``: nothing was heard from the peer for ``peer_timeout`` (or it never
+          answered the handshake); ``exc`` says why, and its pending sends failed with it;
+        * ``"restarted"``: the peer came back as a new incarnation (``exc`` None); what was
+          pending toward its old life failed with ``PeerRestarted``;
+        * ``"closed"``: the peer closed the connection gracefully (its ``close()`` or
+          ``disconnect()``), within one round trip of its CLOSE (``exc`` None); its pending
+          sends failed with ``PeerClosed``;
+        * ``"writable"``: a send refused with ``WouldBlock`` may be retried: the peer's send
+          buffer drained to half (``exc`` None).
+        """
         self._check_thread()
         checks.function(handler, "handler")
         self._user_peer_handler = handler
@@ -324,6 +334,8 @@ class Transport:
         """Every peer event passes here: logged, then given to the user's handler."""
         if event == "failed":
             log.warning("peer %s failed: %s", peer.address.hex(), exc)
+        elif event == "closed":  # an orderly end, as a transport's own close: DEBUG
+            log.debug("peer %s closed the connection", peer.address.hex())
         elif event == "writable":
             log.debug("peer %s writable", peer.address.hex())
         else:
@@ -585,6 +597,9 @@ class Transport:
                 elif type(ev) is PeerRestartedEvent:
                     if self._peer_handler is not None:
                         self._peer_handler("restarted", ev.peer, None)
+                elif type(ev) is PeerClosedEvent:
+                    if self._peer_handler is not None:
+                        self._peer_handler("closed", ev.peer, None)
                 elif type(ev) is PeerWritable:
                     if self._peer_handler is not None:
                         self._peer_handler("writable", ev.peer, None)
@@ -654,8 +669,46 @@ class Transport:
                 return False
             self._wait(deadline)
 
+    def _closing(self, peer: Peer | None) -> None:
+        """Send CLOSE (to ``peer``, or to every peer) and progress until each is
+        acknowledged or ``close_timeout`` passed (the engine gives up by then)."""
+        engine = self.engine
+        engine.start_close(self.now(), peer)
+        deadline = self.now() + self.config.close_timeout
+        while True:
+            self._pass()
+            if not engine.closing(peer) or self.now() >= deadline:
+                return
+            self._wait(deadline)
+
+    def disconnect(self, peer: Peer, flush: bool = True) -> None:
+        """Close the connection with ``peer`` alone (usnic's ``del_procs``): flush what was
+        sent to it (up to ``flush_timeout``, if ``flush``), then send a CLOSE, resent until
+        acknowledged or ``close_timeout``.  What is still pending fails with
+        ``PeerClosed``; the peer reports ``on_peer("closed", ...)``.  A later
+        ``connect()`` to its address starts a new connection; nothing late of the old one
+        is taken for the new one's."""
+        checks.flag(flush, "flush")
+        if get_ident() != self._owner:
+            self._claim()
+        if type(peer) is not Peer or self.engine.peers_by_addr.get(peer.address) is not peer:
+            self._check_peer(peer)
+        if self._closed:
+            raise TransportClosed("transport is closed")
+        if flush:
+            deadline = self.now() + self.config.flush_timeout
+            while True:
+                self._pass()
+                if not peer.has_outstanding() or peer.state is PeerState.FAILED \
+                        or self.now() >= deadline:
+                    break
+                self._wait(deadline)
+            self.engine.ack_now()
+        self._closing(peer)
+
     def close(self, flush: bool = True) -> None:
-        """Flush (up to ``flush_timeout``), fail what is left, release the device."""
+        """Flush (up to ``flush_timeout``), send CLOSE to every connected peer (resent until
+        acknowledged, up to ``close_timeout``), fail what is left, release the device."""
         checks.flag(flush, "flush")
         if self._closed:
             return
@@ -663,8 +716,11 @@ class Transport:
             self._claim()
         if flush:
             self.flush()
-        self._closed = True
-        self.engine.close()
+        try:
+            self._closing(None)
+        finally:
+            self._closed = True
+            self.engine.close()
         self._dispatch(self.engine.take_events())
         try:
             self._pm.hook.btl_transport_closed(transport=self, stats=self.stats())

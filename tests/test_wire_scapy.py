@@ -276,5 +276,5 @@ def test_v2_layers_follow_the_wire_body_layouts() -> None:
     assert len(layers.BTLNotice()) == wire.NOTICE_BODY.size
     assert len(layers.BTLChallenge()) == wire.CHALLENGE_BODY.size
     assert len(layers.BTLPing()) == wire.PING_BODY.size
-    assert len(layers.BTLVersion()) == wire.VERSION_HEAD.size
+    assert len(layers.BTLVersion()) == wire.VERSION_HEAD.size + 4  # (+ its CRC32C)
     assert len(layers.BTLParam()) == wire.PARAM_HEAD.size

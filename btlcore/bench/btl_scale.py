@@ -11,6 +11,10 @@ Both on the simulator, in this process.
 * Progress cost: with 1, 100 and 1000 idle connected peers, the time of one
   ``progress(timeout=0)`` call with nothing to do, and of one small message exchange with one
   active peer.  The target is a cost that grows with active peers, not with all peers.
+* Keepalive cost (issue #11: idle peers cost nothing between probes; goal <= 1.1x): every
+  established peer now holds a keepalive deadline (a PING after a third of ``peer_timeout``
+  of silence).  The median of ``progress(timeout=0)`` with 1,000 idle peers, divided by the
+  same with one peer, measured alternately in one process; the ratio is printed.
 * Cost of a udp transport (issue #11: at most 2 MB and 20 ms each, so that 1,000 endpoints
   in one process are ordinary): N transports opened on loopback in this process, the
   growth of its resident memory (``/proc/self/statm``, which counts buffers that tracemalloc
@@ -175,3 +179,41 @@ def progress_cost(profile: Profile, n: int) -> list[Result]:
         measured(f"btl.progress_active.{n}", SECTION, f"one message exchange with 1 active of {n} peers", "s",
                  exchange, better="lower", peers=n),
     ]
+
+
+KEEPALIVE_PEERS = 1000
+
+
+def keepalive_cost(profile: Profile) -> list[Result]:
+    """progress(0) with KEEPALIVE_PEERS idle peers (each with its keepalive deadline in the
+    timer heap) against one peer: the two meshes measured in alternation (the ratio holds
+    under a drifting load); ``progress_calls`` calls per sample, their median."""
+    A.require("simulator")
+    meshes = []
+    for n in (1, KEEPALIVE_PEERS):
+        fab, hub, others = _mesh(n)
+        _connect_all(hub, others, profile.deadline)
+        meshes.append((hub, others))
+    pc = time.perf_counter
+    ratios: list[float] = []
+    many: list[float] = []
+    for i in range(profile.warmup + profile.trials):
+        medians = []
+        for hub, _others in meshes:
+            samples = []
+            for _ in range(profile.progress_calls):
+                t0 = pc()
+                A.progress(hub, 0.0)
+                samples.append(pc() - t0)
+            medians.append(statistics.median(samples))
+        if i >= profile.warmup:
+            ratios.append(medians[1] / medians[0])
+            many.append(medians[1])
+    for hub, others in meshes:
+        for t in (hub, *others):
+            A.close(t)
+    print(f"keepalive: progress(0) with {KEEPALIVE_PEERS} idle peers / with 1 peer = "
+          f"{statistics.median(ratios):.3f}x (goal <= 1.1x; {statistics.median(many) * 1e6:.2f} us per call)")
+    return [measured("btl.keepalive_idle_ratio", SECTION,
+                     f"progress(0) with {KEEPALIVE_PEERS} idle peers (keepalive armed) / with 1 peer", "x",
+                     ratios, better="lower", peers=KEEPALIVE_PEERS, goal=1.1)]

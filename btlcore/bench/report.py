@@ -236,6 +236,9 @@ def targets(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     v = _median(res, "btl.mem_per_peer")
     out.append(_target("memory per idle peer", "<= 4 KiB", v, lambda x: x <= 4096, _why(res, "btl.mem_per_peer"),
                        f"{v:,.0f} B" if v is not None else None))
+    v = _median(res, "btl.keepalive_idle_ratio")
+    out.append(_target("keepalive: idle progress, 1000 peers / 1", "<= 1.1x", v, lambda x: x <= 1.1,
+                       _why(res, "btl.keepalive_idle_ratio"), f"{v:.3g}x" if v is not None else None))
     for kind, label in (("idle", "idle progress"), ("active", "one active peer's exchange")):
         ids = sorted((k for k in res if k.startswith(f"btl.progress_{kind}.")), key=lambda k: int(k.rsplit(".", 1)[1]))
         lo, hi = (ids[0], ids[-1]) if len(ids) >= 2 else (f"btl.progress_{kind}.1", f"btl.progress_{kind}.1000")

@@ -123,6 +123,9 @@ def plan(p: Profile, host: str = harness.LOOPBACK_V4) -> list[Item]:
     add("btl_scale", [("btl.udp_transport_mem", "resident memory per udp transport", "B", "lower"),
                       ("btl.udp_transport_open", "time to open a udp transport", "s", "lower")],
         lambda: alone("UDP backend", btl_scale.udp_transport_cost, p.deadline, profile=p, host=host))
+    add("btl_scale", [("btl.keepalive_idle_ratio", "progress(0) with 1000 idle peers (keepalive armed) / with 1 peer",
+                       "x", "lower")],
+        lambda: alone("simulator", btl_scale.keepalive_cost, p.deadline, profile=p))
     for n in p.scale_peers:
         add("btl_scale", [(f"btl.progress_idle.{n}", f"progress(0), nothing to do, {n} idle peers", "s", "lower"),
                           (f"btl.progress_active.{n}", f"one message exchange with 1 active of {n} peers", "s",

@@ -214,8 +214,12 @@ def run_remote(args: argparse.Namespace, options: dict[str, Any], cfg: Config, s
     reports: list[dict[str, Any]] = []
     t.on(TAG_REPORT, lambda p, tag, d: reports.append(decode_json(d)))
     failed: list[str] = []
-    t.on_peer(lambda event, p, exc: None if event == "writable" else  # (back-pressure: not a failure)
-              failed.append(f"server {event}: {exc}" if exc else f"server {p.address.hex()} {event}"))
+
+    def on_peer(event: str, p: Any, exc: BaseException | None) -> None:
+        if event == "writable" or (event == "closed" and reports):
+            return  # back-pressure, or a counted serve closing once it reported: no failure
+        failed.append(f"server {event}: {exc}" if exc else f"server {p.address.hex()} {event}")
+    t.on_peer(on_peer)
     done: list[BaseException | None] = []
     fin: dict[str, Any] = {"ordered": cfg.ordered, "messages": 0, "file": None}
     t0 = time.perf_counter()

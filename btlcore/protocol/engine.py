@@ -20,10 +20,11 @@ it calls::
     packetizer = Packetizer(state)                # uses nothing else
     recovery   = Recovery(state, packetizer)      # resends with packetizer.stamp
     handshake  = Handshake(state, packetizer, recovery)   # fail_messages, build_hello
-    recovery.wire(confirm=handshake.confirm)      # the one cycle: an ACK confirms
+    recovery.wire(confirm=handshake.confirm, close_timer=lifecycle.close_timer)  # an ACK confirms
     guard      = Guard(state, handshake._restart_peer, recovery.fail_peer)  # notices, challenges, sources
     versions   = Versions(state, recovery.fail_peer)  # VERSION replies, in and out
-    receiver   = Receiver(state, recovery, handshake, versions, guard)
+    lifecycle  = Lifecycle(state, recovery)       # keepalive, CLOSE, disconnect
+    receiver   = Receiver(state, recovery, handshake, versions, lifecycle, guard)
 
 Hot entry points with nothing to add are the parts' own bound methods, set on the engine at
 construction (no delegating call): ``receive_datagrams`` (the receiver's),
@@ -47,6 +48,7 @@ from ..errors import MessageTooLarge, PeerUnreachable, TransportClosed, WouldBlo
 from .events import Event, legacy
 from .guard import Guard
 from .handshake import Handshake
+from .lifecycle import Lifecycle
 from .packetizer import Packetizer
 from .peers import Callback, Frame, OutMessage, Peer, PeerEvent, PeerState
 from .receive import Receiver
@@ -55,6 +57,8 @@ from .state import EngineState
 from .stats import aggregate
 from .versions import Versions
 from .wire import (
+    CR_CLOSED,
+    CR_DISCONNECT,
     PUT_LEN,
     T_DATA,
     U32_MASK,
@@ -62,6 +66,8 @@ from .wire import (
 
 _FAILED = PeerState.FAILED
 _ESTABLISHED = PeerState.ESTABLISHED
+_CLOSING = PeerState.CLOSING
+_CLOSED = PeerState.CLOSED
 
 _UNSET: Any = object()  # receive_datagram's now, not given: the old (data, now) form
 
@@ -78,13 +84,14 @@ class Engine:
     """One local endpoint talking to any number of peers over one device."""
 
     __slots__ = (
-        "state", "packetizer", "recovery", "handshake", "receiver", "versions", "guard",
+        "state", "packetizer", "recovery", "handshake", "receiver", "versions", "lifecycle", "guard",
         "config", "address", "incarnation", "data_mtu", "priority_mtu", "crc", "peers_by_addr",
         "peers_by_conn", "counters", "events", "regions",
         "receive_datagrams", "next_deadline", "handle_timer", "enable_gather",
         "_single_cap", "_resending", "_sending", "_acking", "_hello", "_timed", "_touched",
         "_deadlines", "_actions", "_resend_pass", "_send_pass", "_ack_pass", "_hello_pass",
         "_dispatch", "_new_peer", "_reset_peer", "_start_hello", "_fail_messages",
+        "_control", "_control_pass",
     )
 
     # the parts' own bound methods (see the module docstring)
@@ -104,12 +111,13 @@ class Engine:
         packetizer = self.packetizer = Packetizer(state)
         recovery = self.recovery = Recovery(state, packetizer)
         handshake = self.handshake = Handshake(state, packetizer, recovery)
-        recovery.wire(confirm=handshake.confirm)
+        lifecycle = self.lifecycle = Lifecycle(state, recovery)
+        recovery.wire(confirm=handshake.confirm, close_timer=lifecycle.close_timer)
         guard = self.guard = Guard(state, handshake._restart_peer, recovery.fail_peer)
         guard.wire(on_hello=handshake.on_hello)
         handshake.wire_guard(guard.challenge, guard.learn_remote)
         versions = self.versions = Versions(state, recovery.fail_peer)
-        receiver = self.receiver = Receiver(state, recovery, handshake, versions, guard)
+        receiver = self.receiver = Receiver(state, recovery, handshake, versions, lifecycle, guard)
         self.config, self.address, self.incarnation = state.config, state.address, state.incarnation
         self.data_mtu, self.priority_mtu, self.crc = state.data_mtu, state.priority_mtu, state.crc
         self.peers_by_addr, self.peers_by_conn = state.peers_by_addr, state.peers_by_conn
@@ -128,6 +136,7 @@ class Engine:
         self._dispatch = receiver.dispatch
         self._new_peer, self._reset_peer = handshake.new_peer, handshake.reset_peer
         self._start_hello, self._fail_messages = handshake.start_hello, recovery.fail_messages
+        self._control, self._control_pass = state.control, lifecycle.control_pass
 
     @property
     def closed(self) -> bool:
@@ -148,8 +157,8 @@ class Engine:
         peer = self.peers_by_addr.get(address)
         if peer is None:
             peer = self._new_peer(bytes(address), state.resolve(bytes(address)))
-        elif peer.state is PeerState.FAILED:
-            self._reset_peer(peer)  # connecting again after a failure: a new connection
+        elif peer.state is PeerState.FAILED or peer.state is PeerState.CLOSED:
+            self._reset_peer(peer)  # connecting again after a failure or a close: a new connection
         peer.inbound_since = None  # the application holds it now: never swept
         if peer.state is PeerState.CONNECTING and peer.hello_next is None and not peer.confirmed:
             self._start_hello(peer, now)
@@ -163,7 +172,7 @@ class Engine:
         if shared.closed:
             raise TransportClosed("transport is closed")
         state = peer.state
-        if state is _FAILED:
+        if state is _FAILED or state is _CLOSING or state is _CLOSED:
             raise peer.error or PeerUnreachable(f"peer {peer.address.hex()} has failed")
         if not 0 <= tag <= 0xFFFF:
             raise ValueError(f"tag {tag} is out of range: tags are 0 to 65535")
@@ -232,6 +241,26 @@ class Engine:
     def unexpose(self, key: int) -> None:
         self.regions.pop(key, None)
 
+    def start_close(self, now: float, peer: Peer | None = None) -> None:
+        """Begin a graceful close (after the driver's flush): of every peer (the transport
+        closes; then :meth:`close` once :meth:`closing` is False), or of ``peer`` alone (a
+        disconnect).  A CLOSE goes to each, resent until acknowledged or ``close_timeout``;
+        what is still pending fails now (see :mod:`.lifecycle`)."""
+        self.state.now = now
+        if self.state.closed:
+            return
+        if peer is not None:
+            self.lifecycle.start_close(peer, CR_DISCONNECT, now)
+            return
+        for p in list(self.peers_by_addr.values()):
+            self.lifecycle.start_close(p, CR_CLOSED, now)
+
+    def closing(self, peer: Peer | None = None) -> bool:
+        """True while our CLOSE to ``peer`` (or to any peer) awaits its acknowledgement."""
+        if peer is not None:
+            return peer.state is _CLOSING
+        return self.lifecycle.closing()
+
     def close(self) -> None:
         """Fail everything still pending and refuse new work."""
         if self.state.closed:
@@ -245,6 +274,7 @@ class Engine:
         self._sending.clear()
         self._acking.clear()
         self._hello.clear()
+        self._control.clear()
         self._timed.clear()
         self._touched.clear()
         self._deadlines.clear()
@@ -257,7 +287,7 @@ class Engine:
 
     def has_work(self) -> bool:
         """True if a send pass would produce something right now."""
-        if self._resending or self._sending:
+        if self._resending or self._sending or self._control:
             return True
         for peer in self._acking:
             if peer.ack_now:
@@ -335,6 +365,8 @@ class Engine:
             self._ack_pass(out, now, budget)
         if self._hello and len(out) < budget:
             self._hello_pass(out, now, budget)
+        if self._control and len(out) < budget:
+            self._control_pass(out, now, budget)
         replies = self.state.replies
         if replies and len(out) < budget:  # VERSION replies (owed to no peer)
             take = budget - len(out)

@@ -74,6 +74,15 @@ class PeerRestarted(NamedTuple):
     peer: Peer
 
 
+class PeerClosed(NamedTuple):
+    """``peer`` closed the connection (its CLOSE arrived: it closed its transport or
+    disconnected us); ``error`` is None for a graceful close.  What was pending toward it
+    failed with :class:`btlcore.errors.PeerClosed`."""
+
+    peer: Peer
+    error: BaseException | None
+
+
 class PeerWritable(NamedTuple):
     """``peer``'s send buffer has room again after a send was refused with ``WouldBlock``
     (once per such refusal: when the buffer drained to half of ``send_buffer`` or less)."""
@@ -81,7 +90,8 @@ class PeerWritable(NamedTuple):
     peer: Peer
 
 
-Event = MessageReceived | SendCompleted | PutLanded | PutRefused | PeerFailed | PeerRestarted | PeerWritable
+Event = (MessageReceived | SendCompleted | PutLanded | PutRefused | PeerFailed | PeerRestarted
+         | PeerWritable | PeerClosed)
 
 # The integer codes of the last release's event tuples (deprecated; see legacy())
 EV_MESSAGE = 0  # (EV_MESSAGE, peer, tag, data)
@@ -91,11 +101,13 @@ EV_PUT_ERROR = 3  # (EV_PUT_ERROR, peer, key, offset, length): a put that did no
 EV_PEER_FAILED = 4  # (EV_PEER_FAILED, peer, exc)
 EV_PEER_RESTARTED = 5  # (EV_PEER_RESTARTED, peer)
 EV_PEER_WRITABLE = 6  # (EV_PEER_WRITABLE, peer): new with PeerWritable, for completeness
+EV_PEER_CLOSED = 7  # (EV_PEER_CLOSED, peer, None): new with graceful close
 
 LEGACY_CODES: dict[type, int] = {
     MessageReceived: EV_MESSAGE, SendCompleted: EV_COMPLETE, PutLanded: EV_PUT,
     PutRefused: EV_PUT_ERROR, PeerFailed: EV_PEER_FAILED, PeerRestarted: EV_PEER_RESTARTED,
     PeerWritable: EV_PEER_WRITABLE,
+    PeerClosed: EV_PEER_CLOSED,
 }
 
 

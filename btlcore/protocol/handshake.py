@@ -37,6 +37,10 @@ _NO_PARAMS = TransportParameters()
 
 _HELLO_INTERVAL_MAX = 1.0
 
+#: a closed connection's id stays out of use this many peer_timeouts (its late datagrams
+#: are never taken for a new connection's); see lifecycle.py
+QUARANTINE_TIMEOUTS = 3
+
 #: how much older (in incarnation units: 1/1024 s of the clock the driver built them from)
 #: a HELLO's incarnation may be than the one we know and still be a late packet of an older
 #: life; anything else that differs is a restart
@@ -91,7 +95,8 @@ class Handshake:
         conn = self._fresh_conn_id()
         timer = RetransmitTimer(cfg.rto_mode == "adaptive", cfg.rto_initial, cfg.rto_min,
                                 cfg.rto_max, cfg.retrans_timeout, cfg.ack_delay)
-        peer = Peer(address, dest, conn, self._rng.randrange(1, 1 << 62), timer, cfg.window)
+        peer = Peer(address, dest, conn, self._rng.randrange(1, 1 << 62), timer, cfg.window,
+                    cfg.peer_timeout)
         self._cc.on_new_peer(peer)
         peer.crc = self.crc
         self._own_limits(peer)
@@ -140,7 +145,7 @@ class Handshake:
     def _fresh_conn_id(self) -> int:
         while True:
             conn = self._rng.randrange(1, 1 << 32)
-            if conn not in self.peers_by_conn:
+            if conn not in self.peers_by_conn and conn not in self._state.quarantine:
                 return conn
 
     def start_hello(self, peer: Peer, now: float) -> None:
@@ -160,6 +165,7 @@ class Handshake:
             peer.hello_next = None
             peer.hello_started = None
             peer.last_progress = now
+            peer.last_heard = now  # (the death clock starts)
             if peer.queue:
                 self._sending[peer] = None
 
@@ -208,6 +214,7 @@ class Handshake:
         renewed = self._hello_renews(peer, hello, now)
         if renewed is None:
             return  # stale
+        peer.last_heard = now
         # CRC32C on what we send it if either side requires one: crc=on at one end and
         # off (or auto on a device with integrity) at the other still talk
         peer.crc = self.crc or wants_crc
@@ -297,6 +304,18 @@ class Handshake:
         failed peer speaking again.  True if we took a new connection id; None if stale."""
         c = peer.counters
         renewed = False  # we took a new connection id in this call
+        if peer.state is PeerState.CLOSING:
+            c.num_stale_recvs += 1  # we are closing it: nothing new starts until that ends
+            return None
+        if peer.state is PeerState.CLOSED and peer.remote_known and not self._state.closed:
+            # closed gracefully: a HELLO of the closed connection is late; any other (a new
+            # life, or a new connection of the same life) starts a new connection
+            if (hello.incarnation == peer.remote_inc and hello.conn_id == peer.remote_conn) \
+                    or stale_incarnation(hello.incarnation, peer.remote_inc):
+                c.num_stale_recvs += 1
+                return None
+            self.reset_peer(peer)
+            return False
         if peer.remote_known and hello.incarnation != peer.remote_inc:
             if stale_incarnation(hello.incarnation, peer.remote_inc):
                 c.num_stale_recvs += 1  # an older life's HELLO, delayed in the network
@@ -346,6 +365,12 @@ class Handshake:
         new), fresh windows and timers.  Counters and history stay."""
         if peer.remote_known:
             peer.remember_conn(peer.remote_conn)
+        if peer.state is PeerState.CLOSED:  # its old id stays unused a while (lifecycle.py)
+            quarantine, now = self._state.quarantine, self._state.now
+            if len(quarantine) > 4096:  # expired entries go when it grows
+                for old in [c for c, until in quarantine.items() if until <= now]:
+                    del quarantine[old]
+            quarantine[peer.local_conn] = now + QUARANTINE_TIMEOUTS * peer.peer_timeout
         peer.transition(PeerEvent.RESET)  # (Peer.__init__ below leaves it in that state)
         keep = (peer.counters, peer.user_data, peer.past_incarnations, peer.past_remote_conns)
         unconsumed = peer.unconsumed  # (what the driver holds for its application stays held)
@@ -357,7 +382,7 @@ class Handshake:
                                 cfg.rto_max, cfg.retrans_timeout, cfg.ack_delay)
         conn = self._fresh_conn_id()
         Peer.__init__(peer, peer.address, peer.dest, conn, self._rng.randrange(1, 1 << 62),
-                      timer, cfg.window)
+                      timer, cfg.window, cfg.peer_timeout)
         peer.counters, peer.user_data, peer.past_incarnations, peer.past_remote_conns = keep
         peer.unconsumed = unconsumed
         self._cc.on_new_peer(peer)

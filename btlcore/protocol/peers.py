@@ -33,7 +33,8 @@ class PeerState(enum.Enum):
     CONNECTING = "connecting"  # handshake under way (a new peer starts here)
     ESTABLISHED = "established"
     FAILED = "failed"  # declared dead; every pending operation failed
-    CLOSED = "closed"  # our transport closed (final)
+    CLOSING = "closing"  # we sent CLOSE and wait for its CLOSE_ACK (late datagrams get a CLOSE)
+    CLOSED = "closed"  # closed by either end or by our transport: the connection is over
 
 
 class PeerEvent(enum.Enum):
@@ -43,9 +44,13 @@ class PeerEvent(enum.Enum):
     FAILED = "failed"  # declared dead: handshake, peer or retry timeout
     RESET = "reset"  # a new connection to the same address: a restart, a reset, a reconnect
     CLOSED = "closed"  # the local transport closed
+    CLOSE = "close"  # we close it (Transport.close or disconnect): CLOSE sent, resent until acknowledged
+    CLOSE_DONE = "close_done"  # our CLOSE was acknowledged, or close_timeout passed
+    PEER_CLOSED = "peer_closed"  # the peer's CLOSE (naming this connection's ids) arrived
 
 
 _C, _E, _F, _X = PeerState.CONNECTING, PeerState.ESTABLISHED, PeerState.FAILED, PeerState.CLOSED
+_G = PeerState.CLOSING
 
 #: (state, event) -> next state: every change of Peer.state, and nothing else
 TRANSITIONS: dict[tuple[PeerState, PeerEvent], PeerState] = {
@@ -58,6 +63,15 @@ TRANSITIONS: dict[tuple[PeerState, PeerEvent], PeerState] = {
     (_F, PeerEvent.RESET): _C,
     (_C, PeerEvent.CLOSED): _X,
     (_E, PeerEvent.CLOSED): _X,
+    # graceful close (docs/protocol.md §11): ours, then the peer's
+    (_C, PeerEvent.CLOSE): _G,
+    (_E, PeerEvent.CLOSE): _G,
+    (_G, PeerEvent.CLOSE_DONE): _X,
+    (_G, PeerEvent.CLOSED): _X,
+    (_G, PeerEvent.PEER_CLOSED): _X,  # both ends closed at once
+    (_C, PeerEvent.PEER_CLOSED): _X,
+    (_E, PeerEvent.PEER_CLOSED): _X,
+    (_X, PeerEvent.RESET): _C,  # a new connection after a closed one (its ids quarantined)
 }
 
 
@@ -196,6 +210,9 @@ class Peer:
         "recovery_serial", "timeouts", "probe_seq", "probe_serial", "probe_dup", "timer",
         "last_progress", "rto_base", "msg_counter", "puts",
         "remote_window", "send_queued", "send_blocked",
+        # liveness and close (lifecycle.py): the death clock, keepalive and zero-window probes
+        "last_heard", "ping_at", "ping_due", "persist", "close_reason", "close_next",
+        "close_interval", "close_until", "close_reply",
         # receive side
         "window", "rx_high_time", "dup_seen", "last_ack_sent", "ready", "reassembly", "ack_count", "ack_deadline",
         "ack_now",
@@ -205,13 +222,25 @@ class Peer:
         "timed", "timed_order",
     )
 
+    # liveness and close (lifecycle.py): when the last valid datagram from it arrived (the
+    # death rule's clock), when we last PINGed it, whether a PING is due, the zero-window
+    # probe's interval (0: not probing); while CLOSING, our CLOSE's reason (wire.CR_*), next
+    # resend, interval and give-up time; a CLOSE or CLOSE_ACK owed to it (wire.T_*)
+    last_heard: float
+    ping_at: float
+    ping_due: bool
+    persist: float
+    close_reason: int | None
+    close_next: float | None
+    close_interval: float
+    close_until: float
+    close_reply: int | None
+
     def __init__(self, address: bytes, dest: Any, local_conn: int, isn: int,
-                 timer: RetransmitTimer, window: int) -> None:
-        self.address = address
-        self.dest = dest
+                 timer: RetransmitTimer, window: int, peer_timeout: float = 10.0) -> None:
+        self.address, self.dest = address, dest
         self.local_conn = local_conn
-        self.remote_conn = 0
-        self.remote_inc = 0
+        self.remote_conn = self.remote_inc = 0
         self.state = PeerState.CONNECTING  # where a connection starts (TRANSITIONS moves it on)
         self.confirmed = False  # the peer knows our current incarnation
         self.remote_known = False  # we know its incarnation, connection id and ISN
@@ -227,7 +256,7 @@ class Peer:
         self.reply_dest: Any = None  # where to: the HELLO's source as a dest (None: ``dest``)
         # its limits (ours, then its transport parameters): largest message, payloads, peer_timeout
         self.max_message, self.single_cap, self.chunk_cap = (1 << 32) - 1, 0, 0
-        self.peer_timeout = 0.0
+        self.peer_timeout = peer_timeout
         self.error: BaseException | None = None
         self.user_data: Any = None
         self.source: Any = None  # where its last accepted handshake came from (None: not reported)
@@ -236,7 +265,6 @@ class Peer:
         self.past_incarnations: tuple[int, ...] = ()
         self.past_remote_conns: tuple[int, ...] = ()  # likewise, connections
         self.remote_isn = 0
-
         self.isn = isn
         self.next_seq = isn + 1
         self.snd_una = isn  # everything up to here is acknowledged
@@ -244,8 +272,7 @@ class Peer:
         self.queue: deque[OutMessage] | tuple[()] = ()
         self.unacked: OrderedDict[int, Segment] = OrderedDict()  # in transmission order
         self.resend: deque[Segment] | tuple[()] = ()
-        self.scoreboard = SackScoreboard()
-        self.tx_serial = 0
+        self.scoreboard, self.tx_serial = SackScoreboard(), 0
         self.acked_serial = [0, 0]  # per channel: highest transmission serial acknowledged
         self.loss_seq_limit: int | None = None  # no loss declared above (truncated SACK)
         self.cwnd = 0.0  # congestion window, segments (set by the engine)
@@ -254,8 +281,7 @@ class Peer:
         # timeouts in a row without progress; the first one's probes, judged when acknowledged
         self.timeouts = 0
         self.probe_seq: int | None = None
-        self.probe_serial = 0
-        self.probe_dup = False
+        self.probe_serial, self.probe_dup = 0, False
         self.reo_mult = 1  # reordering allowance, in quarters of an RTT (grows on spurious resends)
         self.reo_persist = 0  # loss episodes the widened allowance lasts (RACK's reo_wnd_persist)
         self.timer = timer
@@ -268,7 +294,9 @@ class Peer:
         self.remote_window = window
         self.send_queued = 0  # bytes of messages accepted, not completed (unsent or unacked)
         self.send_blocked = False  # a send was refused: PeerWritable once drained to half
-
+        # liveness and close (lifecycle.py; the slots' annotations above say what each is)
+        self.last_heard = self.ping_at = self.persist = self.close_interval = self.close_until = 0.0
+        self.ping_due, self.close_reason, self.close_next, self.close_reply = False, None, None, None
         self.window = ReceiveWindow(0, window)  # rebased on the peer's ISN at handshake
         self.last_ack_sent = -1.0
         self.dup_seen = False  # a duplicate arrived since our last standalone ACK
@@ -277,8 +305,7 @@ class Peer:
         self.reassembly: dict[int, Reassembly] = {}
         self.ack_count = 0  # segments received since we last told the peer our ACK point
         self.ack_deadline: float | None = None
-        self.ack_now = False
-        self.sack_dirty = False
+        self.ack_now = self.sack_dirty = False
         self.rx_held = 0  # bytes its messages in reassembly hold (in EngineState.rx_held too)
         self.unconsumed = 0  # bytes delivered and not taken yet (Engine.set_unconsumed)
         self.adv_window = window  # the receive window our last ACK advertised, segments

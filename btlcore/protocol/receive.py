@@ -16,6 +16,7 @@ from typing import Any
 from .events import Event, MessageReceived, PutLanded, PutRefused, _new
 from .guard import Guard
 from .handshake import Handshake
+from .lifecycle import Lifecycle
 from .peers import OutMessage, Peer, PeerState, Reassembly
 from .recovery import Recovery
 from .state import EngineState
@@ -46,9 +47,12 @@ from .wire import (
     SEQ_MASK,
     T_ACK,
     T_CHALLENGE,
+    T_CLOSE,
+    T_CLOSE_ACK,
     T_DATA,
     T_HELLO,
     T_HELLO_ACK,
+    T_PING,
     T_RESPONSE,
     T_UNKNOWN_CONN,
     UNKNOWN_FLAGS,
@@ -60,6 +64,7 @@ from .wire import (
 
 _FAILED = PeerState.FAILED
 _ESTABLISHED = PeerState.ESTABLISHED
+_CLOSING = PeerState.CLOSING
 
 _NOT_FAST = UNKNOWN_FLAGS | F_PUT | F_STATUS  # flags that keep a datagram off the in-order fast path
 _CHUNKED = HEADER_LEN + CHUNK_LEN  # where a chunk's payload starts
@@ -71,10 +76,10 @@ class Receiver:
     __slots__ = ("_state", "config", "crc", "counters", "events", "peers_by_conn", "regions", "_acking",
                  "_timed", "_sending", "_ack_frequency", "_ack_delay", "_on_cum_ack", "_detect_losses",
                  "_on_ack", "_put_done", "_confirm", "_on_hello", "_min_hello", "_on_foreign",
-                 "_rx_limit", "_guard", "_source_ok")
+                 "_rx_limit", "_lifecycle", "_guard", "_source_ok")
 
     def __init__(self, state: EngineState, recovery: Recovery, handshake: Handshake,
-                 versions: Versions, guard: Guard) -> None:
+                 versions: Versions, lifecycle: Lifecycle, guard: Guard) -> None:
         self._state = state  # for now and closed
         self.config = state.config
         self.crc = state.crc
@@ -93,6 +98,7 @@ class Receiver:
         self._put_done = recovery.put_done
         self._confirm = handshake.confirm
         self._on_hello = handshake.on_hello
+        self._lifecycle = lifecycle
         self._min_hello = handshake.hello_ack_len  # a smaller HELLO is not answered
         self._on_foreign = versions.on_foreign
         # the transport's reassembly budget: never below one largest message (else that
@@ -124,7 +130,7 @@ class Receiver:
             if typ != T_DATA or version != WIRE_VERSION or flags & _NOT_FAST or (
                     (dst != last_dst or inc != last_inc)
                     and ((peer := peers.get(dst)) is None or inc != peer.remote_inc or not peer.confirmed
-                         or not peer.remote_known or peer.state is _FAILED
+                         or not peer.remote_known or peer.state is not _ESTABLISHED
                          or (last_dst := dst) < 0 or (last_inc := inc) < 0 or (last_src := -1) >= 0)) or (
                     sources is not None and (src := sources[k]) != last_src
                     and (src not in peer.sources or (last_src := src) is None)) or (
@@ -136,8 +142,8 @@ class Receiver:
             if n != (_CHUNKED if flags & F_CHUNK else HEADER_LEN) + plen:
                 self.counters.num_malformed_recvs += 1  # drop before anything in it is believed
                 continue
-            c = peer.counters
-            c.num_total_recvs += 1
+            (c := peer.counters).num_total_recvs += 1
+            peer.last_heard = now  # the death rule's clock: heard from
             if flags & F_ACK and ack_w != peer.snd_una & SEQ_MASK:  # _on_piggyback_ack inline (4% of a ping-pong)
                 at_cum = self._on_cum_ack(peer, ack_w, now)
                 if at_cum is not None:
@@ -202,17 +208,29 @@ class Receiver:
         elif self.crc:  # we require a CRC: a frame without one may have lost its flag bit
             self.counters.num_crc_errors += 1
             return
-        if typ == T_DATA or typ == T_ACK:
+        if typ == T_DATA or typ == T_ACK or typ == T_PING:
             peer = self.peers_by_conn.get(dst)
             if peer is None:
-                self.counters.num_unk_recvs += 1
+                self.counters.num_unk_recvs += 1  # (a quarantined connection's too)
                 self._guard.unknown(data, source)  # (a notice, rate-limited)
                 return
-            if inc != peer.remote_inc or not peer.remote_known or peer.state is _FAILED:
+            state = peer.state
+            if inc != peer.remote_inc or not peer.remote_known or state is _FAILED \
+                    or state is PeerState.CLOSED:
                 peer.counters.num_stale_recvs += 1
                 return
             if source is not None and source not in peer.sources and not self._source_ok(peer, source):
                 return  # from a source the connection does not use: dropped, counted
+            if state is _CLOSING:  # late datagrams of a connection we close get a CLOSE
+                self._lifecycle.on_late(peer, now)
+                return
+            if typ == T_PING:
+                if n != HEADER_LEN + plen:
+                    self.counters.num_malformed_recvs += 1
+                    return
+                self._lifecycle.on_ping(peer, now)
+                return
+            peer.last_heard = now
             if typ == T_DATA:
                 self._on_data(peer, view, n, flags, seq_w, ack_w, tag, plen, now)
             else:
@@ -232,6 +250,11 @@ class Receiver:
                 self.counters.num_malformed_recvs += 1
                 return
             self._on_hello(typ, dst, hello, bool(_r & HF_CRC_REQUIRED), source, now)
+        elif typ == T_CLOSE or typ == T_CLOSE_ACK:
+            if n != HEADER_LEN + plen:
+                self.counters.num_malformed_recvs += 1
+                return
+            self._lifecycle.on_close(typ, dst, inc, view[HEADER_LEN:], now)
         elif typ == T_UNKNOWN_CONN:
             self._guard.on_notice(data, dst, inc, seq_w, now)
         elif typ == T_CHALLENGE:

@@ -46,6 +46,7 @@ _ESTABLISHED = PeerState.ESTABLISHED
 _ACK_BODY_LEN = ACK_BODY.size
 _SACK_RANGE_LEN = SACK_RANGE.size
 _CONNECTING = PeerState.CONNECTING
+_CLOSING = PeerState.CLOSING
 _timed_order = attrgetter("timed_order")
 
 LOST_FAST = 1  # Segment.lost: declared lost by the fast-retransmit rule
@@ -53,6 +54,7 @@ LOST_TIMEOUT = 2  # ... by the retransmit timeout
 TIMEOUT_PROBES = 2  # segments a retransmit timeout resends
 REO_PERSIST = 16  # loss episodes a widened reordering allowance lasts (RFC 8985's reo_wnd_persist)
 PERSISTENT_TIMEOUTS = 3  # timeouts in a row that mean persistent congestion: slow start again
+KEEPALIVE_FRACTION = 3  # a keepalive PING after peer_timeout / this of silence (lifecycle.py)
 
 
 #: clock granularity term of RFC 6298 (G); our clocks are far finer, so it is small
@@ -131,13 +133,15 @@ def _unwired(peer: Peer, now: float) -> None:
     raise RuntimeError("Recovery.wire() was not called")
 
 
+
 class Recovery:
     """What the sender learns from ACKs: completions, RTT samples, losses (fast retransmit and
     the retransmit timeout), peer death."""
 
     __slots__ = ("_state", "config", "events", "counters", "_cc", "_cc_on_ack", "_cwnd_max",
                  "_granularity", "_resending", "_sending", "_touched", "_timed", "_deadlines",
-                 "_actions", "_timed_order", "_stamp", "_unschedule", "_confirm")
+                 "_actions", "_timed_order", "_stamp", "_unschedule", "_confirm", "_close_timer",
+                 "_control")
 
     def __init__(self, state: EngineState, packetizer: Packetizer) -> None:
         self._state = state  # for now
@@ -158,10 +162,14 @@ class Recovery:
         self._stamp = packetizer.stamp
         self._unschedule = state.unschedule
         self._confirm: Callable[[Peer, float], None] = _unwired
+        self._close_timer: Callable[[Peer, float], None] = _unwired
+        self._control = state.control
 
-    def wire(self, confirm: Callable[[Peer, float], None]) -> None:
-        """The handshake's ``confirm``: an ACK from an unconfirmed peer confirms it."""
+    def wire(self, confirm: Callable[[Peer, float], None],
+             close_timer: Callable[[Peer, float], None] = _unwired) -> None:
+        """The handshake's ``confirm`` (an ACK confirms) and the lifecycle's ``close_timer``."""
         self._confirm = confirm
+        self._close_timer = close_timer
 
     def on_cum_ack(self, peer: Peer, ack_w: int, now: float) -> Segment | None:
         """Apply a cumulative ACK (piggy-backed or standalone).  Returns the segment at the
@@ -286,6 +294,9 @@ class Recovery:
             self._confirm(peer, now)
         if window > peer.remote_window and peer.queue and peer.state is _ESTABLISHED:
             self._sending[peer] = None  # the window opened (a window update acknowledges nothing new)
+        if (window == 0) is not (peer.remote_window == 0):
+            peer.persist = 0.0  # the zero-window probe's timer starts or stops (lifecycle.py)
+            self._timed[peer] = None
         peer.remote_window = window  # (zero: the receiver's application is not reading)
         if ack_flags & AF_DUPLICATE:
             peer.probe_dup = True  # (only read while a timeout's probes are out)
@@ -468,6 +479,12 @@ class Recovery:
         same, or earlier when a later segment than the oldest may be declared lost)."""
         cfg = self.config
         t = act = None
+        state = peer.state
+        if state is _CLOSING:  # the CLOSE's resend and give-up (lifecycle.close_timer)
+            t = peer.close_until
+            if peer.close_next is not None and peer.close_next < t:
+                t = peer.close_next
+            return t, t
         unacked = peer.unacked
         if unacked:
             # the loss check: the candidate's send time plus the reordering time, the very
@@ -479,12 +496,11 @@ class Recovery:
                 t = self._rto_at(peer, front)
                 if candidate is front and loss_at is not None and loss_at < t:
                     t = loss_at  # the oldest segment's loss check comes first
-            death = peer.last_progress + cfg.peer_timeout
-            if t is None or death < t:
-                t = death
             act = loss_at
-        elif peer.puts:  # everything acknowledged, put statuses still owed: a death clock
-            t = max(peer.last_progress, peer.rx_high_time) + cfg.peer_timeout
+        if state is _ESTABLISHED:
+            live = self._live_at(peer)
+            if t is None or live < t:
+                t = live
         if peer.ack_now or peer.hello_reply:
             t = self._state.now
         elif peer.ack_deadline is not None and (t is None or peer.ack_deadline < t):
@@ -503,6 +519,47 @@ class Recovery:
         if t is not None and (act is None or t < act):
             act = t
         return t, act
+
+    def _live_at(self, peer: Peer) -> float:
+        """The earliest of an established peer's death clock (nothing heard for
+        peer_timeout), its keepalive PING (a third of it) and its zero-window probe: the
+        expressions :meth:`_liveness` compares with now, spelled the same."""
+        heard = peer.last_heard
+        timeout = peer.peer_timeout
+        t = heard + timeout
+        if self.config.keepalive:
+            keep = (heard if heard > peer.ping_at else peer.ping_at) + timeout / KEEPALIVE_FRACTION
+            if keep < t:
+                t = keep
+        if peer.remote_window == 0 and peer.queue and not peer.unacked:
+            probe = peer.ping_at + (peer.persist or peer.timer.rto)
+            if probe < t:
+                t = probe
+        return t
+
+    def _liveness(self, peer: Peer, now: float) -> bool:
+        """An established peer is due: dead (True), or a keepalive / zero-window PING due."""
+        heard = peer.last_heard
+        timeout = peer.peer_timeout
+        if heard + timeout <= now:
+            self._fail_peer(peer, PeerUnreachable(
+                f"peer {peer.address.hex()}: nothing heard from it for {timeout:g} s"))
+            return True
+        ping = False
+        if self.config.keepalive and \
+                (heard if heard > peer.ping_at else peer.ping_at) + timeout / KEEPALIVE_FRACTION <= now:
+            ping = True
+        if peer.remote_window == 0 and peer.queue and not peer.unacked:
+            interval = peer.persist or peer.timer.rto
+            if peer.ping_at + interval <= now:
+                ping = True
+                # the persist timer backs off, up to the keepalive's pace
+                peer.persist = min(2 * interval, timeout / KEEPALIVE_FRACTION)
+        if ping:
+            peer.ping_at = now
+            peer.ping_due = True
+            self._control[peer] = None
+        return False
 
     def _refresh_timers(self, forget_idle: bool) -> None:
         """Recompute the times of the peers that changed since the last call (and only
@@ -538,7 +595,7 @@ class Recovery:
         ``pending_work=False``, timers only: a driver whose device refuses sends for now
         must not be told that queued sends are due.  The earliest of the peers' deadlines,
         kept in a heap: a peer with nothing new costs nothing here."""
-        if pending_work and (self._resending or self._sending):
+        if pending_work and (self._resending or self._sending or self._control):
             return self._state.now
         self._refresh_timers(True)
         return self._deadlines.first()
@@ -560,21 +617,16 @@ class Recovery:
             self._peer_timer(peer, now)
 
     def _peer_timer(self, peer: Peer, now: float) -> None:
-        """``peer`` is due: fail it, declare losses, or fire its retransmit timer."""
+        """``peer`` is due: fail it (the death rule), probe it, declare losses, or fire its
+        retransmit timer; a closing peer's timer is the lifecycle's."""
         cfg = self.config
-        if not peer.unacked and peer.puts \
-                and max(peer.last_progress, peer.rx_high_time) + cfg.peer_timeout <= now:
-            # a put's data was acknowledged but its status never came, and the peer has
-            # sent nothing since: it died in between (a hang otherwise)
-            self._fail_peer(peer, PeerUnreachable(
-                f"peer {peer.address.hex()} sent no put status and nothing else for "
-                f"{cfg.peer_timeout:g} s"))
+        state = peer.state
+        if state is _CLOSING:
+            self._close_timer(peer, now)
+            return
+        if state is _ESTABLISHED and self._liveness(peer, now):
             return
         if peer.unacked:
-            if peer.last_progress + cfg.peer_timeout <= now:
-                self._fail_peer(peer, PeerUnreachable(
-                    f"peer {peer.address.hex()} acknowledged nothing for {cfg.peer_timeout:g} s"))
-                return
             self.detect_losses(peer)
             front = self._rto_front(peer)
             if front is not None and self._rto_at(peer, front) <= now:
@@ -624,7 +676,6 @@ class Recovery:
 
     def resend_pass(self, out: list[Any], now: float, cap: int) -> None:
         sent = 0
-        max_retries = self.config.max_retries
         for peer in list(self._resending):
             resend = peer.resend
             c = peer.counters
@@ -632,11 +683,6 @@ class Recovery:
                 seg = resend.popleft()
                 if not seg.lost or peer.unacked.get(seg.seq) is not seg:
                     continue  # acknowledged meanwhile
-                if seg.tx_count >= max_retries:
-                    self._fail_peer(peer, PeerUnreachable(
-                        f"peer {peer.address.hex()}: segment {seg.seq} unacknowledged after "
-                        f"{seg.tx_count} transmissions (max_retries={max_retries})"))
-                    break
                 if seg.lost == LOST_FAST:
                     c.num_fast_retrans += 1
                 else:

@@ -47,7 +47,7 @@ class EngineState:
         "ack_delay", "cc", "cwnd_max", "single_cap", "chunk_cap", "gather_min", "prefixes",
         "peers_by_addr", "peers_by_conn", "counters", "events", "regions", "next_region",
         "closed", "now", "resending", "sending", "acking", "hello", "timed", "touched",
-        "deadlines", "actions", "rx_held",
+        "deadlines", "actions", "control", "quarantine", "rx_held",
         "reply_dest", "replies",
     )
 
@@ -121,6 +121,11 @@ class EngineState:
         self.touched: dict[Peer, None] = {}
         self.deadlines: DeadlineHeap[Peer] = DeadlineHeap()  # what next_deadline() reports
         self.actions: DeadlineHeap[Peer] = DeadlineHeap()  # when handle_timer() acts on one
+        # lifecycle (lifecycle.py): the peers owed a PING, CLOSE or CLOSE_ACK, and the
+        # connection ids of closed connections, kept out of use until the time they map to
+        # (late datagrams of an old connection are never taken for a new one's)
+        self.control: dict[Peer, None] = {}
+        self.quarantine: dict[int, float] = {}
         # bytes every peer's reassemblies hold together (bounded by config.reassembly_limit)
         self.rx_held = 0
 
@@ -132,7 +137,8 @@ class EngineState:
 
     def unschedule(self, peer: Peer) -> None:
         """Take ``peer`` off every work list and timer (it failed, is reset, or is forgotten)."""
-        for table in (self.resending, self.sending, self.acking, self.hello, self.timed, self.touched):
+        for table in (self.resending, self.sending, self.acking, self.hello, self.timed, self.touched,
+                      self.control):
             table.pop(peer, None)
         peer.timed = False
         self.deadlines.discard(peer)

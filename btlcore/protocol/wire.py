@@ -111,6 +111,8 @@ VERSION reply (version byte 0: its layout depends on no version's header)::
      4   4   echo_dst_conn    the provoking datagram's bytes [4:8] (its dst_conn)
      8   4   echo_incarnation the provoking datagram's bytes [8:12] (its src_incarnation)
     12   n   versions         one byte each: the versions this end speaks
+    12+n 4   crc              CRC32C of bytes [0:12+n] (a corrupted list must not fail a
+                              handshake: the reply has no header, so no F_CRC)
 """
 
 from __future__ import annotations
@@ -642,8 +644,9 @@ def version_reply(echo_dst_conn: int, echo_incarnation: int,
     if not 1 <= len(wanted) <= 255 or not all(isinstance(v, int) and 1 <= v <= 255 for v in wanted):
         raise ValueError(f"a VERSION reply lists 1..255 versions, each 1..255, not {wanted}")
     listed = bytes(wanted)
-    return VERSION_HEAD.pack(VERSION_NEGOTIATION, T_VERSION, len(listed), echo_dst_conn,
-                             echo_incarnation) + listed
+    out = VERSION_HEAD.pack(VERSION_NEGOTIATION, T_VERSION, len(listed), echo_dst_conn,
+                            echo_incarnation) + listed
+    return out + struct.pack("!I", crc32c(out))
 
 
 def parse_version_reply(buf: bytes | bytearray | memoryview) -> tuple[int, int, tuple[int, ...]]:
@@ -655,7 +658,10 @@ def parse_version_reply(buf: bytes | bytearray | memoryview) -> tuple[int, int, 
     version, typ, count, dst, inc = VERSION_HEAD.unpack_from(view)
     if version != VERSION_NEGOTIATION or typ != T_VERSION:
         raise MalformedDatagram(f"not a VERSION reply (version {version}, type {typ})")
-    listed = tuple(view[VERSION_HEAD.size :])
-    if count == 0 or len(listed) != count or VERSION_NEGOTIATION in listed:
-        raise MalformedDatagram(f"VERSION reply claims {count} versions, carries {listed}")
+    listed = tuple(view[VERSION_HEAD.size : len(view) - 4])
+    if count == 0 or len(view) != VERSION_HEAD.size + count + 4 or VERSION_NEGOTIATION in listed:
+        raise MalformedDatagram(f"VERSION reply claims {count} versions in {len(view)} bytes "
+                                f"(12 + count + 4 for its CRC32C)")
+    if struct.unpack_from("!I", view, len(view) - 4)[0] != crc32c(view[: len(view) - 4]):
+        raise MalformedDatagram("VERSION reply with a bad CRC32C")
     return dst, inc, listed

@@ -17,14 +17,14 @@ import pytest
 
 import btlcore.protocol.packetizer as packetizer_mod
 from btlcore.protocol.engine import Engine
-from btlcore.protocol.peers import Peer, Segment
+from btlcore.protocol.peers import Peer, PeerState, Segment
 from btlcore.protocol.wire import CRC_OFFSET, HEAD_PREFIX, T_DATA, WIRE_VERSION, crc32c, decode
 from btlcore.testing.enginepair import DROP, EngineNet
 
 
 def _reference_timer(eng: Engine) -> float | None:
     """The next deadline as first written: every timed peer, one helper per question."""
-    if eng.state.resending or eng.state.sending:
+    if eng.state.resending or eng.state.sending or eng.state.control:
         return eng.state.now
     best = None
     cfg = eng.config
@@ -37,8 +37,14 @@ def _reference_timer(eng: Engine) -> float | None:
                 if front.tx_serial <= peer.acked_serial[front.channel] - cfg.fast_retransmit_threshold \
                         and (peer.loss_seq_limit is None or front.seq <= peer.loss_seq_limit):
                     t = min(t, front.sent_at + eng.recovery._reorder_time(peer))
-            death = peer.last_progress + cfg.peer_timeout
-            t = death if t is None else min(t, death)
+        if peer.state is PeerState.ESTABLISHED:  # the death rule, keepalive, zero-window probe
+            heard = peer.last_heard
+            live = heard + peer.peer_timeout
+            if cfg.keepalive:
+                live = min(live, max(heard, peer.ping_at) + peer.peer_timeout / 3)
+            if peer.remote_window == 0 and peer.queue and not peer.unacked:
+                live = min(live, peer.ping_at + (peer.persist or peer.timer.rto))
+            t = live if t is None else min(t, live)
         if peer.ack_now or peer.hello_reply:
             t = eng.state.now
         elif peer.ack_deadline is not None and (t is None or peer.ack_deadline < t):

@@ -140,6 +140,22 @@ def test_the_hello_ack_goes_to_the_observed_source_not_the_address_inside() -> N
     assert not [x for _t, s, d, x in p.log if s == 1 and d == 2]
 
 
+def test_a_version_reply_damaged_on_the_way_fails_nothing() -> None:
+    """A VERSION reply whose version list was damaged (2 -> 3) would fail the handshake at
+    once: its own CRC32C catches it (the reply has no header, so no F_CRC)."""
+    p = EnginePair()
+    p.drop_where(lambda dg: dg.type == T_HELLO, count=1, src=0)
+    p.send(0, 1, 1, b"x", key="m")
+    p.run(lambda: bool(p.sent(src=0, type=T_HELLO)), max_time=1)
+    hello = decode(_first_hello(p, 0))
+    damaged = bytearray(version_reply(hello.dst_conn, hello.src_incarnation, (WIRE_VERSION,)))
+    damaged[12] ^= 1  # the listed version: 2 -> 3
+    p.a.receive_datagram(bytes(damaged), b"B", p.now)
+    assert p.a.stats()["num_malformed_recvs"] == 1 and p.pa.state is PeerState.CONNECTING
+    p.run(lambda: bool(p.completions["m"]), max_time=2)  # the handshake goes on
+    assert p.completions["m"] == [None] and p.delivered[1] == [(b"A", 1, b"x")]
+
+
 def test_a_damaged_datagram_gets_no_version_reply_and_the_handshake_survives() -> None:
     """A bit flipped in a HELLO's version byte is damage, not another version: its CRC32C
     (read with the header layout every version shares) fails, so it is counted as a CRC

@@ -21,6 +21,15 @@ EXPECTED = {
     (S.FAILED, E.RESET): S.CONNECTING,
     (S.CONNECTING, E.CLOSED): S.CLOSED,
     (S.ESTABLISHED, E.CLOSED): S.CLOSED,
+    # graceful close (issue #11): ours, the peer's, and a new connection after one
+    (S.CONNECTING, E.CLOSE): S.CLOSING,
+    (S.ESTABLISHED, E.CLOSE): S.CLOSING,
+    (S.CLOSING, E.CLOSE_DONE): S.CLOSED,
+    (S.CLOSING, E.CLOSED): S.CLOSED,
+    (S.CLOSING, E.PEER_CLOSED): S.CLOSED,
+    (S.CONNECTING, E.PEER_CLOSED): S.CLOSED,
+    (S.ESTABLISHED, E.PEER_CLOSED): S.CLOSED,
+    (S.CLOSED, E.RESET): S.CONNECTING,
 }
 
 
@@ -53,12 +62,14 @@ def test_an_impossible_transition_raises_and_changes_nothing(state: PeerState, e
     assert peer.state is state
 
 
-def test_closed_is_final_and_the_error_lists_what_is_allowed() -> None:
-    assert not [k for k in TRANSITIONS if k[0] is S.CLOSED]
-    with pytest.raises(InvalidTransition, match=r"allowed there: closed, failed, reset\)"):
+def test_closed_only_resets_and_the_error_lists_what_is_allowed() -> None:
+    # a closed connection is over: only a new one (RESET, with new ids) leaves it
+    assert [k for k in TRANSITIONS if k[0] is S.CLOSED] == [(S.CLOSED, E.RESET)]
+    with pytest.raises(InvalidTransition,
+                       match=r"allowed there: close, closed, failed, peer_closed, reset\)"):
         peer_in(S.ESTABLISHED).transition(E.CONFIRMED)
-    with pytest.raises(InvalidTransition, match=r"allowed there: none"):
-        peer_in(S.CLOSED).transition(E.RESET)
+    with pytest.raises(InvalidTransition, match=r"allowed there: reset\)"):
+        peer_in(S.CLOSED).transition(E.CLOSE)
 
 
 def test_the_engine_moves_states_through_the_table() -> None:

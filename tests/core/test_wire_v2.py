@@ -219,7 +219,7 @@ def test_v2_types_are_unknown_in_version_1_and_version_1_is_refused_by_default()
 
 def test_version_reply_layout() -> None:
     raw = wire.version_reply(0x11223344, 0x55667788)
-    assert raw == bytes.fromhex("00 0b 01 00 11223344 55667788 02")
+    assert raw == bytes.fromhex("00 0b 01 00 11223344 55667788 02 301deb7c")  # (its CRC32C last)
     dg = decode(raw)  # whatever versions the reader speaks
     assert (dg.version, dg.type, dg.dst_conn, dg.src_incarnation, dg.payload) == \
         (0, T_VERSION, 0x11223344, 0x55667788, b"\x02")
@@ -231,7 +231,7 @@ def test_version_reply_layout() -> None:
 @given(u32, u32, st.lists(st.integers(1, 255), min_size=1, max_size=255))
 def test_version_reply_round_trip(dst: int, inc: int, versions: list[int]) -> None:
     raw = wire.version_reply(dst, inc, versions)
-    assert len(raw) == 12 + len(versions)
+    assert len(raw) == 12 + len(versions) + 4
     assert wire.parse_version_reply(raw) == (dst, inc, tuple(versions))
     assert decode(raw, versions=()).payload == bytes(versions)
 
@@ -243,6 +243,7 @@ def test_version_reply_round_trip(dst: int, inc: int, versions: list[int]) -> No
     (bytes.fromhex("00 0b 00 00 00000001 00000002"), "claims 0 versions"),
     (bytes.fromhex("00 0b 01 00 00000001 00000002 00"), "claims 1 versions"),
     (bytes.fromhex("00 01 01 00 00000001 00000002 02"), "not a VERSION reply"),
+    (bytes.fromhex("00 0b 01 00 11223344 55667788 03 301deb7c"), "bad CRC32C"),  # a corrupted list
 ])
 def test_version_reply_malformed(raw: bytes, match: str) -> None:
     with pytest.raises(MalformedDatagram, match=match):

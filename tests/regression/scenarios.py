@@ -111,7 +111,9 @@ class Run:
         return self.open(node.name, config, address=node.transport.address, **kw)
 
     def kill(self, node: Node) -> None:
-        """``node`` vanishes without a word (a crashed process); its counters are kept."""
+        """``node`` vanishes without a word (a crashed process: not even the CLOSE of its
+        ``close()`` arrives); its counters are kept."""
+        node.transport.engine.close()  # (no CLOSE, and no wait for its acknowledgement)
         node.transport.close(flush=False)
         self._stats[node.label] = node.transport.stats()
 

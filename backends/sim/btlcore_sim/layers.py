@@ -226,7 +226,8 @@ class BTLPing(Packet):
 
 class BTLVersion(Packet):
     """A VERSION reply: version byte 0, the provoking datagram's ids echoed, the versions
-    this end speaks (one byte each)."""
+    this end speaks (one byte each), and a CRC32C of all that (left unset, ``post_build``
+    fills it in)."""
 
     name = "btlcore VERSION"
     fields_desc = [
@@ -237,7 +238,13 @@ class BTLVersion(Packet):
         IntField("echo_dst_conn", 0),
         XIntField("echo_incarnation", 0),
         FieldListField("versions", [], ByteField("", 0), count_from=lambda p: p.count),
+        XIntField("crc", None),
     ]
+
+    def post_build(self, pkt: bytes, pay: bytes) -> bytes:
+        if self.crc is None:
+            pkt = pkt[:-4] + struct.pack("!I", wire.crc32c(pkt[:-4]))
+        return pkt + pay
 
 
 class BTLPutStatus(Packet):
