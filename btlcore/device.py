@@ -197,6 +197,20 @@ class DeviceSpec:
         ``Capabilities.reports_source``; the core then calls it instead of ``poll_recv``."""
 
     @hookspec(firstresult=True)
+    def btl_device_peer_sources(self, device: Any, dest: Any) -> Sequence[Any] | None:
+        """Optional (with ``poll_recv_from``): the sources, as ``poll_recv_from`` reports
+        them, that the peer at ``dest`` (a ``btl_device_resolve`` handle) sends from, one per
+        channel; None if unknown.  The core then drops its connection's datagrams from any
+        other source; without the hook it learns them from the connection's first datagrams."""
+
+    @hookspec(firstresult=True)
+    def btl_device_path_errors(self, device: Any) -> Sequence[Any]:  # type: ignore[empty-body]
+        """Optional: the destinations (``post_send`` handles' addresses, as sources are
+        reported) that the network said were unreachable since the last call (an ICMP port
+        unreachable: ``udp`` with ``IP_RECVERR``), emptied by the call.  The core fails a
+        peer there only if it has also gone silent (ICMP is easy to forge)."""
+
+    @hookspec(firstresult=True)
     def btl_device_poll_completions(self, device: Any) -> int:  # type: ignore[empty-body]
         """Reap send completions (freeing send-queue slots); return how many were reaped."""
 
@@ -397,6 +411,10 @@ class DeviceOps:
     """``btl_device_wake`` if the backend has it (from any thread)."""
     reply_dest: Callable[[Any], Any] | None = None
     """``btl_device_reply_dest`` if the backend has it: a datagram's source -> a dest."""
+    peer_sources: Callable[[Any], Any] | None = None
+    """``btl_device_peer_sources`` if the backend has it: a dest -> the sources it sends from."""
+    path_errors: Callable[[], Sequence[Any]] | None = None
+    """``btl_device_path_errors`` if the backend has it (ICMP unreachables since the last call)."""
 
     @classmethod
     def bind(cls, backend: str, plugin: Any, device: Any) -> DeviceOps:
@@ -446,4 +464,6 @@ class DeviceOps:
             close=bound("btl_device_close"),
             wake=optional("btl_device_wake"),
             reply_dest=optional("btl_device_reply_dest") if poll_recv_from is not None else None,
+            peer_sources=optional("btl_device_peer_sources") if poll_recv_from is not None else None,
+            path_errors=optional("btl_device_path_errors"),
         )

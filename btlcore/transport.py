@@ -49,6 +49,7 @@ from .protocol.events import PeerRestarted as PeerRestartedEvent
 from .protocol.peers import Callback, Peer, PeerState
 from .protocol.stats import stats_json, stats_line
 from .registry import tool_plugin_manager
+from .taps import filtered_post, frame_hooks
 
 Handler = Callable[[Peer, int, bytes], Any]
 PeerHandler = Callable[[str, Peer, BaseException | None], Any]
@@ -109,6 +110,11 @@ class Transport:
             self.config, address=self.address, resolve=device.resolve,
             data_mtu=data_info.mtu, priority_mtu=prio_info.mtu, crc=use_crc,
             rng=rng, now=self.now(), incarnation=incarnation, reply_dest=device.reply_dest)
+        # the device's hooks the engine's guard uses besides reply_dest (protocol/guard.py):
+        # a peer's exact sources, and ICMP unreachables (``_receive`` passes them on)
+        if caps.reports_source:
+            self.engine.guard.peer_sources = device.peer_sources
+        self._path_errors = device.path_errors
         if device.post_send_many is not None and caps.gather_sends:
             # the device sends a datagram given as [header, payload]: bulk payloads stay
             # views of the user's message (no copy); _flush_sends joins them for anyone who
@@ -121,8 +127,7 @@ class Transport:
         self._poll_from = device.poll_recv_from if caps.reports_source else None
         self._recv_budget = self.config.recv_budget
         self._stats_interval = self.config.stats_interval
-        # a device whose sends complete inside post_send (UDP's sendto) has nothing to reap:
-        # no call per pass
+        # a device whose sends complete inside post_send (UDP's sendto) has nothing to reap: no call per pass
         self._poll_completions = None if caps.sends_complete_at_once else device.poll_completions
         # a device whose wait() returns at once when input is already there (real-time,
         # readiness-based, as epoll) lets progress(timeout) wait before it reads
@@ -142,16 +147,13 @@ class Transport:
         self._closed = False
         self._last_stats = self.now()
         self._pm = tool_plugin_manager(list(plugins))
-        hook = self._pm.hook
-        self._frame_sent = hook.btl_frame_sent if hook.btl_frame_sent.get_hookimpls() else None
+        self._frame_sent, self._frame_received, frame_filter = frame_hooks(self._pm)
         if self._frame_sent is not None:
             self._many = None
-        self._frame_received = hook.btl_frame_received if hook.btl_frame_received.get_hookimpls() else None
-        if hook.btl_frame_filter.get_hookimpls():
-            frame_filter = hook.btl_frame_filter
+        if frame_filter is not None:
             self.add_send_filter(lambda channel, data: False not in frame_filter(
                 transport=self, channel=Channel(channel), data=bytes(data)))
-        hook.btl_transport_opened(transport=self)
+        self._pm.hook.btl_transport_opened(transport=self)
         log.debug("transport opened: backend %s, address %s", self.backend, self.address.hex())
 
     # ------------------------------------------------------------------ threads
@@ -366,15 +368,7 @@ class Transport:
         filter is installed."""
         self._check_thread()
         checks.function(keep, "keep", optional=False)
-        post = self._post
-
-        def filtered(channel: int, dest: Any, data: Any, _post: _Post = post,
-                     _keep: Callable[[int, bytes], bool] = keep) -> bool:
-            if not _keep(channel, data):
-                return True
-            return _post(channel, dest, data)
-
-        self._post = filtered
+        self._post = filtered_post(self._post, keep)
         self._many = None
 
     @property
@@ -467,6 +461,9 @@ class Transport:
             datagrams, sources = self._poll_from(self._recv_budget)
         else:
             datagrams = self._poll(self._recv_budget)
+        if self._path_errors is not None:
+            for dest in self._path_errors():  # (rare: the list is empty nearly always)
+                self.engine.path_error(dest, now)
         if not datagrams:
             return
         engine = self.engine

@@ -21,9 +21,10 @@ it calls::
     recovery   = Recovery(state, packetizer)      # resends with packetizer.stamp
     handshake  = Handshake(state, packetizer, recovery)   # fail_messages, build_hello
     recovery.wire(confirm=handshake.confirm, close_timer=lifecycle.close_timer)  # an ACK confirms
+    guard      = Guard(state, handshake._restart_peer, recovery.fail_peer)  # notices, challenges, sources
     versions   = Versions(state, recovery.fail_peer)  # VERSION replies, in and out
     lifecycle  = Lifecycle(state, recovery)       # keepalive, CLOSE, disconnect
-    receiver   = Receiver(state, recovery, handshake, versions, lifecycle)
+    receiver   = Receiver(state, recovery, handshake, versions, lifecycle, guard)
 
 Hot entry points with nothing to add are the parts' own bound methods, set on the engine at
 construction (no delegating call): ``receive_datagrams`` (the receiver's),
@@ -45,6 +46,7 @@ from typing import Any, Protocol
 from ..config import Config
 from ..errors import MessageTooLarge, PeerUnreachable, TransportClosed, WouldBlock
 from .events import Event, legacy
+from .guard import Guard
 from .handshake import Handshake
 from .lifecycle import Lifecycle
 from .packetizer import Packetizer
@@ -82,7 +84,7 @@ class Engine:
     """One local endpoint talking to any number of peers over one device."""
 
     __slots__ = (
-        "state", "packetizer", "recovery", "handshake", "receiver", "versions", "lifecycle",
+        "state", "packetizer", "recovery", "handshake", "receiver", "versions", "lifecycle", "guard",
         "config", "address", "incarnation", "data_mtu", "priority_mtu", "crc", "peers_by_addr",
         "peers_by_conn", "counters", "events", "regions",
         "receive_datagrams", "next_deadline", "handle_timer", "enable_gather",
@@ -111,8 +113,11 @@ class Engine:
         handshake = self.handshake = Handshake(state, packetizer, recovery)
         lifecycle = self.lifecycle = Lifecycle(state, recovery)
         recovery.wire(confirm=handshake.confirm, close_timer=lifecycle.close_timer)
+        guard = self.guard = Guard(state, handshake._restart_peer, recovery.fail_peer)
+        guard.wire(on_hello=handshake.on_hello)
+        handshake.wire_guard(guard.challenge, guard.learn_remote)
         versions = self.versions = Versions(state, recovery.fail_peer)
-        receiver = self.receiver = Receiver(state, recovery, handshake, versions, lifecycle)
+        receiver = self.receiver = Receiver(state, recovery, handshake, versions, lifecycle, guard)
         self.config, self.address, self.incarnation = state.config, state.address, state.incarnation
         self.data_mtu, self.priority_mtu, self.crc = state.data_mtu, state.priority_mtu, state.crc
         self.peers_by_addr, self.peers_by_conn = state.peers_by_addr, state.peers_by_conn
@@ -368,3 +373,12 @@ class Engine:
             out.extend(replies[:take])
             del replies[:take]
         return out
+
+    def path_error(self, dest: Any, now: float) -> bool:
+        """The device read an ICMP port unreachable for ``dest`` (a resolved peer address,
+        or a source): it hastens the failure of a peer that has also gone silent, never
+        more (ICMP is easy to forge; see guard.py).  True if a peer was failed."""
+        self.state.now = now
+        if self.state.closed:
+            return False
+        return self.guard.path_error(dest, now)

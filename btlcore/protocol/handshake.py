@@ -11,6 +11,7 @@ the HELLO pass.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import MessageTooLarge, PeerUnreachable
@@ -57,7 +58,8 @@ class Handshake:
 
     __slots__ = ("_state", "config", "crc", "incarnation", "counters", "events", "peers_by_addr",
                  "peers_by_conn", "_cc", "_rng", "_hello", "_timed", "_touched", "_sending", "_acking",
-                 "_ack_channel", "_unschedule", "_fail_messages", "_build_hello", "hello_ack_len")
+                 "_ack_channel", "_unschedule", "_fail_messages", "_build_hello", "hello_ack_len",
+                 "_challenge", "_learn_remote")
 
     def __init__(self, state: EngineState, packetizer: Packetizer, recovery: Recovery) -> None:
         self._state = state  # for closed and resolve
@@ -80,6 +82,13 @@ class Handshake:
         self._fail_messages = recovery.fail_messages
         self._build_hello = packetizer.build_hello
         self.hello_ack_len = packetizer.hello_ack_len
+        self._challenge: Callable[..., bool] | None = None  # guard.py's, set by wire_guard
+        self._learn_remote: Callable[[Peer], None] = lambda peer: None
+
+    def wire_guard(self, challenge: Callable[..., bool], learn_remote: Callable[[Peer], None]) -> None:
+        """The guard's ``challenge`` (a live peer's restart must be proven) and
+        ``learn_remote`` (a notice names a peer by its conn id)."""
+        self._challenge, self._learn_remote = challenge, learn_remote
 
     def new_peer(self, address: bytes, dest: Any) -> Peer:
         cfg = self.config
@@ -199,6 +208,9 @@ class Handshake:
         if hello.conn_id in peer.past_remote_conns and hello.incarnation == peer.remote_inc:
             c.num_stale_recvs += 1  # a late HELLO of a connection already replaced
             return
+        if self._challenge is not None and self._unproven(peer, dst, hello, source) \
+                and self._challenge(peer, typ, dst, hello, wants_crc, source, now):
+            return  # would replace a live connection: proven first, at the peer's known address (guard.py)
         renewed = self._hello_renews(peer, hello, now)
         if renewed is None:
             return  # stale
@@ -207,10 +219,13 @@ class Handshake:
         # off (or auto on a device with integrity) at the other still talk
         peer.crc = self.crc or wants_crc
         peer.source = source  # where its handshake came from (as the device reports it)
+        if source is not None and not peer.sources:
+            peer.sources = (source,)  # the first source its connection may use (guard.py)
         if not peer.remote_known:
             peer.remote_known = True
             peer.remote_inc = hello.incarnation
             peer.remote_conn = hello.conn_id
+            self._learn_remote(peer)  # (a notice names it by this id: guard.py)
             peer.remote_isn = hello.isn
             # how long the peer may sit on an ACK: part of our retransmit timeout
             peer.timer.set_max_ack_delay(min(hello.max_ack_delay_us * 1e-6, 1.0))
@@ -242,6 +257,21 @@ class Handshake:
                 self._acking[peer] = None
         elif peer.state is PeerState.CONNECTING and peer.hello_next is None and peer.queue:
             self.start_hello(peer, now)
+
+    def _unproven(self, peer: Peer, dst: int, hello: Hello, source: Any) -> bool:
+        """Would this HELLO or HELLO_ACK replace a live connection (a restart, or a new
+        connection in the same incarnation) without naming ours, or from a source the
+        connection does not use?  Then it counts only once a challenge proves it.  (A peer
+        neither confirmed nor holding our sends has no known address to challenge: a
+        stranger's HELLO may have named it.)"""
+        if not peer.remote_known or not (peer.state is PeerState.ESTABLISHED or (
+                peer.state is PeerState.CONNECTING and (peer.confirmed or peer.queue or peer.unacked))):
+            return False
+        if dst == peer.local_conn and (source is None or not peer.sources or source in peer.sources):
+            return False
+        if hello.incarnation != peer.remote_inc:
+            return not stale_incarnation(hello.incarnation, peer.remote_inc)
+        return hello.conn_id != peer.remote_conn or hello.isn != peer.remote_isn
 
     def _hello_peer(self, typ: int, dst: int, hello: Hello, now: float) -> Peer | None:
         """The peer a HELLO (by its address: it may be new) or a HELLO_ACK (by our connection

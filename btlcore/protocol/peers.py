@@ -208,7 +208,7 @@ class Peer:
         "hello_started", "hello_reply", "reply_dest",
         # the peer's limits (transport parameters of its handshake) and what follows from them
         "max_message", "single_cap", "chunk_cap", "peer_timeout",
-        "error", "user_data", "source", "past_incarnations", "past_remote_conns", "remote_isn",
+        "error", "user_data", "source", "sources", "past_incarnations", "past_remote_conns", "remote_isn",
         # send side
         "isn", "next_seq", "snd_una", "queue", "unacked", "resend", "scoreboard",
         "tx_serial", "acked_serial", "reo_mult", "reo_persist", "loss_seq_limit", "cwnd", "ssthresh",
@@ -259,15 +259,13 @@ class Peer:
         self.hello_started: float | None = None
         self.hello_reply = False  # a HELLO_ACK is owed
         self.reply_dest: Any = None  # where to: the HELLO's source as a dest (None: ``dest``)
-        # its limits (the handshake sets them: ours, then the peer's transport parameters):
-        # largest message, unchunked and chunk payloads that fit its datagrams; peer_timeout, s
+        # its limits (ours, then its transport parameters): largest message, payloads, peer_timeout
         self.max_message, self.single_cap, self.chunk_cap = (1 << 32) - 1, 0, 0
         self.peer_timeout = peer_timeout
         self.error: BaseException | None = None
         self.user_data: Any = None
-        # where the peer's last accepted handshake came from, as the device reported it (None
-        # if it does not say): for source checks, which use it later
-        self.source: Any = None
+        self.source: Any = None  # where its last accepted handshake came from (None: not reported)
+        self.sources: tuple[Any, ...] = ()  # where its connection's datagrams may come from (guard.py)
         # incarnations this address had before (a late HELLO of one is no restart)
         self.past_incarnations: tuple[int, ...] = ()
         self.past_remote_conns: tuple[int, ...] = ()  # likewise, connections
@@ -275,8 +273,7 @@ class Peer:
         self.isn = isn
         self.next_seq = isn + 1
         self.snd_una = isn  # everything up to here is acknowledged
-        # queue and resend are deques once used; an empty tuple until then keeps an idle
-        # peer small (a deque costs ~770 bytes)
+        # queue and resend: deques once used, an empty tuple until then (a deque costs ~770 B)
         self.queue: deque[OutMessage] | tuple[()] = ()
         self.unacked: OrderedDict[int, Segment] = OrderedDict()  # in transmission order
         self.resend: deque[Segment] | tuple[()] = ()
@@ -286,8 +283,7 @@ class Peer:
         self.cwnd = 0.0  # congestion window, segments (set by the engine)
         self.ssthresh = float("inf")
         self.recovery_serial = 0  # losses of segments sent before this serial: same episode
-        # timeouts in a row without progress; the probes of the first one, judged when they
-        # are acknowledged (a duplicate report means the timeout was spurious)
+        # timeouts in a row without progress; the first one's probes, judged when acknowledged
         self.timeouts = 0
         self.probe_seq: int | None = None
         self.probe_serial, self.probe_dup = 0, False

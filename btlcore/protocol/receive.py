@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .events import Event, MessageReceived, PutLanded, PutRefused, _new
+from .guard import Guard
 from .handshake import Handshake
 from .lifecycle import Lifecycle
 from .peers import OutMessage, Peer, PeerState, Reassembly
@@ -45,12 +46,15 @@ from .wire import (
     PUT_STATUS,
     SEQ_MASK,
     T_ACK,
+    T_CHALLENGE,
     T_CLOSE,
     T_CLOSE_ACK,
     T_DATA,
     T_HELLO,
     T_HELLO_ACK,
     T_PING,
+    T_RESPONSE,
+    T_UNKNOWN_CONN,
     UNKNOWN_FLAGS,
     WIRE_VERSION,
     Hello,
@@ -72,10 +76,10 @@ class Receiver:
     __slots__ = ("_state", "config", "crc", "counters", "events", "peers_by_conn", "regions", "_acking",
                  "_timed", "_sending", "_ack_frequency", "_ack_delay", "_on_cum_ack", "_detect_losses",
                  "_on_ack", "_put_done", "_confirm", "_on_hello", "_min_hello", "_on_foreign",
-                 "_rx_limit", "_lifecycle")
+                 "_rx_limit", "_lifecycle", "_guard", "_source_ok")
 
     def __init__(self, state: EngineState, recovery: Recovery, handshake: Handshake,
-                 versions: Versions, lifecycle: Lifecycle) -> None:
+                 versions: Versions, lifecycle: Lifecycle, guard: Guard) -> None:
         self._state = state  # for now and closed
         self.config = state.config
         self.crc = state.crc
@@ -100,18 +104,18 @@ class Receiver:
         # the transport's reassembly budget: never below one largest message (else that
         # message could never be put together)
         self._rx_limit = max(self.config.reassembly_limit, self.config.max_message_size)
+        self._guard = guard  # notices, challenges, source checks (guard.py)
+        self._source_ok = guard.source_ok
 
     def receive_datagrams(self, batch: Iterable[Any], now: float,
                           sources: Sequence[Any] | None = None) -> None:
-        """The receive path: a poll's datagrams, arrived by ``now`` (``sources``: where each came from, or None).
-        Its first branch is the common case, written once: the next data segment in order of a confirmed peer,
-        intact, whole or a middle chunk (state read once per batch).  Else :meth:`dispatch`, :meth:`_on_segment`."""
+        """A poll's datagrams (``sources``: where each came from, or None); first, the common case: the next segment."""
         (st := self._state).now = now  # (st.rx_held: what reassembly holds, every peer)
         if st.closed:
             return  # nobody will read them: neither deliver nor acknowledge
         head_chunk, check, peers, events = HEADER_CHUNK.unpack_from, crc32c, self.peers_by_conn, self.events
         acking, timed, freq = self._acking, self._timed, self._ack_frequency
-        last_dst = last_inc = k = -1  # whose peer passed the checks (only dispatch changes that)
+        last_dst = last_inc = last_src = k = -1  # whose peer (and source) passed the checks (dispatch resets them)
         peer: Any
         for data in batch:
             k += 1
@@ -127,7 +131,9 @@ class Receiver:
                     (dst != last_dst or inc != last_inc)
                     and ((peer := peers.get(dst)) is None or inc != peer.remote_inc or not peer.confirmed
                          or not peer.remote_known or peer.state is not _ESTABLISHED
-                         or (last_dst := dst) < 0 or (last_inc := inc) < 0)) or (
+                         or (last_dst := dst) < 0 or (last_inc := inc) < 0 or (last_src := -1) >= 0)) or (
+                    sources is not None and (src := sources[k]) != last_src
+                    and (src not in peer.sources or (last_src := src) is None)) or (
                     check((view := memoryview(data))[CRC_OFFSET + 4:], check(view[:CRC_OFFSET])) != crc
                     if flags & F_CRC else self.crc or (view := memoryview(data)) is None):
                 last_dst = -1
@@ -206,12 +212,15 @@ class Receiver:
             peer = self.peers_by_conn.get(dst)
             if peer is None:
                 self.counters.num_unk_recvs += 1  # (a quarantined connection's too)
+                self._guard.unknown(data, source)  # (a notice, rate-limited)
                 return
             state = peer.state
             if inc != peer.remote_inc or not peer.remote_known or state is _FAILED \
                     or state is PeerState.CLOSED:
                 peer.counters.num_stale_recvs += 1
                 return
+            if source is not None and source not in peer.sources and not self._source_ok(peer, source):
+                return  # from a source the connection does not use: dropped, counted
             if state is _CLOSING:  # late datagrams of a connection we close get a CLOSE
                 self._lifecycle.on_late(peer, now)
                 return
@@ -246,6 +255,12 @@ class Receiver:
                 self.counters.num_malformed_recvs += 1
                 return
             self._lifecycle.on_close(typ, dst, inc, view[HEADER_LEN:], now)
+        elif typ == T_UNKNOWN_CONN:
+            self._guard.on_notice(data, dst, inc, seq_w, now)
+        elif typ == T_CHALLENGE:
+            self._guard.on_challenge(data, dst, plen)
+        elif typ == T_RESPONSE:
+            self._guard.on_response(data, inc, plen, now)
         else:
             self.counters.num_malformed_recvs += 1
 

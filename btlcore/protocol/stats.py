@@ -50,6 +50,7 @@ class PeerCounters:
     num_bytes_sent: int = 0
     num_bytes_delivered: int = 0
     num_send_errors: int = 0
+    num_source_drops: int = 0
     num_send_blocks: int = 0
     max_send_window: int = 0
     max_recv_window: int = 0
@@ -69,6 +70,11 @@ class ModuleCounters:
     num_send_pushbacks: int = 0
     num_peer_failures: int = 0
     num_peer_restarts: int = 0
+    num_notice_sends: int = 0
+    num_challenge_sends: int = 0
+    num_forged_drops: int = 0
+    num_replies_limited: int = 0
+    num_icmp_errors: int = 0
     num_rx_memory_drops: int = 0
 
 

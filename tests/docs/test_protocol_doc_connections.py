@@ -17,10 +17,18 @@ from btlcore.protocol import wire
 def _hello(r: RawSender, inc: int, conn: int, isn: int, *, dst: int = 0, echo: int = 0,
            delay_us: int = 200) -> None:
     body = wire.Hello(inc, conn, isn, echo, 4096, b"R", delay_us, wire.TransportParameters())
+    renewed = dst != r.peer.local_conn and (inc, conn, isn) != (r.peer.remote_inc, r.peer.remote_conn,
+                                                                r.peer.remote_isn)
     # padded so that it is no smaller than the HELLO_ACK it provokes (§1.8)
     r.e.receive_datagram(wire.Datagram(wire.T_HELLO, dst_conn=dst, src_incarnation=inc,
                                        payload=body.encode() + wire.padding_param(64)).encode(),
                          None, r.now)
+    # a new incarnation for a live peer is challenged at its known address (§ "Restart,
+    # verified"): the sender, being that peer, answers, and the HELLO counts
+    for d in r.collect(r.now) if renewed else ():
+        if d.type == wire.T_CHALLENGE and d.dst_conn == conn:
+            r.e.receive_datagram(wire.Datagram(wire.T_RESPONSE, src_incarnation=inc,
+                                               payload=d.payload).encode(), None, r.now)
 
 
 def test_the_last_16_replaced_incarnations_and_connections_are_stale() -> None:

@@ -143,9 +143,6 @@ def test_hello_replies_never_go_to_an_address_written_inside(pair: LivePair) -> 
 
 # ----------------------------------------------------------------- (4, 5) forged HELLO
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="#11: a HELLO with a new incarnation restarts a live peer without a challenge "
-                          "to its known address")
 def test_forged_hello_from_own_socket(pair: LivePair) -> None:
     run_attack(pair, {"kind": "hello", "count": 3})
     assert not pair.torn_down(), f"a stranger's HELLO reset the live peer: {pair.summary()}"
@@ -154,9 +151,6 @@ def test_forged_hello_from_own_socket(pair: LivePair) -> None:
 
 
 @needs_raw
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="#11: a HELLO with a new incarnation restarts a live peer without a challenge "
-                          "to its known address")
 def test_forged_hello_spoofing_the_live_peer(pair: LivePair) -> None:
     run_attack(pair, {"kind": "hello", "count": 3, "spoof": True})
     assert not pair.torn_down(), f"a HELLO spoofing the peer's address reset it: {pair.summary()}"

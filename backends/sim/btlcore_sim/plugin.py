@@ -179,6 +179,12 @@ def btl_device_reply_dest(device: SimNIC, source: Any) -> Link:
 
 
 @hookimpl
+def btl_device_peer_sources(device: SimNIC, dest: Link) -> tuple[Any, ...]:
+    """The sources the NIC at the end of ``dest`` sends from: ``(its address, channel)``."""
+    return tuple((dest.dst.address, channel) for channel in (0, 1))
+
+
+@hookimpl
 def btl_device_clock(device: SimNIC) -> Callable[[], float]:
     return device.fabric.clock
 

@@ -127,6 +127,7 @@ class UdpDevice:
         self.tx_gso_sends = self.gso_fallbacks = 0
         self.rx_datagrams = self.rx_bytes = self.rx_priority = self.rx_errors = self.rx_oversize = 0
         self.rx_gro_reads = self.icmp_errors = 0
+        self.port_unreachable: list[Any] = []  # destinations ICMP said closed (path_errors takes them)
         self.tx_unreachable = 0
         self.last_send_error = ""
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import logging
 import socket
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -76,12 +77,16 @@ def drain_errqueue(device: UdpDevice, sock: Any) -> None:
     receive-buffer space and keep epoll reporting EPOLLERR."""
     for _ in range(ERRQUEUE_BATCH):
         try:
-            sock.recvmsg(ERRQUEUE_BUFFER, ERRQUEUE_BUFFER, MSG_ERRQUEUE)
+            _data, anc, _flags, dest = sock.recvmsg(ERRQUEUE_BUFFER, ERRQUEUE_BUFFER, MSG_ERRQUEUE)
         except (BlockingIOError, AttributeError):
             return
         except OSError:
             continue  # a pending error reported by this call: it is cleared now
         device.icmp_errors += 1
+        # sock_extended_err.ee_errno first: a port unreachable is ECONNREFUSED
+        if any(len(d) >= 4 and int.from_bytes(d[:4], sys.byteorder) == errno.ECONNREFUSED
+               for _l, _t, d in anc) and len(device.port_unreachable) < ERRQUEUE_BATCH:
+            device.port_unreachable.append(dest)
 
 
 def gso_error(device: UdpDevice, exc: OSError, sock: socket.socket, iov: Sequence[Any], cmsg: Any,

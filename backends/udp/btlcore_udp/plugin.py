@@ -79,6 +79,22 @@ def btl_device_reply_dest(device: UdpDevice, source: Any) -> Any:
 
 
 @hookimpl
+def btl_device_peer_sources(device: UdpDevice, dest: Any) -> tuple[Any, ...]:
+    """The peer's two sockets, as the kernel names senders: its handle's two sockaddrs."""
+    return tuple(dest)
+
+
+@hookimpl
+def btl_device_path_errors(device: UdpDevice) -> list[Any]:
+    """The peers' sockets ICMP said closed since the last call (read with ``IP_RECVERR``)."""
+    found = device.port_unreachable
+    if not found:
+        return found
+    device.port_unreachable = []
+    return found
+
+
+@hookimpl
 def btl_device_clock(device: UdpDevice) -> Callable[[], float]:
     clock: Callable[[], float] = device.clock()
     return clock
