@@ -223,7 +223,7 @@ def test_a_new_segment_from_an_unexpected_source_is_not_delivered() -> None:
 # ------------------------------------------------------------------ ICMP
 
 def test_icmp_alone_never_fails_a_live_peer_but_hastens_a_silent_ones_end() -> None:
-    p = _pair(Config(peer_timeout=30.0, max_retries=1000))  # (so that only ICMP can fail it)
+    p = _pair(Config(peer_timeout=30.0))  # (so that only ICMP can fail it)
     pa = p.pa
     assert p.a.path_error(b"B", p.now) is False  # nothing outstanding, heard just now
     p.send(0, 1, 1, b"x", key=1)
