@@ -211,7 +211,7 @@ class Peer:
         "error", "user_data", "source", "sources", "past_incarnations", "past_remote_conns", "remote_isn",
         # send side
         "isn", "next_seq", "snd_una", "queue", "unacked", "resend", "scoreboard",
-        "tx_serial", "acked_serial", "reo_mult", "reo_persist", "loss_seq_limit", "cwnd", "ssthresh",
+        "tx_serial", "acked_serial", "reo_mult", "reo_persist", "loss_seq_limit", "cwnd", "ssthresh", "pacing_rate",
         "recovery_serial", "timeouts", "probe_seq", "probe_serial", "probe_dup", "timer",
         "last_progress", "rto_base", "msg_counter", "puts",
         "remote_window", "send_queued", "send_blocked",
@@ -282,6 +282,7 @@ class Peer:
         self.loss_seq_limit: int | None = None  # no loss declared above (truncated SACK)
         self.cwnd = 0.0  # congestion window, segments (set by the engine)
         self.ssthresh = float("inf")
+        self.pacing_rate = 0.0  # bytes/s the congestion controller wants sends spread at (0: unpaced)
         self.recovery_serial = 0  # losses of segments sent before this serial: same episode
         # timeouts in a row without progress; the first one's probes, judged when acknowledged
         self.timeouts = 0

@@ -13,6 +13,17 @@ serves every peer of that engine and keeps its per-peer state on the
   timeout's probes were found lost); once per episode;
 * :meth:`CongestionControl.on_persistent_congestion`: several retransmit timeouts in a row.
 
+Optional, looked up once per engine (an algorithm that lacks one is never called for it):
+
+* ``on_rate_sample(peer, sample)``: once per ACK datagram that acknowledged something new,
+  with a :class:`~btlcore.protocol.congestion.rate.RateSample` (delivery rate, RTT, bytes
+  acknowledged, lost and in flight) -- what model-based algorithms (``bbr``) steer by;
+* ``on_spurious(peer)``: the last loss episode (or timeout) proved spurious: undo its decrease.
+
+Pacing: an algorithm that wants its sends spread sets ``peer.pacing_rate`` (bytes per second;
+``0.0``, the default, means unpaced) and the engine releases segments no faster, keeping small
+bursts where the device batches.
+
 Algorithms are registered in the entry-point group ``btlcore.congestion`` (``aimd``, today's
 AIMD with slow start and a Veno-style decrease, is btlcore's own) and picked by
 ``Config.cc``; :func:`load` resolves the name once, when an engine is made.
