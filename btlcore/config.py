@@ -100,7 +100,7 @@ class Config:
     ack_frequency: int = _param(8, "send a standalone ACK at once after this many unacknowledged segments", lo=1, hi=1 << 16)
     fast_retransmit_threshold: int = _param(3, "a segment is declared lost once this many later transmissions were ACKed", lo=1, hi=1024)
     rto_mode: str = _param("adaptive", "retransmit timeout: adaptive (RTT-based, backoff) or fixed (usnic's retrans_timeout)", choices=("adaptive", "fixed"))
-    rto_initial: float = _param(0.02, "retransmit timeout before any RTT sample, seconds", lo=1e-6, hi=60.0)
+    rto_initial: float = _param(1.0, "retransmit timeout before any RTT sample, seconds (RFC 6298's 1 s: an initial RTT of a third of it, 333 ms, as RFC 9002); the handshake's RTT sample usually replaces it at once", lo=1e-6, hi=60.0)
     rto_min: float = _param(0.005, "lower bound of the adaptive retransmit timeout, seconds (usnic's later fixed timeout; lower fires spuriously when a busy host deschedules its peer)", lo=1e-6, hi=60.0)
     rto_max: float = _param(1.0, "upper bound of the retransmit timeout after backoff, seconds", lo=1e-6, hi=600.0)
     retrans_timeout: float = _param(0.005, "the fixed retransmit timeout (rto_mode=fixed), seconds", lo=1e-6, hi=60.0)

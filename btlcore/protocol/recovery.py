@@ -29,6 +29,7 @@ from .peers import OutMessage, Peer, PeerEvent, PeerState, Segment
 from .rto import GRANULARITY as GRANULARITY  # (re-exported: their home was here)
 from .rto import RetransmitTimer as RetransmitTimer
 from .state import EngineState
+from .undo import Undo
 from .window import SEQ_HALF as _HALF
 from .window import SEQ_WRAP as _WRAP
 from .wire import (
@@ -71,7 +72,7 @@ class Recovery:
     __slots__ = ("_state", "config", "events", "counters", "_cc", "_cc_on_ack", "_cwnd_max",
                  "_granularity", "_resending", "_sending", "_touched", "_timed", "_deadlines",
                  "_actions", "_timed_order", "_stamp", "_unschedule", "_confirm", "_close_timer",
-                 "_control", "_sampler", "_on_acked", "_pacer")
+                 "_control", "_sampler", "_on_acked", "_pacer", "_undo")
 
     def __init__(self, state: EngineState, packetizer: Packetizer) -> None:
         self._state = state  # for now
@@ -96,6 +97,7 @@ class Recovery:
         self._control = state.control
         self._sampler = state.sampler  # (None: the algorithm takes no rate samples)
         self._pacer = state.pacer
+        self._undo = Undo(getattr(state.cc, "on_spurious", None))  # (undo.py)
         # what an acknowledged segment costs: _acked, or, when sampling, the sampler first
         self._on_acked: Callable[[Peer, Segment], None] = \
             self._acked if self._sampler is None else self._acked_sampled
@@ -161,6 +163,7 @@ class Recovery:
             if min_rtt is not None and self._state.now - seg.sent_at < min_rtt * 0.5 and peer.reo_mult < 16:
                 peer.reo_mult += 1
                 peer.reo_persist = REO_PERSIST
+            self._undo.resend_acked(peer, seg, self._state.now)  # spurious? then undo (undo.py)
         if peer.cwnd < self._cwnd_max:  # (the congestion controller's on_ack, bound once)
             self._cc_on_ack(peer)
         msg = seg.msg
@@ -341,6 +344,7 @@ class Recovery:
     def _loss_episode(self, peer: Peer) -> None:
         """A loss episode begins: the congestion controller decreases, once; losses of what
         was sent before now count against this same episode."""
+        self._undo.arm(peer)  # (what the decrease replaces, should it prove spurious)
         self._cc.on_loss_episode(peer)
         peer.recovery_serial = peer.tx_serial + 1
         if peer.reo_persist:
@@ -354,8 +358,8 @@ class Recovery:
     def _reorder_time(self, peer: Peer) -> float:
         """How long after its send a segment may still arrive late rather than be lost."""
         srtt = peer.timer.srtt
-        if srtt is None:
-            return self.config.rto_initial
+        if srtt is None:  # the initial RTT (RFC 9002's 333 ms, a third of rto_initial), and a quarter
+            return self.config.rto_initial * (1 / 3 + 1 / 12 * peer.reo_mult) + self._granularity
         return srtt + srtt * 0.25 * peer.reo_mult + self._granularity
 
     def fail_messages(self, peer: Peer, exc: BaseException) -> None:
@@ -611,6 +615,7 @@ class Recovery:
         the burst for many timeouts in a row."""
         probes = [seg for seg in islice(
             (g for g in peer.unacked.values() if not g.lost), TIMEOUT_PROBES)]
+        peer.probe_sent = probes[0].sent_at  # (its original's send: undo.py's RTT sample)
         resend = peer.resend or peer.new_resend()
         for seg in probes:
             seg.lost = LOST_TIMEOUT
@@ -627,6 +632,7 @@ class Recovery:
         peer.timeouts += 1
         if peer.timeouts >= PERSISTENT_TIMEOUTS:
             if peer.tx_serial >= peer.recovery_serial:
+                self._undo.arm(peer)
                 self._cc.on_persistent_congestion(peer)
                 peer.recovery_serial = peer.tx_serial + 1
             peer.probe_seq = None
@@ -667,6 +673,8 @@ class Recovery:
                 c.num_total_sends += 1
                 sent += 1
                 room -= 1
+                if peer.undo_cwnd:
+                    peer.undo_retrans += 1  # (a retransmission of the episode undo.py may undo)
             self._touched[peer] = None
             if rate:
                 if len(out) > start:

@@ -21,6 +21,8 @@ class PeerCounters:
     num_resends: int = 0
     num_timeout_retrans: int = 0
     num_fast_retrans: int = 0
+    num_spurious_retrans: int = 0
+    num_undos: int = 0
     num_chunk_sends: int = 0
     num_frag_sends: int = 0
     num_ack_sends: int = 0
