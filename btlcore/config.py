@@ -117,7 +117,7 @@ class Config:
     crc: str = _param("auto", "end-to-end CRC32C: auto (when the device does not guarantee integrity), on, off", choices=("auto", "on", "off"))
     accept_peers: bool = _param(True, "accept handshakes from peers this side did not connect to")
     max_peers: int = _param(65536, "most peers a handshake from an unknown address may bring the peer table to (connect() is not limited)", lo=1, hi=1 << 30)
-    cwnd_max: int = _param(1024, "congestion window cap in segments (AIMD, as UCX UD); 0 disables congestion control", lo=0, hi=1 << 20)
+    cwnd_max: int = _param(1024, "congestion window cap in segments, under every algorithm; 0 (deprecated) is an alias of cc=none", lo=0, hi=1 << 20)
     cwnd_initial: int = _param(32, "congestion window at start and after persistent congestion (three timeouts in a row), segments", lo=2, hi=1 << 20)
     cc: str = _param("aimd", "congestion control algorithm, by name (entry-point group btlcore.congestion)")
     stats_interval: float = _param(0.0, "print the stats line every this many seconds of progress; 0 never", lo=0.0, hi=86400.0)
@@ -127,12 +127,24 @@ class Config:
             warnings.warn("Config.max_retries is deprecated and has no effect: a peer is declared "
                           "dead only when nothing was heard from it for peer_timeout",
                           DeprecationWarning, stacklevel=3)
+        if self.cwnd_max == 0:
+            self._cwnd_max_alias()
         if self.rto_min > self.rto_max:
             raise ConfigError(
                 f"parameter 'rto_min' ({self.rto_min}) must not exceed 'rto_max' ({self.rto_max})")
         if 0 < self.mtu < 128:
             raise ConfigError(f"bad value {self.mtu!r} for parameter 'mtu' (BTL_MTU): "
                               "allowed is 0 or an integer from 128 to 65507")
+
+    def _cwnd_max_alias(self) -> None:
+        """``cwnd_max=0``, the last release's "no congestion control", is ``cc=none`` now."""
+        warnings.warn("Config(cwnd_max=0) is deprecated: use cc=none (a fixed window, paced at the "
+                      "measured delivery rate)", DeprecationWarning, stacklevel=4)
+        default = attrs.fields(Config).cc.default
+        if self.cc not in (default, "none"):
+            raise ConfigError(f"parameter 'cwnd_max' is 0, the deprecated alias of cc=none, but 'cc' "
+                              f"is {self.cc!r}: set cc=none, or a cwnd_max from 1")
+        object.__setattr__(self, "cc", "none")  # (frozen: set once, while being built)
 
     # -- building from strings ----------------------------------------------------------
 

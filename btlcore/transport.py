@@ -47,7 +47,7 @@ from .protocol.events import Event, MessageReceived, PeerFailed, PeerWritable, P
 from .protocol.events import PeerClosed as PeerClosedEvent
 from .protocol.events import PeerRestarted as PeerRestartedEvent
 from .protocol.peers import Callback, Peer, PeerState
-from .protocol.stats import stats_json, stats_line
+from .protocol.stats import path_state, stats_json, stats_line
 from .registry import tool_plugin_manager
 from .taps import filtered_post, frame_hooks
 
@@ -581,10 +581,13 @@ class Transport:
         """The transport's counters by name (usnic's names; see docs/api.md)."""
         return self.engine.stats()
 
-    def peer_stats(self, peer: Peer) -> dict[str, int]:
+    def peer_stats(self, peer: Peer) -> dict[str, Any]:
+        """One peer's counters, and what the sender knows of the path to it now (srtt,
+        rttvar, min_rtt, rto, cwnd, ssthresh, pacing_rate, delivery_rate, bytes_in_flight:
+        see docs/api.md)."""
         if type(peer) is not Peer or self.engine.peers_by_addr.get(peer.address) is not peer:
             self._check_peer(peer)
-        return peer.counters.as_dict()
+        return {**peer.counters.as_dict(), **path_state(peer)}
 
     def stats_line(self) -> str:
         return stats_line(f"btlcore[{self.backend} {self.address.hex()}]", self.stats())

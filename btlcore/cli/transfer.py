@@ -152,6 +152,8 @@ def run_local(backend: str, pair: LocalPair, messages: list[bytes], cfg: Config,
         rep["errors"].append(f"{len(errors)} sends failed: {errors[0]}")
     sim_time = a.now() if a.capabilities.virtual_time else None
     stats, rstats = a.stats(), b.stats()
+    path = {k: v for k, v in a.peer_stats(peer).items() if not k.startswith(("num_", "max_"))}
+    path["num_spurious_retrans"] = stats.get("num_spurious_retrans", 0)
     lines = [a.stats_line(), b.stats_line()]
     a.close()
     b.close()
@@ -166,6 +168,7 @@ def run_local(backend: str, pair: LocalPair, messages: list[bytes], cfg: Config,
         "goodput_mbps": _goodput(rep["bytes_delivered"], elapsed),
         "errors": rep["errors"], **extra,
         "stats": stats, "receiver_stats": rstats, "stats_line": lines,
+        "path": path,  # what the sender knew of the path at the end (Transport.peer_stats)
     }
 
 

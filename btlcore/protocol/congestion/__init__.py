@@ -88,7 +88,9 @@ def load(name: str) -> Factory:
     if ep is not None:
         factory: Factory = ep.load()
         return factory
-    if name == "aimd":  # (btlcore's own: found even where the package metadata is stale)
+    if name == "aimd" or name == "none" and "none" not in _registered():
+        # btlcore's own, found even where the package metadata is stale; ``none`` (what
+        # cwnd_max=0 names) falls back on aimd with no cap until it is registered
         from .aimd import Aimd
         return Aimd
     raise ConfigError(f"bad value {name!r} for parameter 'cc' (BTL_CC): allowed is one of "
