@@ -103,6 +103,7 @@ class Config:
     rto_initial: float = _param(1.0, "retransmit timeout before any RTT sample, seconds (RFC 6298's 1 s: an initial RTT of a third of it, 333 ms, as RFC 9002); the handshake's RTT sample usually replaces it at once", lo=1e-6, hi=60.0)
     rto_min: float = _param(0.005, "lower bound of the adaptive retransmit timeout, seconds (usnic's later fixed timeout; lower fires spuriously when a busy host deschedules its peer)", lo=1e-6, hi=60.0)
     rto_max: float = _param(1.0, "upper bound of the retransmit timeout after backoff, seconds", lo=1e-6, hi=600.0)
+    tlp: bool = _param(True, "send a tail-loss probe (RFC 8985) when nothing is heard for two round trips after the last send: a lost tail is found without waiting for the retransmit timeout")
     retrans_timeout: float = _param(0.005, "the fixed retransmit timeout (rto_mode=fixed), seconds", lo=1e-6, hi=60.0)
     max_resends_per_pass: int = _param(16, "cap on retransmissions per progress pass (usnic's storm fix)", lo=1, hi=1 << 20)
     max_retries: int = _param(20, "deprecated, no effect: liveness is peer_timeout's alone (setting it warns)", lo=1, hi=1 << 20)

@@ -29,6 +29,7 @@ from .peers import OutMessage, Peer, PeerEvent, PeerState, Segment
 from .rto import GRANULARITY as GRANULARITY  # (re-exported: their home was here)
 from .rto import RetransmitTimer as RetransmitTimer
 from .state import EngineState
+from .tlp import TailLossProbe, tlp_at
 from .undo import Undo
 from .window import SEQ_HALF as _HALF
 from .window import SEQ_WRAP as _WRAP
@@ -72,7 +73,7 @@ class Recovery:
     __slots__ = ("_state", "config", "events", "counters", "_cc", "_cc_on_ack", "_cwnd_max",
                  "_granularity", "_resending", "_sending", "_touched", "_timed", "_deadlines",
                  "_actions", "_timed_order", "_stamp", "_unschedule", "_confirm", "_close_timer",
-                 "_control", "_sampler", "_on_acked", "_pacer", "_undo")
+                 "_control", "_sampler", "_on_acked", "_pacer", "_undo", "_tlp", "_tlp_at")
 
     def __init__(self, state: EngineState, packetizer: Packetizer) -> None:
         self._state = state  # for now
@@ -98,6 +99,8 @@ class Recovery:
         self._sampler = state.sampler  # (None: the algorithm takes no rate samples)
         self._pacer = state.pacer
         self._undo = Undo(getattr(state.cc, "on_spurious", None))  # (undo.py)
+        self._tlp = TailLossProbe(state, packetizer.stamp)  # (tlp.py; Config.tlp off: never due)
+        self._tlp_at: Callable[[Peer], float | None] = tlp_at if state.config.tlp else lambda peer: None
         # what an acknowledged segment costs: _acked, or, when sampling, the sampler first
         self._on_acked: Callable[[Peer, Segment], None] = \
             self._acked if self._sampler is None else self._acked_sampled
@@ -142,8 +145,7 @@ class Recovery:
         return top
 
     def rate_sample(self, peer: Peer, now: float) -> None:
-        """An ACK datagram that acknowledged something new is processed: its delivery-rate
-        sample to the algorithm (called only while sampling: ``peer.rs_acked`` is set)."""
+        """An ACK with news is processed: its delivery-rate sample (only while sampling)."""
         self._sampler.finish(peer, now)  # type: ignore[union-attr]
 
     def _acked_sampled(self, peer: Peer, seg: Segment) -> None:
@@ -217,6 +219,7 @@ class Recovery:
         peer.rto_base = now
         peer.timer.backoff = 1
         peer.timeouts = 0
+        peer.tlp_done = False  # (a new tail, a new probe: tlp.py)
         if peer.probe_seq is not None and peer.snd_una >= peer.probe_seq:
             # A timeout's probes are acknowledged.  Had the originals arrived, the receiver
             # would have reported a duplicate (AF_DUPLICATE): without one, they were lost,
@@ -452,6 +455,8 @@ class Recovery:
                 t = self._rto_at(peer, front)
                 if candidate is front and loss_at is not None and loss_at < t:
                     t = loss_at  # the oldest segment's loss check comes first
+                if (tlp := self._tlp_at(peer)) is not None and tlp < t:
+                    t = tlp  # the tail-loss probe (tlp.py)
             act = loss_at
         if state is _ESTABLISHED:
             live = self._live_at(peer)
@@ -581,7 +586,7 @@ class Recovery:
         state = peer.state
         if peer.pace_wait and peer.pace_next <= now:  # the pacing bucket lets it send again
             peer.pace_wait = False
-            if peer.resend:
+            if peer.resend or peer.tlp_seg is not None:
                 self._resending[peer] = None
             if peer.queue and state is _ESTABLISHED:
                 self._sending[peer] = None
@@ -595,6 +600,8 @@ class Recovery:
             front = self._rto_front(peer)
             if front is not None and self._rto_at(peer, front) <= now:
                 self._timeout(peer, now)
+            elif front is not None and (tlp := self._tlp_at(peer)) is not None and tlp <= now:
+                self._tlp.fire(peer)
         if peer.hello_started is not None and peer.state is _CONNECTING \
                 and peer.hello_started + cfg.handshake_timeout <= now:
             self._fail_peer(peer, PeerUnreachable(
@@ -656,6 +663,9 @@ class Recovery:
                 if paced < room:
                     room = paced
                 start = len(out)
+            if peer.tlp_seg is not None and room > 0:  # a tail-loss probe (tlp.py)
+                n = self._tlp.send(peer, now, out)
+                room, sent = room - n, sent + n
             while resend and room > 0:
                 seg = resend.popleft()
                 if not seg.lost or peer.unacked.get(seg.seq) is not seg:
@@ -679,7 +689,7 @@ class Recovery:
             if rate:
                 if len(out) > start:
                     pacer.spent(peer, sum(frame_size(d[2]) for d in out[start:]), now, rate)
-                if resend and peer.pace_next > now:
+                if (resend or peer.tlp_seg is not None) and peer.pace_next > now:
                     del self._resending[peer]  # back when the bucket allows (the timer heap)
                     pacer.wait(peer)
                     continue

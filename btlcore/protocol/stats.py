@@ -27,6 +27,7 @@ class PeerCounters:
     num_fast_retrans: int = 0
     num_spurious_retrans: int = 0
     num_undos: int = 0
+    num_tail_probes: int = 0
     num_chunk_sends: int = 0
     num_frag_sends: int = 0
     num_ack_sends: int = 0

@@ -57,6 +57,7 @@ class Undo:
             # and the original's flight is a fresh RTT sample (Eifel's response)
             peer.timer.sample(now - peer.probe_sent)
             peer.probe_sent = 0.0
+            peer.probe_dup = True  # (as a duplicate report: no loss episode, recovery._progress)
         if peer.undo_cwnd:
             peer.undo_retrans -= 1
             if peer.undo_retrans <= 0:
