@@ -1,6 +1,6 @@
 """Loss recovery: what the sender learns from acknowledgements.
 
-* RTT estimation and the retransmit timeout (:class:`~.rto.RetransmitTimer`, in rto.py);
+* RTT samples fed to each peer's :class:`~.rtt.RetransmitTimer` (its own module);
 * ACK processing (:meth:`Recovery.on_ack`, :meth:`Recovery.on_cum_ack`): completions, RTT
   samples, SACK ranges;
 * loss detection, RACK-style (:meth:`Recovery.detect_losses`: fast retransmit) and the
@@ -26,8 +26,7 @@ from .delivery import frame_size
 from .events import PeerFailed, PeerWritable, SendCompleted, _new
 from .packetizer import Packetizer
 from .peers import OutMessage, Peer, PeerEvent, PeerState, Segment
-from .rto import GRANULARITY as GRANULARITY  # (re-exported: their home was here)
-from .rto import RetransmitTimer as RetransmitTimer
+from .rtt import GRANULARITY, RetransmitTimer  # noqa: F401  (re-exported: their old home)
 from .state import EngineState
 from .tlp import TailLossProbe, tlp_at
 from .undo import Undo
@@ -73,6 +72,7 @@ class Recovery:
     __slots__ = ("_state", "config", "events", "counters", "_cc", "_cc_on_ack", "_cwnd_max",
                  "_granularity", "_resending", "_sending", "_touched", "_timed", "_deadlines",
                  "_actions", "_timed_order", "_stamp", "_unschedule", "_confirm", "_close_timer",
+                 "_live_at", "_liveness",
                  "_control", "_sampler", "_on_acked", "_pacer", "_undo", "_tlp", "_tlp_at")
 
     def __init__(self, state: EngineState, packetizer: Packetizer) -> None:
@@ -95,6 +95,8 @@ class Recovery:
         self._unschedule = state.unschedule
         self._confirm: Callable[[Peer, float], None] = _unwired
         self._close_timer: Callable[[Peer, float], None] = _unwired
+        self._live_at: Callable[[Peer], float] = _unwired  # type: ignore[assignment]
+        self._liveness: Callable[[Peer, float], bool] = _unwired  # type: ignore[assignment]
         self._control = state.control
         self._sampler = state.sampler  # (None: the algorithm takes no rate samples)
         self._pacer = state.pacer
@@ -105,11 +107,11 @@ class Recovery:
         self._on_acked: Callable[[Peer, Segment], None] = \
             self._acked if self._sampler is None else self._acked_sampled
 
-    def wire(self, confirm: Callable[[Peer, float], None],
-             close_timer: Callable[[Peer, float], None] = _unwired) -> None:
-        """The handshake's ``confirm`` (an ACK confirms) and the lifecycle's ``close_timer``."""
-        self._confirm = confirm
-        self._close_timer = close_timer
+    def wire(self, confirm: Callable[[Peer, float], None], close_timer: Callable[[Peer, float], None],
+             live_at: Callable[[Peer], float], liveness: Callable[[Peer, float], bool]) -> None:
+        """The handshake's ``confirm`` (an ACK confirms) and the lifecycle's ``close_timer``,
+        ``live_at`` and ``liveness`` (the death rule, keepalive and zero-window probes)."""
+        self._confirm, self._close_timer, self._live_at, self._liveness = confirm, close_timer, live_at, liveness
 
     def on_cum_ack(self, peer: Peer, ack_w: int, now: float) -> Segment | None:
         """Apply a cumulative ACK (piggy-backed or standalone).  Returns the segment at the
@@ -217,7 +219,7 @@ class Recovery:
         timer, end the backoff, reopen the window."""
         peer.last_progress = now
         peer.rto_base = now
-        peer.timer.backoff = 1
+        peer.timer.progress()
         peer.timeouts = 0
         peer.tlp_done = False  # (a new tail, a new probe: tlp.py)
         if peer.probe_seq is not None and peer.snd_una >= peer.probe_seq:
@@ -414,50 +416,57 @@ class Recovery:
         sent_at = front.sent_at
         return (sent_at if sent_at > peer.rto_base else peer.rto_base) + peer.timer.rto
 
-    def _loss_candidate(self, peer: Peer) -> Segment | None:
-        """The first segment :meth:`detect_losses` could declare lost without a new ACK once
-        enough time has passed (it meets the serial rule, not yet the time rule)."""
+    def _timed_segments(self, peer: Peer) -> tuple[Segment | None, Segment | None]:
+        """``(front, candidate)``, found in one walk from the oldest: the oldest segment not
+        queued for a resend (its retransmit timer runs), and the first segment
+        :meth:`detect_losses` could declare lost without a new ACK once enough time has
+        passed (it meets the serial rule, not yet the time rule).  ``unacked`` is in
+        transmission order, so the walk stops at the first segment sent after the newest
+        ACKed serial allows."""
         thr = self.config.fast_retransmit_threshold
         acked = peer.acked_serial
-        limits = (acked[0] - thr, acked[1] - thr)
-        top = limits[0] if limits[0] > limits[1] else limits[1]
-        if top < 0:
-            return None
+        lim0 = acked[0] - thr
+        lim1 = acked[1] - thr
+        top = lim0 if lim0 > lim1 else lim1
         seq_limit = peer.loss_seq_limit
+        front = None
         for seg in peer.unacked.values():
-            if seg.tx_serial > top:
-                return None
-            if not seg.lost and seg.tx_serial <= limits[seg.channel] and (seq_limit is None or seg.seq <= seq_limit):
-                return seg
-        return None
+            if seg.lost:
+                continue
+            if front is None:
+                front = seg
+            serial = seg.tx_serial
+            if serial > top:
+                return front, None
+            if serial <= (lim1 if seg.channel else lim0) and (seq_limit is None or seg.seq <= seq_limit):
+                return front, seg
+        return front, None
 
     def _timer_times(self, peer: Peer) -> tuple[float | None, float | None]:
         """``(deadline, act_at)`` of ``peer``: when the driver must call us again for it
         (the earliest of its retransmit timer, the loss check of its oldest segment, its death
         clock, a due ACK, its handshake), and when :meth:`handle_timer` would act on it (the
         same, or earlier when a later segment than the oldest may be declared lost)."""
-        cfg = self.config
-        t = act = None
         state = peer.state
         if state is _CLOSING:  # the CLOSE's resend and give-up (lifecycle.close_timer)
-            t = peer.close_until
-            if peer.close_next is not None and peer.close_next < t:
-                t = peer.close_next
-            return t, t
-        unacked = peer.unacked
-        if unacked:
+            until = peer.close_until
+            if peer.close_next is not None and peer.close_next < until:
+                until = peer.close_next
+            return until, until
+        t: float | None = None
+        act: float | None = None
+        if peer.unacked:
             # the loss check: the candidate's send time plus the reordering time, the very
             # expression detect_losses compares (no float rounding between the two)
-            candidate = self._loss_candidate(peer)
-            loss_at = None if candidate is None else candidate.sent_at + self._reorder_time(peer)
-            front = self._rto_front(peer)
+            front, candidate = self._timed_segments(peer)
+            if candidate is not None:
+                act = candidate.sent_at + self._reorder_time(peer)
             if front is not None:
                 t = self._rto_at(peer, front)
-                if candidate is front and loss_at is not None and loss_at < t:
-                    t = loss_at  # the oldest segment's loss check comes first
+                if candidate is front and act is not None and act < t:
+                    t = act  # the oldest segment's loss check comes first
                 if (tlp := self._tlp_at(peer)) is not None and tlp < t:
                     t = tlp  # the tail-loss probe (tlp.py)
-            act = loss_at
         if state is _ESTABLISHED:
             live = self._live_at(peer)
             if t is None or live < t:
@@ -466,63 +475,30 @@ class Recovery:
             t = peer.pace_next  # sends wait for the pacing bucket (pacing.py)
         if peer.ack_now or peer.hello_reply:
             t = self._state.now
-        elif peer.ack_deadline is not None and (t is None or peer.ack_deadline < t):
-            t = peer.ack_deadline
-        if peer.hello_next is not None:
-            if t is None or peer.hello_next < t:
-                t = peer.hello_next
-            if peer.hello_started is not None:
-                give_up = peer.hello_started + cfg.handshake_timeout
-                if give_up < t:
-                    t = give_up
-        if peer.hello_started is not None and peer.state is _CONNECTING:
-            give_up = peer.hello_started + cfg.handshake_timeout
-            if act is None or give_up < act:
-                act = give_up
+        else:
+            ack_at = peer.ack_deadline
+            if ack_at is not None and (t is None or ack_at < t):
+                t = ack_at
+        if peer.hello_next is not None or peer.hello_started is not None:
+            t, act = self._handshake_times(peer, t, act)
         if t is not None and (act is None or t < act):
             act = t
         return t, act
 
-    def _live_at(self, peer: Peer) -> float:
-        """The earliest of an established peer's death clock (nothing heard for
-        peer_timeout), its keepalive PING (a third of it) and its zero-window probe: the
-        expressions :meth:`_liveness` compares with now, spelled the same."""
-        heard = peer.last_heard
-        timeout = peer.peer_timeout
-        t = heard + timeout
-        if self.config.keepalive:
-            keep = (heard if heard > peer.ping_at else peer.ping_at) + timeout / KEEPALIVE_FRACTION
-            if keep < t:
-                t = keep
-        if peer.remote_window == 0 and peer.queue and not peer.unacked:
-            probe = peer.ping_at + (peer.persist or peer.timer.rto)
-            if probe < t:
-                t = probe
-        return t
-
-    def _liveness(self, peer: Peer, now: float) -> bool:
-        """An established peer is due: dead (True), or a keepalive / zero-window PING due."""
-        heard = peer.last_heard
-        timeout = peer.peer_timeout
-        if heard + timeout <= now:
-            self._fail_peer(peer, PeerUnreachable(
-                f"peer {peer.address.hex()}: nothing heard from it for {timeout:g} s"))
-            return True
-        ping = False
-        if self.config.keepalive and \
-                (heard if heard > peer.ping_at else peer.ping_at) + timeout / KEEPALIVE_FRACTION <= now:
-            ping = True
-        if peer.remote_window == 0 and peer.queue and not peer.unacked:
-            interval = peer.persist or peer.timer.rto
-            if peer.ping_at + interval <= now:
-                ping = True
-                # the persist timer backs off, up to the keepalive's pace
-                peer.persist = min(2 * interval, timeout / KEEPALIVE_FRACTION)
-        if ping:
-            peer.ping_at = now
-            peer.ping_due = True
-            self._control[peer] = None
-        return False
+    def _handshake_times(self, peer: Peer, t: float | None,
+                         act: float | None) -> tuple[float | None, float | None]:
+        """:meth:`_timer_times`'s ``(t, act)`` with a handshake's times folded in: the next
+        HELLO and the give-up."""
+        hello_next = peer.hello_next
+        give_up = None if peer.hello_started is None else peer.hello_started + self.config.handshake_timeout
+        if hello_next is not None:
+            if t is None or hello_next < t:
+                t = hello_next
+            if give_up is not None and give_up < t:
+                t = give_up
+        if give_up is not None and peer.state is _CONNECTING and (act is None or give_up < act):
+            act = give_up
+        return t, act
 
     def _refresh_timers(self, forget_idle: bool) -> None:
         """Recompute the times of the peers that changed since the last call (and only
@@ -543,14 +519,19 @@ class Recovery:
         if not touched:
             return
         deadlines, actions = self._deadlines, self._actions
+        set_deadline = deadlines.set
         for peer in touched:
             if peer.timed:
                 t, act = self._timer_times(peer)
                 if t is None and forget_idle:
                     peer.timed = False
-                deadlines.set(peer, t)
-                # (only the rare peer that handle_timer acts on before its deadline)
-                actions.set(peer, act if act is not None and (t is None or act < t) else None)
+                set_deadline(peer, t)
+                # only the rare peer that handle_timer acts on before its deadline is in
+                # ``actions`` (the look first spares the call for every other one)
+                if act is not None and (t is None or act < t):
+                    actions.set(peer, act)
+                elif peer in actions.live:
+                    actions.discard(peer)
         touched.clear()
 
     def next_deadline(self, pending_work: bool = True) -> float | None:
