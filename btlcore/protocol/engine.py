@@ -53,7 +53,7 @@ from .lifecycle import Lifecycle
 from .packetizer import Packetizer
 from .peers import Callback, Frame, OutMessage, Peer, PeerEvent, PeerState
 from .receive import Receiver
-from .recovery import Recovery
+from .recovery import Recovery, SamplingRecovery
 from .state import EngineState
 from .stats import aggregate
 from .versions import Versions
@@ -110,7 +110,7 @@ class Engine:
             config, address=address, resolve=resolve, data_mtu=data_mtu, priority_mtu=priority_mtu,
             crc=crc, rng=rng, now=now, incarnation=incarnation, reply_dest=reply_dest)
         packetizer = self.packetizer = Packetizer(state)
-        recovery = self.recovery = Recovery(state, packetizer)
+        recovery = self.recovery = (Recovery if state.sampler is None else SamplingRecovery)(state, packetizer)
         handshake = self.handshake = Handshake(state, packetizer, recovery)
         lifecycle = self.lifecycle = Lifecycle(state, recovery)
         recovery.wire(confirm=handshake.confirm, close_timer=lifecycle.close_timer,

@@ -223,7 +223,7 @@ class Peer:
         # delivery-rate sampling (delivery.py) and pacing (pacing.py)
         "delivered", "delivered_time", "first_sent_time", "app_limited_at", "inflight_bytes",
         "rs_acked", "rs_lost", "rs_seg", "delivery_rate", "pace_next", "pace_wait",
-        "undo_cwnd", "undo_ssthresh", "undo_retrans", "probe_sent", "tlp_done", "tlp_seg",
+        "undo_cwnd", "undo_ssthresh", "undo_retrans", "probe_sent", "tlp_progress", "tlp_seg",
         "remote_window", "send_queued", "send_blocked",
         # liveness and close (lifecycle.py): the death clock, keepalive and zero-window probes
         "last_heard", "ping_at", "ping_due", "persist", "close_reason", "close_next",
@@ -344,7 +344,7 @@ class Peer:
         # time of the last timeout's oldest probe
         self.undo_cwnd = self.undo_ssthresh = self.probe_sent = 0.0
         self.undo_retrans = 0
-        self.tlp_done = False  # tlp.py: this flight's tail-loss probe was sent ...
+        self.tlp_progress = -1.0  # tlp.py: last_progress when the tail's probe was sent ...
         self.tlp_seg: Segment | None = None  # ... and this segment waits to go as one
 
     def __repr__(self) -> str:

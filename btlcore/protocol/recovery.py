@@ -73,7 +73,7 @@ class Recovery:
                  "_granularity", "_resending", "_sending", "_touched", "_timed", "_deadlines",
                  "_actions", "_timed_order", "_stamp", "_unschedule", "_confirm", "_close_timer",
                  "_live_at", "_liveness",
-                 "_control", "_sampler", "_on_acked", "_pacer", "_undo", "_tlp", "_tlp_at")
+                 "_control", "_sampler", "_pacer", "_undo", "_tlp", "_tlp_at")
 
     def __init__(self, state: EngineState, packetizer: Packetizer) -> None:
         self._state = state  # for now
@@ -103,14 +103,10 @@ class Recovery:
         self._undo = Undo(getattr(state.cc, "on_spurious", None))  # (undo.py)
         self._tlp = TailLossProbe(state, packetizer.stamp)  # (tlp.py; Config.tlp off: never due)
         self._tlp_at: Callable[[Peer], float | None] = tlp_at if state.config.tlp else lambda peer: None
-        # what an acknowledged segment costs: _acked, or, when sampling, the sampler first
-        self._on_acked: Callable[[Peer, Segment], None] = \
-            self._acked if self._sampler is None else self._acked_sampled
 
     def wire(self, confirm: Callable[[Peer, float], None], close_timer: Callable[[Peer, float], None],
              live_at: Callable[[Peer], float], liveness: Callable[[Peer, float], bool]) -> None:
-        """The handshake's ``confirm`` (an ACK confirms) and the lifecycle's ``close_timer``,
-        ``live_at`` and ``liveness`` (the death rule, keepalive and zero-window probes)."""
+        """The handshake's ``confirm`` (an ACK confirms); the lifecycle's timers (lifecycle.py)."""
         self._confirm, self._close_timer, self._live_at, self._liveness = confirm, close_timer, live_at, liveness
 
     def on_cum_ack(self, peer: Peer, ack_w: int, now: float) -> Segment | None:
@@ -127,9 +123,9 @@ class Recovery:
         if cum == una + 1:  # one segment (each ping-pong reply): no loop to set up
             top = peer.unacked.pop(cum, None)
             if top is not None:
-                self._on_acked(peer, top)
+                self._acked(peer, top)
         else:
-            pop, acked = peer.unacked.pop, self._on_acked  # (once per ACK: the loop runs per segment)
+            pop, acked = peer.unacked.pop, self._acked  # (once per ACK: the loop runs per segment)
             top = None
             for s in range(una + 1, cum + 1):
                 seg = pop(s, None)
@@ -145,15 +141,6 @@ class Recovery:
         if top is None or top.seq != cum:
             return None
         return top
-
-    def rate_sample(self, peer: Peer, now: float) -> None:
-        """An ACK with news is processed: its delivery-rate sample (only while sampling)."""
-        self._sampler.finish(peer, now)  # type: ignore[union-attr]
-
-    def _acked_sampled(self, peer: Peer, seg: Segment) -> None:
-        """:meth:`_acked`, the delivery-rate sampler told first."""
-        self._sampler.acked(peer, seg, self._state.now)  # type: ignore[union-attr]
-        self._acked(peer, seg)
 
     def _acked(self, peer: Peer, seg: Segment) -> None:
         """``seg`` is acknowledged: count it against its message, complete the message."""
@@ -221,7 +208,6 @@ class Recovery:
         peer.rto_base = now
         peer.timer.progress()
         peer.timeouts = 0
-        peer.tlp_done = False  # (a new tail, a new probe: tlp.py)
         if peer.probe_seq is not None and peer.snd_una >= peer.probe_seq:
             # A timeout's probes are acknowledged.  Had the originals arrived, the receiver
             # would have reported a duplicate (AF_DUPLICATE): without one, they were lost,
@@ -284,7 +270,7 @@ class Recovery:
                     for s in range(a, b + 1):
                         seg = unacked.pop(s, None)
                         if seg is not None:
-                            self._on_acked(peer, seg)
+                            self._acked(peer, seg)
                             sacked_new = True
                             sample = seg
             if sacked_new and at_cum is None:
@@ -298,8 +284,6 @@ class Recovery:
             c.num_dup_acks += 1
         if peer.unacked:  # (with nothing unacked it has nothing to do)
             self.detect_losses(peer)
-        if peer.rs_acked:  # (only ever set when sampling): this ACK's rate sample
-            self.rate_sample(peer, now)
         self._touched[peer] = None
 
     def detect_losses(self, peer: Peer) -> None:
@@ -678,3 +662,39 @@ class Recovery:
                 self._resending.pop(peer, None)
             if sent >= cap:
                 break
+
+
+class SamplingRecovery(Recovery):
+    """:class:`Recovery` for an algorithm that takes delivery-rate samples (delivery.py):
+    each acknowledged segment goes by the sampler first, and each ACK datagram with news
+    ends with its sample, once its losses are declared.  A subclass, chosen once by the
+    engine, so that the ACK paths of an algorithm without samples pay nothing for them."""
+
+    __slots__ = ("_in_ack",)
+
+    def __init__(self, state: EngineState, packetizer: Packetizer) -> None:
+        super().__init__(state, packetizer)
+        self._in_ack = False  # within on_ack: its end takes the sample, not on_cum_ack
+
+    def _acked(self, peer: Peer, seg: Segment) -> None:
+        self._sampler.acked(peer, seg, self._state.now)  # type: ignore[union-attr]
+        super()._acked(peer, seg)
+
+    def on_cum_ack(self, peer: Peer, ack_w: int, now: float) -> Segment | None:
+        """A piggy-backed ACK (the receive path's): its sample once its losses are declared
+        (the receive path's own loss check that follows then finds nothing new)."""
+        at_cum = super().on_cum_ack(peer, ack_w, now)
+        if peer.rs_acked and not self._in_ack:
+            if peer.unacked:
+                self.detect_losses(peer)
+            self._sampler.finish(peer, now)  # type: ignore[union-attr]
+        return at_cum
+
+    def on_ack(self, peer: Peer, data: memoryview, n: int, ack_w: int, plen: int, now: float) -> None:
+        self._in_ack = True
+        try:
+            super().on_ack(peer, data, n, ack_w, plen, now)
+        finally:
+            self._in_ack = False
+        if peer.rs_acked:
+            self._sampler.finish(peer, now)  # type: ignore[union-attr]

@@ -29,7 +29,8 @@ def tlp_at(peer: Peer) -> float | None:
     the deadline and for the timer alike."""
     t = peer.timer
     srtt = t.srtt
-    if peer.tlp_done or srtt is None or peer.resend or peer.probe_seq is not None or not t.adaptive:
+    if peer.tlp_progress == peer.last_progress or srtt is None or peer.resend or peer.probe_seq is not None \
+            or not t.adaptive:
         return None
     unacked = peer.unacked
     newest = unacked[next(reversed(unacked))]
@@ -49,7 +50,7 @@ class TailLossProbe:
 
     def fire(self, peer: Peer) -> None:
         """The probe is due: the newest segment goes again at the next resend pass."""
-        peer.tlp_done = True
+        peer.tlp_progress = peer.last_progress  # (one per tail: the next ACK with news re-arms)
         unacked = peer.unacked
         newest = unacked[next(reversed(unacked))]
         if newest.lost:

@@ -38,8 +38,8 @@ def _reference_timer(eng: Engine) -> float | None:
                         and (peer.loss_seq_limit is None or front.seq <= peer.loss_seq_limit):
                     t = min(t, front.sent_at + eng.recovery._reorder_time(peer))
                 newest = list(peer.unacked.values())[-1]  # the tail-loss probe (RFC 8985), once per tail
-                if cfg.tlp and not peer.tlp_done and peer.timer.srtt is not None and not peer.resend \
-                        and peer.probe_seq is None and peer.timer.adaptive:
+                if cfg.tlp and peer.tlp_progress != peer.last_progress and peer.timer.srtt is not None \
+                        and not peer.resend and peer.probe_seq is None and peer.timer.adaptive:
                     t = min(t, max(newest.sent_at, peer.rto_base) + 2 * peer.timer.srtt + peer.timer.max_ack_delay)
         if peer.state is PeerState.ESTABLISHED:  # the death rule, keepalive, zero-window probe
             heard = peer.last_heard

@@ -131,7 +131,7 @@ def test_next_deadline_is_the_earliest_of_many_peers() -> None:
               if p.timer.srtt is not None}
     assert hub.next_deadline() == min(want, *probes.values())
     for p in probes:
-        p.tlp_done = True  # (below: the retransmit timeout, which it does not change)
+        p.tlp_progress = p.last_progress  # (probe sent; below: the retransmit timeout, which it does not change)
         hub.state.touched[p] = None
     assert hub.next_deadline() == want
     # the first of them times out; only it is handled, and it is due again later
