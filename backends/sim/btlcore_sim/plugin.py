@@ -252,7 +252,7 @@ def btl_cli_local_pair(command: str, args: argparse.Namespace, options: Mapping[
     def finish() -> dict[str, Any]:
         if pcap:
             fabric.close_pcap()
-        out = {"link": {k: v for k, v in given.items() if v is not None}, "fabric": fabric.stats()}
+        out: dict[str, Any] = {"link": {k: v for k, v in given.items() if v is not None}, "fabric": fabric.stats()}
         if given.get("rate") is not None:  # the queue in force, bytes (a multiple of the BDP resolved)
             out["queue_bytes"] = fabric.link(fabric.node("a"), fabric.node("b")).queue_limit
         return out
