@@ -243,8 +243,12 @@ def run_remote(args: argparse.Namespace, options: dict[str, Any], cfg: Config, s
                     raise TimeoutError
             if failed:
                 break
-        if not failed:
-            t.send(peer, TAG_FIN, encode_json(fin), done.append)
+        if not failed:  # (the FIN too may wait for room: the last messages can fill the buffer)
+            try:
+                t.send(peer, TAG_FIN, encode_json(fin), done.append,
+                       timeout=max(0.0, deadline - time.monotonic()))
+            except WouldBlock:
+                raise TimeoutError from None
             sent[1] += 1
         acked_at: list[float] = []
 
