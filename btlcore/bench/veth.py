@@ -152,7 +152,7 @@ def _tcp_run(path: VethPath, cc: str, seconds: float) -> float:
     finally:
         sink.kill()
         sink.wait()
-    return float(out["bytes"]) * 8 / out["seconds"] / 1e6
+    return float(out["bytes"]) * 8 / float(out["seconds"]) / 1e6
 
 
 def _btl_run(path: VethPath, seconds: float) -> float:
