@@ -26,7 +26,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
 from ..config import Config
@@ -125,7 +125,7 @@ def cells(grid: Grid, compete: Sequence[tuple[tuple[str, str], ...]] = ()) -> li
 
 
 def compete_unavailable(compete: Sequence[tuple[tuple[str, str], ...]]) -> str | None:
-    """Why a ``compete`` cell cannot run here (an algorithm not installed), or None."""
+    """Why flows with these settings cannot run here (an algorithm not installed), or None."""
     from ..protocol.congestion import available
 
     known = available()
@@ -221,6 +221,9 @@ def run_args(args: Any) -> int:
         sets = _set_pairs(args.set)
         compete = [parse_sets(c) for c in args.compete] if args.compete else None
         Config.from_strings(sets, Config.build())
+        unknown = compete_unavailable([tuple(sets)])
+        if unknown:
+            raise ValueError(f"--set: {unknown}")
     except (ValueError, Exception) as exc:
         print(f"btl bench --regimes: {exc}", file=sys.stderr)
         return 2
@@ -235,12 +238,3 @@ def run_args(args: Any) -> int:
         for p in report.write_docs(rep, args.docs):
             print(f"wrote {p}", file=sys.stderr)
     return 1 if failures(rep) else 0
-
-
-def subset(rep_rows: Sequence[dict[str, Any]], **match: Any) -> list[dict[str, Any]]:
-    """Rows whose fields equal ``match`` (for the report's tables)."""
-    return [r for r in rep_rows if all(r.get(k) == v for k, v in match.items())]
-
-
-def with_queue(path: PathSpec, queue: float) -> PathSpec:
-    return replace(path, queue_bdp=queue)

@@ -93,11 +93,16 @@ def matrix(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str], lis
 
 
 def kernel_lines(kern: Mapping[str, Any]) -> list[str]:
+    """The veth comparison: one table per path, a column per loss rate (Mb/s of goodput)."""
     if kern.get("skipped"):
         return [f"Kernel comparison skipped: {kern['skipped']}."]
-    head = ["sender"] + [f"{p * 100:g}% loss" for p in kern["losses"]]
-    body = [[name] + [f"{v:.1f} Mb/s" if v is not None else "-" for v in vals] for name, vals in kern["mbps"].items()]
-    return [kern["setup"], "", md_table(head, body)]
+    out = [kern["setup"], ""]
+    for p in kern["paths"]:
+        rate = f"{p['rate_mbps'] / 1000:g} Gb/s" if p["rate_mbps"] >= 1000 else f"{p['rate_mbps']:g} Mb/s"
+        head = [f"{rate} ({p['shaper']})"] + [f"{x * 100:g}% loss" for x in p["losses"]]
+        body = [[name] + ["-" if v is None else f"{v:.1f} Mb/s" for v in vals] for name, vals in p["mbps"].items()]
+        out += [md_table(head, body), ""]
+    return out
 
 
 def render_text(rep: Mapping[str, Any]) -> str:
