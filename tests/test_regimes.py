@@ -21,7 +21,7 @@ pytestmark = pytest.mark.timeout(600)
 # 2 and 8 flows competing (drop-tail and CoDel)
 SUBSET = replace(regimes.GRIDS["quick"], loss_paths=((10, 0.05), (10000, 0.00005)), losses=(0.1, -1.0),
                  queue_paths=((100, 0.01),), flow_paths=((100, 0.001),), compete_paths=((100, 0.001),),
-                 min_time=0.2, rtts=20, budget=10e6)
+                 min_time=0.2, rtts=20, min_bytes=1e6, budget=10e6)
 
 
 @pytest.fixture(scope="module")

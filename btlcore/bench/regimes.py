@@ -44,8 +44,10 @@ DEFAULT_COMPETE = ("cc=bbr", "cc=cubic")
 
 @dataclass(frozen=True)
 class Grid:
-    """Which cells a sweep runs and how long each lasts: ``max(min_time, rtts x RTT)``
-    virtual seconds, cut to ``budget`` bytes of link time (never under 8 RTTs)."""
+    """Which cells a sweep runs and how long each lasts: ``max(min_time, rtts x RTT, min_bytes
+    of link time)`` virtual seconds, cut to ``budget`` bytes of link time (never under 8 RTTs).
+    ``min_bytes`` keeps the measured window long beside what a receiver may hold back for
+    reordering while a hole is repaired (it lands all at once, at the window's edges)."""
 
     name: str
     loss_paths: tuple[tuple[float, float], ...]
@@ -56,22 +58,24 @@ class Grid:
     compete_paths: tuple[tuple[float, float], ...]
     min_time: float
     rtts: float
+    min_bytes: float
     budget: float
 
     def duration(self, path: PathSpec) -> float:
-        t = max(self.min_time, self.rtts * path.rtt)
-        return max(min(t, self.budget / (path.rate_mbps * 1e6 / 8)), 8 * path.rtt)
+        rate = path.rate_mbps * 1e6 / 8
+        t = max(self.min_time, self.rtts * path.rtt, self.min_bytes / rate)
+        return max(min(t, self.budget / rate), 8 * path.rtt)
 
 
 GRIDS = {
     "quick": Grid("quick", loss_paths=((10, 0.05), (100, 0.01), (1000, 0.001), (10000, 0.00005)),
                   losses=(0.0, 0.01, 0.1, -1.0), queue_paths=((100, 0.01),), queue_losses=(0.0,),
                   flow_paths=((100, 0.01),), compete_paths=((100, 0.01),),
-                  min_time=0.5, rtts=60, budget=100e6),
+                  min_time=0.5, rtts=60, min_bytes=6e6, budget=100e6),
     "full": Grid("full", loss_paths=tuple((r, d) for r in RATES for d in DELAYS), losses=(*LOSSES, -1.0),
                  queue_paths=((10, 0.05), (100, 0.01), (1000, 0.001)), queue_losses=(0.0, 0.01),
                  flow_paths=((100, 0.001), (100, 0.01), (1000, 0.001)), compete_paths=((100, 0.01), (1000, 0.001)),
-                 min_time=0.5, rtts=60, budget=250e6),
+                 min_time=0.5, rtts=60, min_bytes=15e6, budget=250e6),
 }
 """``-1.0`` in ``losses`` stands for the burst-loss model :data:`BURST`."""
 
