@@ -291,8 +291,7 @@ class Link:
         self.bytes_offered += n
         # Every accepted post completes once: at once, or when its last bit left (rate).
         if n > self.mtu:
-            self.src.completed += 1
-            return self.drop("mtu", data, now)
+            return self.refuse("mtu", data, now)
         t = now
         if self.bytes_per_s:
             shared = self.shared
@@ -300,15 +299,13 @@ class Link:
                 start = self.busy_until if self.busy_until > now else now
                 # backlog in bytes; the 1e-6 forgives float error in the accumulated busy time
                 if self.queue_limit and (start - now) * self.bytes_per_s + n > self.queue_limit + 1e-6:
-                    self.src.completed += 1
-                    return self.drop("queue", data, now)
+                    return self.refuse("queue", data, now)
                 t = start + n / self.bytes_per_s
                 self.busy_until = t
             else:
                 t = shared.admit(n, now)
                 if t < 0.0:
-                    self.src.completed += 1
-                    return self.drop(shared.cause, data, now)
+                    return self.refuse(shared.cause, data, now)
             infl = self.src.inflight[channel]
             if not infl or t >= infl[-1]:
                 infl.append(t)  # the usual case: after every slot taken before
@@ -460,6 +457,11 @@ class Link:
             if d < 0.0:
                 d = 0.0
         return d
+
+    def refuse(self, cause: str, data: bytes | bytearray | memoryview, now: float) -> bool:
+        """A frame dropped before it took the wire: its post completes now."""
+        self.src.completed += 1
+        return self.drop(cause, data, now)
 
     def drop(self, cause: str, data: bytes | bytearray | memoryview, now: float) -> bool:
         """Count (and capture) a frame this link lost.  Returns True: the post succeeded."""
