@@ -141,3 +141,14 @@ def test_kernel_comparison_says_why_it_is_skipped(monkeypatch: pytest.MonkeyPatc
     out = veth.compare(quick=True, log=io.StringIO())
     assert out == {"skipped": "network namespaces need root (CAP_NET_ADMIN, CAP_SYS_ADMIN)"}
     assert "Kernel comparison skipped: network namespaces need root" in regimes_report.kernel_lines(out)[0]
+
+
+def test_goals_of_the_issue_are_judged_per_cell() -> None:
+    row = {"kind": "loss", "loss": 0.01, "flows": 1, "verified": True, "goodput_frac": 0.84,
+           "spurious_frac": 0.02, "jain": 1.0}
+    assert regimes_report.goal_misses(row) == ["goodput < 0.85", "spurious > 1%"]
+    assert regimes_report.goal_misses({**row, "goodput_frac": 0.86, "spurious_frac": 0.0}) == []
+    assert regimes_report.goal_misses({**row, "loss": 0.1, "goodput_frac": 0.61, "spurious_frac": 0.0}) == []
+    flows = {**row, "kind": "flows", "loss": 0.0, "flows": 8, "goodput_frac": 0.95, "spurious_frac": 0.0}
+    assert regimes_report.goal_misses({**flows, "jain": 0.94}) == ["Jain < 0.95"]
+    assert regimes_report.goal_misses({**row, "verified": False}) == ["not verified"]

@@ -3,7 +3,8 @@
 The section sits between :data:`START` and :data:`END` in ``docs/benchmarks.md``, so that
 ``btl bench --docs`` (which rewrites the rest of the file) keeps it, and ``btl bench
 --regimes --docs`` replaces only it.  The heatmap is ``docs/benchmarks-regimes.png`` and
-``.svg``.
+``.svg``.  ``python -m btlcore.bench.regimes_report REPORT.json [ROOT]`` redraws both from a
+saved ``--output`` report.
 """
 
 from __future__ import annotations
@@ -34,6 +35,24 @@ def command_line(args: Any) -> str:
     return shlex.join(words)
 
 
+def goal_misses(r: Mapping[str, Any]) -> list[str]:
+    """Issue #12's goals a row misses: goodput >= 0.9 of the rate lossless, >= 0.85 of
+    (1-p)·rate up to 1% loss, 0.75 at 5%, 0.6 at 10%; spurious retransmissions <= 1%; Jain's
+    index >= 0.95 between flows of one algorithm; every byte verified."""
+    if r.get("error") or not r.get("verified"):
+        return ["not verified"]
+    misses = []
+    p = r["loss"]
+    need = 0.9 if not p else 0.85 if p <= 0.01 else 0.75 if p <= 0.05 else 0.6
+    if r["kind"] != "compete" and r["goodput_frac"] < need:
+        misses.append(f"goodput < {need:g}")
+    if r["spurious_frac"] > 0.01:
+        misses.append("spurious > 1%")
+    if r["kind"] == "flows" and r["flows"] > 1 and r["jain"] < 0.95:
+        misses.append("Jain < 0.95")
+    return misses
+
+
 def _frac(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
@@ -45,7 +64,7 @@ def _row_cells(r: Mapping[str, Any]) -> list[str]:
     sets = " / ".join(",".join(f"{k}={v}" for k, v in s.items()) for s in r.get("sets", []) if s)
     if r.get("error"):
         return [r["kind"], rate, f"{r['delay'] * 1e3:g}", loss, f"{r['queue_bdp']:g}", str(r["flows"]),
-                "ERROR", "-", "-", "-", "-", r["error"][:80]]
+                "ERROR", "-", "-", "-", "-", "-", r["error"][:80]]
     note = []
     if sets:
         note.append(sets + ": shares " + ", ".join(f"{s:.2f}" for s in r["shares"]))
@@ -55,13 +74,15 @@ def _row_cells(r: Mapping[str, Any]) -> list[str]:
         note.append("needs " + ", ".join(f"{k}={v}" for k, v in r["needs"].items()))
     if not r["verified"]:
         note.append("; ".join(r.get("errors", [])[:2]))
+    misses = goal_misses(r)
     return [r["kind"], rate, f"{r['delay'] * 1e3:g}", loss, f"{r['queue_bdp']:g}", str(r["flows"]),
+            ("FAIL: " + ", ".join(misses)) if misses else "PASS",
             _frac(r["goodput_frac"]), f"{r['jain']:.3f}" if r["flows"] > 1 else "-",
             f"{r['spurious_frac']:.2%}", f"{r['verified_bytes'] / 1e6:.1f} MB" + ("" if r["verified"] else " FAIL"),
             f"{r['duration_s'] * 1e3:.0f} ms", "; ".join(note)]
 
 
-HEADER = ["slice", "rate", "delay ms", "loss", "queue BDP", "flows", "goodput / (1-p)·rate", "Jain",
+HEADER = ["slice", "rate", "delay ms", "loss", "queue BDP", "flows", "goals", "goodput / (1-p)·rate", "Jain",
           "spurious", "verified", "virtual time", "note"]
 
 
@@ -120,7 +141,14 @@ def render_text(rep: Mapping[str, Any]) -> str:
     bad = [r for r in rep["rows"] if not r.get("verified")]
     out.append(f"\nCorrectness: {len(rep['rows']) - len(bad)} of {len(rep['rows'])} cells verified every byte "
                "with no live peer declared dead.")
+    out.append(goals_line(rep["rows"]))
     return "\n".join(out)
+
+
+def goals_line(rows: Sequence[Mapping[str, Any]]) -> str:
+    met = sum(1 for r in rows if not goal_misses(r))
+    return (f"Goals of #12 (goodput by loss rate, spurious <= 1%, Jain >= 0.95; the 'goals' column): "
+            f"met in {met} of {len(rows)} cells.")
 
 
 def heatmap(rep: Mapping[str, Any], stem: str) -> list[str]:
@@ -181,7 +209,7 @@ def section(rep: Mapping[str, Any]) -> str:
              md_table(["path"] + llabels, [[p] + [_frac(x) for x in row] for p, row in zip(plabels, grid,
                                                                                           strict=True)]),
              "", f"![goodput by regime]({IMAGE}.png) ([SVG]({IMAGE}.svg))", "",
-             md_table(HEADER, [_row_cells(r) for r in rep["rows"]]), ""]
+             md_table(HEADER, [_row_cells(r) for r in rep["rows"]]), "", goals_line(rep["rows"]), ""]
     if meta.get("compete_skipped"):
         lines += [f"Compete slice skipped: {meta['compete_skipped']}.", ""]
     lines += ["### Kernel TCP and btlcore over UDP on a veth pair", ""] + kernel_lines(rep.get("kernel", {}))
@@ -223,3 +251,25 @@ def write_docs(rep: Mapping[str, Any], root: str = ".") -> list[str]:
     with open(md, "w") as f:
         f.write(splice(text, section(rep)))
     return [md, *heatmap(rep, os.path.join(d, IMAGE))]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m btlcore.bench.regimes_report REPORT.json [ROOT]``: redraw the section and the
+    heatmap from a saved ``btl bench --regimes --output`` report."""
+    import json
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        print("usage: python -m btlcore.bench.regimes_report REPORT.json [ROOT]", file=sys.stderr)
+        return 2
+    with open(args[0]) as f:
+        rep = json.load(f)
+    print(render_text(rep))
+    for p in write_docs(rep, args[1] if len(args) > 1 else "."):
+        print(p, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
