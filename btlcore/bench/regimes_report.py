@@ -173,8 +173,9 @@ def heatmap(rep: Mapping[str, Any], stem: str) -> list[str]:
     ax.set_title("goodput / (1-p)·rate, 1 flow, queue 1 BDP")
     fig.colorbar(im, ax=ax, fraction=0.04)
     ax2 = axes[1]
-    labels = [f"{r['kind']}: {_row_cells(r)[1]}, {r['delay'] * 1e3:g} ms, q {r['queue_bdp']:g}, "
-              f"{r['flows']} fl" + (f" {r['aqm']}" if r.get("aqm") != "droptail" else "") for r in side]
+    labels = [f"{r['kind']}: {_row_cells(r)[1]}, {r['delay'] * 1e3:g} ms, loss {_row_cells(r)[3]}, "
+              f"q {r['queue_bdp']:g}, {r['flows']} fl" + (f" {r['aqm']}" if r.get("aqm") != "droptail" else "")
+              for r in side]
     good = [[r.get("goodput_frac") or 0.0, r.get("jain", 0.0) if r["flows"] > 1 else float("nan")] for r in side]
     if side:
         ax2.imshow(good, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
@@ -186,7 +187,7 @@ def heatmap(rep: Mapping[str, Any], stem: str) -> list[str]:
     ax2.set_title("queues, flows, competition")
     meta = rep["meta"]
     fig.suptitle(f"btlcore across regimes on the simulator (cc={meta['cc']}, {meta['grid']} grid)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
     paths = [f"{stem}.png", f"{stem}.svg"]
     for p in paths:
         fig.savefig(p)
