@@ -53,7 +53,8 @@ from .lifecycle import Lifecycle
 from .packetizer import Packetizer
 from .peers import Callback, Frame, OutMessage, Peer, PeerEvent, PeerState
 from .receive import Receiver
-from .recovery import Recovery, SamplingRecovery
+from .recovery import Recovery
+from .sampled import SamplingRecovery
 from .state import EngineState
 from .stats import aggregate
 from .versions import Versions
