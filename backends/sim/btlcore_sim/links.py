@@ -268,6 +268,8 @@ class Link:
         """Carry one frame through every stage (the module docstring lists them)."""
         if self.src.closed:
             raise RuntimeError(f"{self.src.name}: device is closed")
+        if self.held:
+            return self._transmit_past_held(channel, data)
         fab = self.fabric
         now = fab.now
         n = len(data)
@@ -345,8 +347,6 @@ class Link:
         """The cause if a partition or a fault rule drops this frame (in that order, as the
         module docstring says), the rule if one acts on it otherwise, else None.  ``t``:
         when it left the wire.  Releases the reordered frames waiting for this one."""
-        if self.held:
-            self._pass_held(t)
         cause = None
         for start, end in self.partitions:
             if start <= t < end:
@@ -383,17 +383,23 @@ class Link:
             fab.schedule_frame(t + self._delay_draw() + extra, self, channel, frame, note)
         return True
 
-    def _pass_held(self, t: float) -> None:
-        """One more frame was offered: the reordered frames that waited for it leave now,
-        landing a nanosecond behind it (the link's fixed delay)."""
-        fab = self.fabric
-        for entry in list(self.held):
+    def _transmit_past_held(self, channel: int, data: bytes | bytearray | memoryview) -> bool:
+        """:meth:`transmit` while reordered frames wait: this frame goes first (and counts
+        for them), then those it was the last one waited for leave right behind it (the
+        link's fixed delay, a later serial)."""
+        held, self.held = self.held, []
+        try:
+            taken = self.transmit(channel, data)
+        finally:
+            self.held = held + self.held
+        t = self.busy_until if self.bytes_per_s and self.busy_until > self.fabric.now else self.fabric.now
+        for entry in held:
             entry[0] -= 1
             if entry[0] <= 0:
                 self.held.remove(entry)
-                fab.schedule_frame(t + self.delay + 1e-9, self, entry[1], entry[2], "fault: reordered")
-        if not self.held:
-            self.refresh()
+                self.fabric.schedule_frame(t + self.delay, self, entry[1], entry[2], "fault: reordered")
+        self.refresh()
+        return taken
 
     def _burst_step(self) -> bool:
         """Gilbert-Elliott: True if this frame is lost (judged in the current state), then
