@@ -105,7 +105,7 @@ class EngineNet:
         self.log: list[tuple[float, int, int, bytes]] = []  # (time, src, dst, datagram as sent)
         self.batches: list[tuple[float, int, list[bytes]]] = []  # one per non-empty send pass
         self.arrivals: list[tuple[float, int, int, bytes]] = []  # (time, src, dst, as received)
-        self._flight: list[tuple[float, int, int, int, bytes]] = []
+        self._flight: list[tuple[float, float, int, int, bytes]] = []
         self._n = 0
         self.delivered: list[list[tuple[bytes, int, bytes]]] = [[] for _ in range(n)]
         self.completions: dict[Any, list[BaseException | None]] = {}
@@ -307,8 +307,8 @@ class EngineNet:
                 entry[0] -= 1
                 if entry[0] <= 0:
                     self._held.remove(entry)
-                    self._n += 1
-                    heapq.heappush(self._flight, (when, self._n + (1 << 40), src, dst, entry[3]))
+                    # right behind the datagram about to be queued (serial _n + 1)
+                    heapq.heappush(self._flight, (when, self._n + 1.5, src, dst, entry[3]))
 
     def advance(self, t: float) -> None:
         """Let virtual time run to exactly ``t`` (events up to ``t`` happen)."""
