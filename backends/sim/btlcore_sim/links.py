@@ -20,7 +20,7 @@ What happens to a frame offered to a link, in this order (each stage counted by 
    ``rule`` for the old words).  A frame a rule duplicates, delays, reorders or corrupts skips
    the random stages below (the script decided its fate); each copy still takes the link's
    delay and jitter.  A reordered frame is held until ``after`` more frames were offered to the
-   link, then leaves right behind the last of them.
+   link, then lands a nanosecond behind the last of them (the link's fixed delay).
 5. ``loss``: independent random loss; ``burst``: Gilbert-Elliott loss (see below).
 6. ``corrupt``: one random bit of the copy is flipped (netem's model).  ``duplicate``: a
    second copy is sent, with its own corruption, delay and reorder draw.
@@ -268,8 +268,6 @@ class Link:
         """Carry one frame through every stage (the module docstring lists them)."""
         if self.src.closed:
             raise RuntimeError(f"{self.src.name}: device is closed")
-        if self.held:
-            return self._transmit_past_held(channel, data)
         fab = self.fabric
         now = fab.now
         n = len(data)
@@ -347,6 +345,8 @@ class Link:
         """The cause if a partition or a fault rule drops this frame (in that order, as the
         module docstring says), the rule if one acts on it otherwise, else None.  ``t``:
         when it left the wire.  Releases the reordered frames waiting for this one."""
+        if self.held:
+            self._pass_held(t)
         cause = None
         for start, end in self.partitions:
             if start <= t < end:
@@ -383,23 +383,18 @@ class Link:
             fab.schedule_frame(t + self._delay_draw() + extra, self, channel, frame, note)
         return True
 
-    def _transmit_past_held(self, channel: int, data: bytes | bytearray | memoryview) -> bool:
-        """:meth:`transmit` while reordered frames wait: this frame goes first (and counts
-        for them), then those it was the last one waited for leave right behind it (the
-        link's fixed delay, a later serial)."""
-        held, self.held = self.held, []
-        try:
-            taken = self.transmit(channel, data)
-        finally:
-            self.held = held + self.held
-        t = self.busy_until if self.bytes_per_s and self.busy_until > self.fabric.now else self.fabric.now
-        for entry in held:
+    def _pass_held(self, t: float) -> None:
+        """One more frame was offered (leaving the wire at ``t``): the reordered frames that
+        waited for it leave too, landing a nanosecond behind it (the link's fixed delay;
+        behind every frame landing at that instant)."""
+        fab = self.fabric
+        for entry in list(self.held):
             entry[0] -= 1
             if entry[0] <= 0:
                 self.held.remove(entry)
-                self.fabric.schedule_frame(t + self.delay, self, entry[1], entry[2], "fault: reordered")
-        self.refresh()
-        return taken
+                fab.schedule_frame(t + self.delay + 1e-9, self, entry[1], entry[2], "fault: reordered")
+        if not self.held:
+            self.refresh()
 
     def _burst_step(self) -> bool:
         """Gilbert-Elliott: True if this frame is lost (judged in the current state), then
