@@ -155,3 +155,15 @@ def test_bad_seeds_are_refused_with_what_is_allowed(pytester: pytest.Pytester) -
     result = pytester.runpytest("--btl-seed", "many")
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*--btl-seed*allowed is an integer*"])
+
+
+def test_a_marker_pins_a_tests_seed(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_pinned='''
+import pytest
+
+@pytest.mark.btl_seed(1234)
+def test_pinned(btl_fabric, btl_seed):
+    assert btl_seed == 1234 and btl_fabric.seed == 1234
+''')
+    pytester.runpytest("--btl-seed", "1").assert_outcomes(passed=1)
+    pytester.runpytest("--btl-seed", "2").assert_outcomes(passed=1)

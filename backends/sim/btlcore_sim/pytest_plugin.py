@@ -4,7 +4,8 @@ btlcore, loaded by every pytest run; no conftest needed).
 * ``btl_fabric``: a fresh :class:`~btlcore_sim.lab.Lab` (a seeded
   :class:`~btlcore_sim.fabric.Fabric` with test helpers) per test, closed after it;
   ``btlcore.open("sim", fabric=btl_fabric)`` opens a node on it.
-* ``btl_seed``: that test's seed.
+* ``btl_seed``: that test's seed.  ``@pytest.mark.btl_seed(N)`` pins it to ``N`` (a seed
+  that once found a bug, kept as a regression test), whatever the session's seed.
 * ``--btl-seed N``: the session's seed (default: a random one), printed in the session
   header.  Under pytest-xdist the controller picks it once and hands it to every worker.
 * Each test's seed is derived from the session seed and the test's node id alone, so the
@@ -51,6 +52,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "btl_seed(n): run this test's btl_fabric with seed n, "
+                            "whatever --btl-seed says")
     seed = config.getoption("btl_seed", None)
     if seed is None:
         worker = getattr(config, "workerinput", None)  # a pytest-xdist worker: the controller's
@@ -88,6 +91,11 @@ def replay_command(nodeid: str, session_seed: int) -> str:
 @pytest.fixture
 def btl_seed(request: pytest.FixtureRequest) -> int:
     """This test's seed (see the module docstring)."""
+    pinned = request.node.get_closest_marker("btl_seed")
+    if pinned is not None:
+        if len(pinned.args) != 1 or isinstance(pinned.args[0], bool) or not isinstance(pinned.args[0], int):
+            raise pytest.UsageError(f"@pytest.mark.btl_seed takes one integer, not {pinned.args!r}")
+        return int(pinned.args[0])
     return derive_seed(request.config.stash[SEED_KEY], request.node.nodeid)
 
 
