@@ -60,7 +60,7 @@ class Driver:
     user's plain handler)."""
 
     __slots__ = ("transport", "loop", "now", "_after", "_on_error", "_fds", "_timer", "_timer_at",
-                 "_soon", "_stopped")
+                 "_soon", "_stopped", "_passing")
 
     def __init__(self, transport: Transport, loop: asyncio.AbstractEventLoop,
                  after_pass: Callable[[], None], on_error: Callable[[BaseException], None]) -> None:
@@ -73,6 +73,7 @@ class Driver:
         self._timer_at = float("inf")
         self._soon: asyncio.Handle | None = None
         self._stopped = False
+        self._passing = False
         self._fds = list(transport.device.fds())
         for fd in self._fds:
             loop.add_reader(fd, self._run)
@@ -89,6 +90,25 @@ class Driver:
         """A pass soon (new work was queued); many kicks in one iteration make one pass."""
         if self._soon is None and not self._stopped:
             self._soon = self.loop.call_soon(self._run)
+
+    def sent(self) -> None:
+        """A message was queued: its first datagrams leave now, from the caller (a round
+        trip is one loop iteration shorter than with a pass later), the rest in a pass."""
+        t = self.transport
+        if self._passing:
+            return  # queued by a handler inside a pass: the pass sends it
+        if self._stopped or t._backlog:
+            self.kick()
+            return
+        t._flush_sends(self.now())
+        if t.engine.has_work():
+            self.kick()
+        else:
+            self._arm(t.next_deadline())
+
+    def run_now(self) -> None:
+        """A pass now, from a coroutine (what must leave before the next step: close's ACKs)."""
+        self._run()
 
     def stop(self) -> None:
         """No more passes: readers removed, timers cancelled (before the device closes)."""
@@ -109,10 +129,13 @@ class Driver:
             return
         self._soon = None
         t = self.transport
+        self._passing = True
         try:
             t._pass()
         except Exception as exc:  # a plain handler raised: to the loop's handler, and go on
             self._on_error(exc)
+        finally:
+            self._passing = False
         self._after()
         if not t.closed:
             self._arm(t.next_deadline())
@@ -120,6 +143,13 @@ class Driver:
     def _fire(self) -> None:
         self._timer = None
         self._timer_at = float("inf")
+        if self._stopped:
+            return
+        t = self.transport
+        deadline = t.next_deadline()
+        if deadline is not None and deadline > self.now():
+            self._arm(deadline)  # armed for a deadline that has moved later: no pass yet
+            return
         self._run()
 
     def _arm(self, deadline: float | None) -> None:
@@ -231,6 +261,12 @@ class PumpedDriver:
     def kick(self) -> None:
         if not self._stopped:
             self.pump.kick()
+
+    def sent(self) -> None:
+        self.kick()
+
+    def run_now(self) -> None:
+        self.run()
 
     def stop(self) -> None:
         self._stopped = True

@@ -146,8 +146,36 @@ class Transport:
                 break
             except WouldBlock:
                 await self._wait_on(self._room.setdefault(peer, []), None, "room")
-        self.driver.kick()
+        self.driver.sent()
         await fut
+
+    async def submit(self, peer: Peer, tag: int, data: Any) -> asyncio.Future[None]:
+        """Queue ``data`` as :meth:`send` does, waiting for room while the send buffer is
+        full, and return at once after: the future returned completes when the peer has
+        acknowledged the message (with the error that failed it otherwise).  For a writer
+        that wants back-pressure without waiting a round trip per message.  Not awaiting the
+        future is fine: its error is marked retrieved (peer events report failures too)."""
+        fut: asyncio.Future[None] = self.loop.create_future()
+        fut.add_done_callback(_retrieved)
+        callback = functools.partial(_settle, fut)
+        while True:
+            try:
+                self.sync.send(peer, tag, data, callback)
+                break
+            except WouldBlock:
+                await self._wait_on(self._room.setdefault(peer, []), None, "room")
+        self.driver.sent()
+        return fut
+
+    def send_nowait(self, peer: Peer, tag: int, data: Any) -> asyncio.Future[None]:
+        """Queue ``data`` now, or raise ``WouldBlock`` (nothing queued) when the send buffer
+        is full; the future returned completes as :meth:`submit`'s.  Usable from a plain
+        handler: a reply queued there leaves in the same pass, its ACK riding on it."""
+        fut: asyncio.Future[None] = self.loop.create_future()
+        fut.add_done_callback(_retrieved)
+        self.sync.send(peer, tag, data, functools.partial(_settle, fut))
+        self.driver.sent()
+        return fut
 
     async def put(self, peer: Peer, key: int, offset: int, data: Any) -> None:
         """Emulated RDMA write into the peer's exposed region ``key`` (see
@@ -161,7 +189,7 @@ class Transport:
                 break
             except WouldBlock:
                 await self._wait_on(self._room.setdefault(peer, []), None, "room")
-        self.driver.kick()
+        self.driver.sent()
         await fut
 
     async def flush(self, timeout: float | None = None) -> bool:
@@ -179,7 +207,7 @@ class Transport:
             except TimeoutError:
                 return not sync.engine.has_outstanding()
         sync.engine.ack_now()  # what we owe our peers goes now, not after ack_delay
-        self.driver.kick()
+        self.driver.run_now()
         return True
 
     # -- receiving ----------------------------------------------------------------------
@@ -362,8 +390,10 @@ class Transport:
             else:
                 return None
         peer = msg.peer
-        self.sync.engine.set_unconsumed(peer, peer.unconsumed - len(msg.data))
-        self.driver.kick()  # the window may have opened: the ACK that says so goes now
+        engine = self.sync.engine
+        engine.set_unconsumed(peer, peer.unconsumed - len(msg.data))
+        if engine.has_work():  # the window opened: the ACK that says so goes now
+            self.driver.kick()
         return msg
 
     def _unget(self, msg: Message) -> None:
@@ -410,6 +440,12 @@ class Transport:
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return f"<btlcore.aio.Transport {self.sync.backend} {self.address_text} {state}>"
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    """Mark a future's error as seen (asyncio logs one nobody retrieved when it is freed)."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 async def _awaited(result: Awaitable[Any]) -> Any:
