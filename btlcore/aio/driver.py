@@ -75,8 +75,12 @@ class Driver:
         self._stopped = False
         self._passing = False
         self._fds = list(transport.device.fds())
+        hint = transport.device.readable
         for fd in self._fds:
-            loop.add_reader(fd, self._run)
+            if hint is None:
+                loop.add_reader(fd, self._run)
+            else:  # the device is told which descriptor woke us: no need to ask the OS
+                loop.add_reader(fd, self._readable, hint, fd)
 
     # -- the seams ----------------------------------------------------------------------
 
@@ -139,6 +143,11 @@ class Driver:
         self._after()
         if not t.closed:
             self._arm(t.next_deadline())
+
+    def _readable(self, hint: Callable[[int], None], fd: int) -> None:
+        if not self._stopped:
+            hint(fd)
+            self._run()
 
     def _fire(self) -> None:
         self._timer = None
