@@ -60,7 +60,7 @@ class Driver:
     user's plain handler)."""
 
     __slots__ = ("transport", "loop", "now", "_after", "_on_error", "_fds", "_timer", "_timer_at",
-                 "_soon", "_stopped", "_passing")
+                 "_soon", "_stopped", "_passing", "_watched")
 
     def __init__(self, transport: Transport, loop: asyncio.AbstractEventLoop,
                  after_pass: Callable[[], None], on_error: Callable[[BaseException], None]) -> None:
@@ -75,6 +75,11 @@ class Driver:
         self._stopped = False
         self._passing = False
         self._fds = list(transport.device.fds())
+        # a loop on the device's own virtual clock (btlcore_sim.vloop) says when frames land
+        watch = None if self._fds else getattr(loop, "btl_watch", None)
+        self._watched = watch is not None
+        if watch is not None:
+            watch(transport.device, self._run)
         hint = transport.device.readable
         for fd in self._fds:
             if hint is None:
@@ -121,6 +126,8 @@ class Driver:
         self._stopped = True
         for fd in self._fds:
             self.loop.remove_reader(fd)
+        if self._watched:
+            self.loop.btl_unwatch(self.transport.device)  # type: ignore[attr-defined]
         if self._timer is not None:
             self._timer.cancel()
         if self._soon is not None:
@@ -165,8 +172,9 @@ class Driver:
         if deadline is None:
             return  # (a timer already armed stays: it fires early, harmlessly)
         now = self.now()
-        if deadline <= now or not self._fds:
-            if not self._fds and deadline > now:  # no input to wake us: poll until then
+        woken = self._fds or self._watched  # input wakes a pass
+        if deadline <= now or not woken:
+            if not woken and deadline > now:  # no input to wake us: poll until then
                 deadline = min(deadline, now + POLL_INTERVAL)
                 self._set_timer(deadline, now)
                 return

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from docskit import read  # type: ignore[import-not-found]
 
 pytest_plugins = ["pytester"]

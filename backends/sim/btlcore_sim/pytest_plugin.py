@@ -4,6 +4,9 @@ btlcore, loaded by every pytest run; no conftest needed).
 * ``btl_fabric``: a fresh :class:`~btlcore_sim.lab.Lab` (a seeded
   :class:`~btlcore_sim.fabric.Fabric` with test helpers) per test, closed after it;
   ``btlcore.open("sim", fabric=btl_fabric)`` opens a node on it.
+* ``btl_loop``: an asyncio loop on ``btl_fabric``'s virtual clock
+  (:class:`btlcore_sim.vloop.VirtualLoop`) for ``btlcore.aio`` applications:
+  ``btl_loop.run_until_complete(main())``.
 * ``btl_seed``: that test's seed.  ``@pytest.mark.btl_seed(N)`` pins it to ``N`` (a seed
   that once found a bug, kept as a regression test), whatever the session's seed.
 * ``--btl-seed N``: the session's seed (default: a random one), printed in the session
@@ -31,7 +34,7 @@ import pytest
 
 SEED_KEY = pytest.StashKey[int]()
 SEED_BITS = 32
-_FIXTURES = ("btl_fabric", "btl_seed")
+_FIXTURES = ("btl_fabric", "btl_seed", "btl_loop")
 
 
 def _seed_arg(text: str) -> int:
@@ -109,6 +112,20 @@ def btl_fabric(btl_seed: int) -> Iterator[Any]:
         yield lab
     finally:
         lab.close()
+
+
+@pytest.fixture
+def btl_loop(btl_fabric: Any) -> Iterator[Any]:
+    """An asyncio event loop on ``btl_fabric``'s virtual clock (closed after the test)."""
+    from .vloop import VirtualLoop
+
+    loop = VirtualLoop(btl_fabric)
+    try:
+        yield loop
+    finally:
+        if not loop.is_closed():
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
 
 
 @pytest.hookimpl(wrapper=True)
