@@ -7,13 +7,13 @@ from __future__ import annotations
 import socket
 
 import pytest
+
+import btlcore
 from btlcore_sim import plugin as sim
 from btlcore_udp import _address as udp_address
 from btlcore_udp import plugin as udp
 from btlcore_verbs import _address as verbs_address
 from btlcore_verbs import plugin as verbs
-
-import btlcore
 
 
 @pytest.mark.parametrize("family, ip, pport, dport, text", [
