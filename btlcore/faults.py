@@ -96,14 +96,17 @@ def _values(name: str, value: Any) -> Collection[Any]:
                 item = TYPE_BY_NAME[item.upper()]
             out.add(item)
         return frozenset(out)
-    if isinstance(value, (int, bytes)):
-        return frozenset([value])
     if isinstance(value, range):
         return value
-    if isinstance(value, Iterable):
-        return frozenset(value)
-    raise ValueError(f"bad value {value!r} for datagram field {name!r}: allowed is a value or a "
-                     "collection of values (a range, a set)")
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        values: Iterable[Any] = [value]
+    else:
+        values = value
+    try:
+        return frozenset(values)
+    except TypeError:
+        raise ValueError(f"bad value {value!r} for datagram field {name!r}: allowed is a value or a "
+                         "collection of values (a range, a set)") from None
 
 
 def _refs(name: str, value: Any) -> Refs | None:

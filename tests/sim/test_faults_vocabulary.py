@@ -133,6 +133,11 @@ def test_a_fabric_refuses_direction_and_bad_words() -> None:
         fabric.faults.duplicate(copies=0)
     with pytest.raises(ValueError, match="'probability'"):
         fabric.faults.drop(probability=2)
+    with pytest.raises(ValueError, match="no NIC named 'z'"):
+        fabric.faults.drop(peer="z")
+    assert not fabric.faults.rules  # (taken back: the fabric goes on without it)
+    rule = fabric.faults.drop(msg_id=None, type=["DATA", "ACK"])  # any hashable value, or several
+    assert rule.fields == {"msg_id": frozenset([None]), "type": frozenset([1, 2])}
 
 
 def _transfer(fabric: Fabric, size: int = 200_000, **faults: Faults) -> tuple[btlcore.Transport, btlcore.Transport]:

@@ -298,12 +298,20 @@ class Fabric(Scheduler):
         return keys
 
     def _faults_changed(self) -> None:
-        """``faults`` changed: refuse what cannot apply to a fabric, re-read every link."""
-        for rule in self.faults.rules:
-            if rule.direction is not None:
+        """``faults`` changed: refuse (and take back) a rule that cannot apply to this
+        fabric, then re-read every link."""
+        for rule in list(self.faults.rules):
+            try:
+                if rule.direction is not None:
+                    raise ValueError("a fault's 'direction' applies where the plan sits on one endpoint "
+                                     "(btlcore.open(..., faults=plan)); on a fabric name 'src' and 'dst'")
+                for refs in (rule.src, rule.dst, rule.peer, *(rule.cut or ())):
+                    if refs is not None:
+                        self.keys_of(refs)  # (a NIC it names must exist: ValueError)
+            except ValueError:
                 self.faults.rules.remove(rule)
-                raise ValueError("a fault's 'direction' applies where the plan sits on one endpoint "
-                                 "(btlcore.open(..., faults=plan)); on a fabric name 'src' and 'dst'")
+                self._rebuild_all()
+                raise
         self._rebuild_all()
 
     def drop_nth(self, src: NodeRef, dst: NodeRef, n: int, *more: int) -> None:
