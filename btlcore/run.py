@@ -23,10 +23,12 @@ from .transport import Transport
 
 
 def open(backend: str | None = None, *, config: Config | None = None, seed: int | None = None,
-         plugins: Sequence[Any] = (), **options: Any) -> Transport:
+         plugins: Sequence[Any] = (), trace: str | os.PathLike[str] | None = None, **options: Any) -> Transport:
     """Open a transport on ``backend`` (``"sim"``, ``"udp"``, ``"verbs"`` or a third
     party's; default ``$BTL_BACKEND`` or ``"sim"``).  ``options`` go to the backend;
-    ``config`` defaults to :meth:`Config.build` (defaults plus ``BTL_*`` variables)."""
+    ``config`` defaults to :meth:`Config.build` (defaults plus ``BTL_*`` variables);
+    ``trace``: a file to write the transport's event trace to (:mod:`btlcore.trace`; default
+    ``$BTL_TRACE``, else none)."""
     checks.open_arguments(backend, config, seed, plugins)
     name = backend or os.environ.get("BTL_BACKEND", "sim")
     if seed is None and os.environ.get("BTL_SEED"):
@@ -38,7 +40,7 @@ def open(backend: str | None = None, *, config: Config | None = None, seed: int 
         options["seed"] = seed
     device = open_device(name, options)
     try:
-        return Transport(device, config or Config.build(), seed=seed, plugins=plugins)
+        return Transport(device, config or Config.build(), seed=seed, plugins=plugins, trace=trace)
     except BaseException:
         device.close()
         raise
