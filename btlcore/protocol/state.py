@@ -95,9 +95,8 @@ class EngineState:
         self.ack_delay = config.ack_delay
         # congestion control, by name (resolved once); wrap_cc: a tracer's seam (btlcore.trace),
         # given only when tracing, so that the parts bind the observed one from the start
-        self.cc: CongestionControl = congestion.load(config.cc)(config)
-        if wrap_cc is not None:
-            self.cc = wrap_cc(self.cc)
+        cc: CongestionControl = congestion.load(config.cc)(config)
+        self.cc = cc if wrap_cc is None else wrap_cc(cc)
         self.cwnd_max: float = self.cc.cwnd_max
         self.single_cap = self.data_mtu - HEADER_LEN  # payload of an unchunked message
         self.chunk_cap = self.data_mtu - HEADER_LEN - CHUNK_LEN
