@@ -1,0 +1,102 @@
+"""``btl plot``: a valid PNG or SVG from a lossy simulated transfer's capture and from its
+trace, and the time-sequence data behind it (btlcore.timeseq) agreeing with both."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from btlcore import captures, timeseq
+from btlcore.protocol import wire
+
+from capkit import lossy_transfer
+
+pytest.importorskip("matplotlib", reason="btl plot needs matplotlib (the 'plot' extra, installed by scripts/setup.sh)")
+
+BTL = [sys.executable, "-m", "btlcore.cli"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, object]]:
+    d = tmp_path_factory.mktemp("plot")
+    fabric = lossy_transfer(d / "run.pcapng", trace=d / "run.jsonl")
+    return d / "run.pcapng", d / "run.jsonl", fabric.totals()
+
+
+def btl_plot(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*BTL, "plot", *args], capture_output=True, text=True, timeout=300)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    assert data[-8:-4] == b"IEND"
+    width, height = struct.unpack("!II", data[16:24])
+    return width, height
+
+
+def test_plot_a_lossy_capture_as_png(run: tuple[Path, Path, dict[str, object]], tmp_path: Path) -> None:
+    pcap, _, totals = run
+    out = tmp_path / "capture.png"
+    r = btl_plot(str(pcap), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    width, height = png_size(out)
+    assert width > 400 and height > 300
+    assert "retransmissions" in r.stdout and "drops: loss" in r.stdout
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(str(out))
+    assert pixels.shape[:2] == (height, width) and pixels.std() > 0.05  # not a blank canvas
+
+
+def test_plot_a_trace_as_svg_with_window_and_rtt(run: tuple[Path, Path, dict[str, object]], tmp_path: Path) -> None:
+    _, trace, _ = run
+    out = tmp_path / "trace.svg"
+    r = btl_plot(str(trace), "-o", str(out), "--title", "a lossy run")
+    assert r.returncode == 0, r.stderr
+    root = ET.parse(out).getroot()
+    assert root.tag.endswith("svg")
+    text = out.read_text()
+    for label in ("cwnd (segments)", "RTT (ms)", "retransmission", "SACK block", "a lossy run"):
+        assert label in text, label
+
+
+def test_capture_and_trace_tell_the_same_story(run: tuple[Path, Path, dict[str, object]]) -> None:
+    pcap, trace, totals = run
+    kind_c, (cap, *_) = timeseq.load(pcap)
+    kind_t, (tr, *_) = timeseq.load(trace)
+    assert (kind_c, kind_t) == ("capture", "trace")
+    assert cap.segments == tr.segments and len(cap.resent) == len(tr.resent) > 0
+    assert sorted(s for _, s in cap.sent + cap.resent) == sorted(s for _, s in tr.sent + tr.resent)
+    assert [a for _, a in cap.acks] == [a for _, a in tr.acks]  # the ACKs that reached the sender
+    assert sorted((lo, hi) for _, lo, hi in cap.sacks) == sorted((lo, hi) for _, lo, hi in tr.sacks)
+    assert tr.cwnd and tr.srtt and tr.losses and not cap.cwnd
+    # the drops by cause, as the fabric counted them (data segments: the run's only lossy ones)
+    data_drops = {cause: len(p) for cause, p in cap.drops.items()}
+    frames = [c for c in captures.read(pcap) if c.dropped]
+    assert sum(data_drops.values()) == sum(1 for c in frames if c.datagram.type == wire.T_DATA) > 0
+    drops = totals["drops"]
+    assert isinstance(drops, dict) and set(data_drops) <= set(drops)
+    # the ACK line never goes back and ends at the last segment
+    acks = [a for _, a in cap.acks]
+    assert acks == sorted(acks) and acks[-1] == max(s for _, s in cap.sent)
+    assert min(s for _, s in cap.sent) == 1
+
+
+def test_plot_errors_say_what_is_allowed(run: tuple[Path, Path, dict[str, object]], tmp_path: Path) -> None:
+    pcap, _, _ = run
+    r = btl_plot(str(pcap), "-o", str(tmp_path / "x.jpg"))
+    assert r.returncode == 2 and "*.png or *.svg" in r.stderr
+    junk = tmp_path / "junk.txt"
+    junk.write_text("hello")
+    r = btl_plot(str(junk), "-o", str(tmp_path / "x.png"))
+    assert r.returncode == 2 and "neither a capture" in r.stderr
+    r = btl_plot(str(pcap), "-o", str(tmp_path / "x.png"), "--flow", "192.0.2.99")
+    assert r.returncode == 2 and "no flow from" in r.stderr and "10.0.0.1:7471" in r.stderr
+    r = btl_plot(str(tmp_path / "missing.pcap"), "-o", str(tmp_path / "x.png"))
+    assert r.returncode == 2 and "missing.pcap" in r.stderr
