@@ -12,7 +12,8 @@ impairments, scripted faults, pcapng capture and per-link statistics.
 Modules, one concept each: ``scheduler`` (virtual time), ``links`` (link models and
 impairments), ``nic`` (the device object), ``rules`` (scripted faults), ``pcap``
 (capture), ``fabric`` (putting them together), ``plugin`` (the hooks), ``layers`` (scapy
-layers; imported only on demand, scapy is slow to load), ``selftest`` (raw speed).
+layers) and ``scapy`` (``import btlcore_sim.scapy``: those layers bound for ``rdpcap``, on any
+UDP port), both imported only on demand (scapy is slow to load), ``selftest`` (raw speed).
 """
 
 from .fabric import Fabric, default_fabric, reset_default_fabric
