@@ -14,7 +14,9 @@
 --     btl.sack.right: the first and last received);
 --   * T_HELLO / T_HELLO_ACK: the body and (version 2) each transport parameter (btl.tp.*);
 --   * version 2's T_CLOSE / T_CLOSE_ACK, T_UNKNOWN_CONN, T_CHALLENGE / T_RESPONSE, T_PING,
---     a put status (T_DATA with the STATUS flag), and the VERSION reply (version byte 0).
+--     a put status (T_DATA with the STATUS flag), and the VERSION reply (version byte 0);
+--   * retransmissions: btl.analysis.retransmission on a DATA segment whose seq its flow
+--     carried before, btl.analysis.first_frame naming the frame that first did.
 --
 -- Where: UDP port 7471 (the simulator's pcaps and btlcore_plugins.pcap), and any other UDP
 -- port through a heuristic dissector that checks the version, the type, the flags and that
@@ -123,6 +125,8 @@ local f = {
     vn_inc = ProtoField.uint32("btl.version_reply.echo_incarnation", "Echoed incarnation", base.HEX),
     vn_version = ProtoField.uint8("btl.version_reply.version", "Version spoken", base.DEC),
     vn_crc = ProtoField.uint32("btl.version_reply.crc", "CRC32C", base.HEX),
+    retransmission = ProtoField.bool("btl.analysis.retransmission", "Retransmission (this seq was seen before)"),
+    first_frame = ProtoField.framenum("btl.analysis.first_frame", "First seen in frame"),
 }
 local field_list = {}
 for _, field in pairs(f) do field_list[#field_list + 1] = field end
@@ -131,7 +135,9 @@ btl.fields = field_list
 local ex_bad_crc = ProtoExpert.new("btl.crc.bad.expert", "Bad CRC32C", expert.group.CHECKSUM, expert.severity.ERROR)
 local ex_malformed = ProtoExpert.new("btl.malformed", "Not a well-formed btlcore datagram",
                                      expert.group.MALFORMED, expert.severity.ERROR)
-btl.experts = {ex_bad_crc, ex_malformed}
+local ex_retransmission = ProtoExpert.new("btl.analysis.retransmission.expert", "Retransmission",
+                                         expert.group.SEQUENCE, expert.severity.NOTE)
+btl.experts = {ex_bad_crc, ex_malformed, ex_retransmission}
 
 btl.prefs.check_crc = Pref.bool("Verify CRC32C", true, "Check the CRC32C of datagrams that carry one")
 
@@ -321,6 +327,39 @@ local function dissect_control(tvb, sub, typ, at, plen)
     return ""
 end
 
+-- Retransmission analysis: a DATA segment whose seq was seen before in the same flow (same
+-- addresses, ports and dst_conn).  Decided once per frame, the first time it is dissected,
+-- and kept by frame number, so that later passes and clicks show the same answer.
+local seen_seqs = {}      -- flow key -> {seq string -> first frame number}
+local decided = {}        -- frame number -> first frame with that seq, or false (a first transmission)
+
+function btl.init()
+    seen_seqs, decided = {}, {}
+end
+
+local function analyse(tvb, pinfo, sub)
+    local seq = tostring(tvb(16, 8):uint64())
+    local first = decided[pinfo.number]
+    if first == nil then
+        local key = tostring(pinfo.src) .. ":" .. pinfo.src_port .. ">" .. tostring(pinfo.dst) .. ":"
+            .. pinfo.dst_port .. "/" .. tvb(4, 4):uint()
+        local flow = seen_seqs[key]
+        if flow == nil then
+            flow = {}
+            seen_seqs[key] = flow
+        end
+        first = flow[seq] or false
+        if not first then flow[seq] = pinfo.number end
+        decided[pinfo.number] = first
+    end
+    if not first then return false end  -- (the field is there only on a retransmission, as tcp.analysis's)
+    local item = sub:add(f.retransmission, tvb(16, 8), true)
+    item:set_generated()
+    item:add_proto_expert_info(ex_retransmission, "Retransmission of seq " .. seq)
+    sub:add(f.first_frame, tvb(16, 8), first):set_generated()
+    return true
+end
+
 local function dissect_header(tvb, sub)
     sub:add(f.version, tvb(0, 1))
     sub:add(f.type, tvb(1, 1))
@@ -396,6 +435,7 @@ local function dissect(tvb, pinfo, tree)
     end
     if typ == T_DATA then
         info = info .. " tag=" .. tvb(32, 2):uint() .. " len=" .. plen
+        if analyse(tvb, pinfo, sub) then info = info .. " [RETRANSMISSION]" end
         if band(flags, F_STATUS) ~= 0 then
             local body = sub:add(btl, tvb(at, plen), "Put status")
             body:add(f.put_seq, tvb(at, 8))

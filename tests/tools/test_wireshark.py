@@ -96,6 +96,31 @@ def test_tshark_decodes_a_lossy_simulator_capture(sim_capture: Path) -> None:
 
 
 @needs_tshark
+def test_retransmissions_are_marked(sim_capture: Path) -> None:
+    """btl.analysis.retransmission (present on retransmissions only, as tcp.analysis's): a DATA
+    segment whose seq its flow carried before (in file order), with btl.analysis.first_frame
+    pointing at the first; the same in two passes."""
+    seen: dict[tuple[str, str, int], dict[int, int]] = {}
+    want = []
+    for n, c in enumerate(captures.read(sim_capture), 1):
+        dg = c.datagram
+        if dg.type != wire.T_DATA:
+            want.append(("", ""))
+            continue
+        flow = seen.setdefault((c.src, c.dst, dg.dst_conn), {})
+        want.append(("1", str(flow[dg.seq])) if dg.seq in flow else ("", ""))
+        flow.setdefault(dg.seq, n)
+    assert sum(1 for r, _ in want if r == "1") > 5
+    fields = ("btl.analysis.retransmission", "btl.analysis.first_frame")
+    assert [(r[fields[0]], r[fields[1]]) for r in tshark(sim_capture, fields)] == want
+    assert TSHARK is not None
+    two_pass = subprocess.run([TSHARK, "-n", "-2", "-X", f"lua_script:{wireshark.path()}", "-r", str(sim_capture),
+                               "-Y", "btl.analysis.retransmission", "-T", "fields", "-e", "frame.number"],
+                              capture_output=True, text=True, timeout=300, check=True).stdout.split()
+    assert two_pass == [str(n) for n, (r, _) in enumerate(want, 1) if r == "1"]
+
+
+@needs_tshark
 def test_without_the_dissector_tshark_sees_only_udp(sim_capture: Path) -> None:
     """(What the issue starts from; proves the assertions above come from btl.lua.)"""
     assert TSHARK is not None
