@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
@@ -53,18 +54,25 @@ _INF = float("inf")
 
 
 class _Writer:
-    """One trace file, shared by the transports of this process that trace to it."""
+    """One trace file, shared by the transports of this process that trace to it (each in
+    its own thread, maybe: one line is written at a time)."""
 
-    __slots__ = ("path", "file", "users")
+    __slots__ = ("path", "file", "users", "lock")
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.file: IO[str] = open(path, "w", encoding="utf-8", buffering=1 << 16)  # noqa: SIM115
         self.users = 0
+        self.lock = threading.Lock()
         self.file.write(json.dumps({"t": 0.0, "event": "trace", "format": FORMAT}) + "\n")
+
+    def write(self, line: str) -> None:
+        with self.lock:
+            self.file.write(line)
 
 
 _writers: dict[str, _Writer] = {}
+_writers_lock = threading.Lock()
 
 
 def open_trace(trace: str | os.PathLike[str] | None) -> Tracer | None:
@@ -92,10 +100,11 @@ class Tracer:
 
     def __init__(self, path: str) -> None:
         key = os.path.abspath(path)
-        writer = _writers.get(key)
-        if writer is None or writer.file.closed:
-            writer = _writers[key] = _Writer(path)
-        writer.users += 1
+        with _writers_lock:
+            writer = _writers.get(key)
+            if writer is None or writer.file.closed:
+                writer = _writers[key] = _Writer(path)
+            writer.users += 1
         self._writer = writer
         self._clock: Callable[[], float] = lambda: 0.0
         self.node = ""
@@ -114,7 +123,7 @@ class Tracer:
         if peer is not None:
             line["peer"] = peer.address.hex()
         line.update(fields)
-        self._writer.file.write(json.dumps(line) + "\n")
+        self._writer.write(json.dumps(line) + "\n")
 
     def wrap_cc(self, cc: CongestionControl) -> CongestionControl:
         """The engine's seam: its congestion controller, observed (``Engine(wrap_cc=...)``)."""
@@ -182,11 +191,14 @@ class Tracer:
 
     def close(self) -> None:
         writer = self._writer
-        writer.users -= 1
-        writer.file.flush()
-        if writer.users <= 0:
-            writer.file.close()
-            _writers.pop(os.path.abspath(writer.path), None)
+        with writer.lock:
+            writer.users -= 1
+            writer.file.flush()
+            if writer.users <= 0:
+                writer.file.close()
+                with _writers_lock:
+                    if _writers.get(os.path.abspath(writer.path)) is writer:
+                        del _writers[os.path.abspath(writer.path)]
 
     # ------------------------------------------------------------------ datagrams
 
