@@ -72,7 +72,7 @@ class RetransmitTimer:
     usnic's hotel."""
 
     __slots__ = ("adaptive", "rto_min", "rto_max", "fixed", "max_ack_delay", "srtt", "rttvar",
-                 "min_rtt", "backoff", "_base")
+                 "min_rtt", "backoff", "_base", "rto")
 
     def __init__(self, adaptive: bool, initial: float, rto_min: float, rto_max: float,
                  fixed: float, max_ack_delay: float = 0.0) -> None:
@@ -86,6 +86,9 @@ class RetransmitTimer:
         self.min_rtt: float | None = None
         self.backoff = 1
         self._base = min(max(initial, rto_min), rto_max) if adaptive else fixed
+        #: the timeout now: a plain attribute, kept current by whatever changes its inputs
+        #: (every deadline computation reads it)
+        self.rto = self._base
 
     def sample(self, rtt: float) -> None:
         """Feed one RTT sample (from a segment sent once: Karn's rule)."""
@@ -105,6 +108,7 @@ class RetransmitTimer:
             if self.rto_min > rto:
                 rto = self.rto_min
             self._base = self.rto_max if self.rto_max < rto else rto
+            self._update()
 
     def set_max_ack_delay(self, delay: float) -> None:
         """The peer told us how long it may hold an ACK back (its HELLO)."""
@@ -112,21 +116,27 @@ class RetransmitTimer:
         if self.adaptive and self.srtt is not None:
             rto = self.srtt + max(GRANULARITY, 4 * self.rttvar) + delay
             self._base = min(max(rto, self.rto_min), self.rto_max)
+            self._update()
 
     def progress(self) -> None:
         """The peer acknowledged something new: end the backoff."""
-        self.backoff = 1
+        if self.backoff != 1:
+            self.backoff = 1
+            self._update()
 
     def expired(self) -> None:
         """A timeout fired: back off (adaptive mode only)."""
         if self.adaptive and self._base * self.backoff < self.rto_max:
             self.backoff *= 2
+            self._update()
 
-    @property
-    def rto(self) -> float:
+    def _update(self) -> None:
+        """Recompute :attr:`rto` from the base timeout and the backoff."""
         if not self.adaptive:
-            return self.fixed
-        return min(self._base * self.backoff, self.rto_max)
+            self.rto = self.fixed
+        else:
+            rto = self._base * self.backoff
+            self.rto = self.rto_max if self.rto_max < rto else rto
 
 
 def _unwired(peer: Peer, now: float) -> None:
@@ -267,7 +277,7 @@ class Recovery:
         timer, end the backoff, reopen the window."""
         peer.last_progress = now
         peer.rto_base = now
-        peer.timer.backoff = 1
+        peer.timer.progress()
         peer.timeouts = 0
         if peer.probe_seq is not None and peer.snd_una >= peer.probe_seq:
             # A timeout's probes are acknowledged.  Had the originals arrived, the receiver
@@ -455,69 +465,83 @@ class Recovery:
         sent_at = front.sent_at
         return (sent_at if sent_at > peer.rto_base else peer.rto_base) + peer.timer.rto
 
-    def _loss_candidate(self, peer: Peer) -> Segment | None:
-        """The first segment :meth:`detect_losses` could declare lost without a new ACK once
-        enough time has passed (it meets the serial rule, not yet the time rule)."""
+    def _timed_segments(self, peer: Peer) -> tuple[Segment | None, Segment | None]:
+        """``(front, candidate)``, found in one walk from the oldest: the oldest segment not
+        queued for a resend (its retransmit timer runs), and the first segment
+        :meth:`detect_losses` could declare lost without a new ACK once enough time has
+        passed (it meets the serial rule, not yet the time rule).  ``unacked`` is in
+        transmission order, so the walk stops at the first segment sent after the newest
+        ACKed serial allows."""
         thr = self.config.fast_retransmit_threshold
         acked = peer.acked_serial
-        limits = (acked[0] - thr, acked[1] - thr)
-        top = limits[0] if limits[0] > limits[1] else limits[1]
-        if top < 0:
-            return None
+        lim0 = acked[0] - thr
+        lim1 = acked[1] - thr
+        top = lim0 if lim0 > lim1 else lim1
         seq_limit = peer.loss_seq_limit
+        front = None
         for seg in peer.unacked.values():
-            if seg.tx_serial > top:
-                return None
-            if not seg.lost and seg.tx_serial <= limits[seg.channel] and (seq_limit is None or seg.seq <= seq_limit):
-                return seg
-        return None
+            if seg.lost:
+                continue
+            if front is None:
+                front = seg
+            serial = seg.tx_serial
+            if serial > top:
+                return front, None
+            if serial <= (lim1 if seg.channel else lim0) and (seq_limit is None or seg.seq <= seq_limit):
+                return front, seg
+        return front, None
 
     def _timer_times(self, peer: Peer) -> tuple[float | None, float | None]:
         """``(deadline, act_at)`` of ``peer``: when the driver must call us again for it
         (the earliest of its retransmit timer, the loss check of its oldest segment, its death
         clock, a due ACK, its handshake), and when :meth:`handle_timer` would act on it (the
         same, or earlier when a later segment than the oldest may be declared lost)."""
-        cfg = self.config
-        t = act = None
         state = peer.state
         if state is _CLOSING:  # the CLOSE's resend and give-up (lifecycle.close_timer)
             t = peer.close_until
             if peer.close_next is not None and peer.close_next < t:
                 t = peer.close_next
             return t, t
-        unacked = peer.unacked
-        if unacked:
+        t = act = None
+        if peer.unacked:
             # the loss check: the candidate's send time plus the reordering time, the very
             # expression detect_losses compares (no float rounding between the two)
-            candidate = self._loss_candidate(peer)
-            loss_at = None if candidate is None else candidate.sent_at + self._reorder_time(peer)
-            front = self._rto_front(peer)
+            front, candidate = self._timed_segments(peer)
+            if candidate is not None:
+                act = candidate.sent_at + self._reorder_time(peer)
             if front is not None:
                 t = self._rto_at(peer, front)
-                if candidate is front and loss_at is not None and loss_at < t:
-                    t = loss_at  # the oldest segment's loss check comes first
-            act = loss_at
+                if candidate is front and act is not None and act < t:
+                    t = act  # the oldest segment's loss check comes first
         if state is _ESTABLISHED:
             live = self._live_at(peer)
             if t is None or live < t:
                 t = live
         if peer.ack_now or peer.hello_reply:
             t = self._state.now
-        elif peer.ack_deadline is not None and (t is None or peer.ack_deadline < t):
-            t = peer.ack_deadline
-        if peer.hello_next is not None:
-            if t is None or peer.hello_next < t:
-                t = peer.hello_next
-            if peer.hello_started is not None:
-                give_up = peer.hello_started + cfg.handshake_timeout
-                if give_up < t:
-                    t = give_up
-        if peer.hello_started is not None and peer.state is _CONNECTING:
-            give_up = peer.hello_started + cfg.handshake_timeout
-            if act is None or give_up < act:
-                act = give_up
+        else:
+            ack_at = peer.ack_deadline
+            if ack_at is not None and (t is None or ack_at < t):
+                t = ack_at
+        if peer.hello_next is not None or peer.hello_started is not None:
+            t, act = self._handshake_times(peer, t, act)
         if t is not None and (act is None or t < act):
             act = t
+        return t, act
+
+    def _handshake_times(self, peer: Peer, t: float | None,
+                         act: float | None) -> tuple[float | None, float | None]:
+        """:meth:`_timer_times`'s ``(t, act)`` with a handshake's times folded in: the next
+        HELLO and the give-up."""
+        hello_next = peer.hello_next
+        give_up = None if peer.hello_started is None else peer.hello_started + self.config.handshake_timeout
+        if hello_next is not None:
+            if t is None or hello_next < t:
+                t = hello_next
+            if give_up is not None and give_up < t:
+                t = give_up
+        if give_up is not None and peer.state is _CONNECTING and (act is None or give_up < act):
+            act = give_up
         return t, act
 
     def _live_at(self, peer: Peer) -> float:
@@ -580,14 +604,19 @@ class Recovery:
         if not touched:
             return
         deadlines, actions = self._deadlines, self._actions
+        set_deadline = deadlines.set
         for peer in touched:
             if peer.timed:
                 t, act = self._timer_times(peer)
                 if t is None and forget_idle:
                     peer.timed = False
-                deadlines.set(peer, t)
-                # (only the rare peer that handle_timer acts on before its deadline)
-                actions.set(peer, act if act is not None and (t is None or act < t) else None)
+                set_deadline(peer, t)
+                # only the rare peer that handle_timer acts on before its deadline is in
+                # ``actions`` (the look first spares the call for every other one)
+                if act is not None and (t is None or act < t):
+                    actions.set(peer, act)
+                elif actions and peer in actions:
+                    actions.discard(peer)
         touched.clear()
 
     def next_deadline(self, pending_work: bool = True) -> float | None:

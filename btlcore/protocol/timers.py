@@ -9,7 +9,7 @@ per progress pass; see :meth:`btlcore.protocol.recovery.Recovery._refresh_timers
 
 from __future__ import annotations
 
-from heapq import heapify, heappop, heappush
+from heapq import heapify, heappop, heappush, heapreplace
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -48,11 +48,18 @@ class DeadlineHeap(Generic[T]):
             return
         if live is not None and live[0] == deadline:
             return  # unchanged: no new entry
-        self._count += 1
-        self._live[item] = (deadline, self._count)
-        heappush(self._heap, (deadline, self._count, item))
-        if len(self._heap) > 2 * len(self._live) + _SLACK:
-            self._heap = [(t, n, i) for i, (t, n) in self._live.items()]
+        heap = self._heap
+        n = self._count = self._count + 1
+        if live is not None and heap[0][1] == live[1]:
+            # its entry is the top (always, for a lone item): replace it in place, so the
+            # heap keeps its size and first() has no stale entry to skip
+            self._live[item] = (deadline, n)
+            heapreplace(heap, (deadline, n, item))
+            return
+        self._live[item] = (deadline, n)
+        heappush(heap, (deadline, n, item))
+        if len(heap) > 2 * len(self._live) + _SLACK:
+            self._heap = [(t, k, i) for i, (t, k) in self._live.items()]
             heapify(self._heap)
 
     def discard(self, item: T) -> None:
