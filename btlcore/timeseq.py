@@ -65,6 +65,7 @@ class _Builder:
     def __init__(self) -> None:
         self.flows: dict[tuple[str, str], Flow] = {}
         self.seen: dict[tuple[str, str], set[int]] = {}
+        self.span: dict[tuple[str, str], list[int]] = {}  # [lowest, highest] seq seen
         self.t0: float | None = None
 
     def time(self, t: float) -> float:
@@ -81,17 +82,28 @@ class _Builder:
         if flow is None:
             flow = self.flows[key] = Flow(sender, receiver)
             self.seen[key] = set()
+            self.span[key] = [seq, seq]
         seen = self.seen[key]
         again = seq in seen if retransmission is None else retransmission
         seen.add(seq)
+        span = self.span[key]
+        span[0], span[1] = min(span[0], seq), max(span[1], seq)
         point = (t, seq)
         if drop_cause:
             flow.drops.setdefault(drop_cause, []).append(point)
         (flow.resent if again else flow.sent).append(point)
 
-    def ack(self, t: float, sender: str, receiver: str, ack: int, sack: Iterable[tuple[int, int]]) -> None:
-        """An ACK from ``receiver`` back to ``sender`` (whose flow it acknowledges)."""
-        flow = self.flows.get((sender, receiver))
+    def ack(self, t: float, ack: int, sack: Iterable[tuple[int, int]], key: tuple[str, str] | None = None,
+            not_from: str = "") -> None:
+        """An ACK of flow ``key`` (sender, receiver); None: of the flow whose sequence numbers
+        it names (random 64-bit ISNs make that unambiguous, and it holds whatever ports the
+        ACKs travel on: a udp device sends them from its priority socket, data from another),
+        ``not_from`` excepted (the ACK's own sender: what it piggybacks acknowledges another
+        flow)."""
+        if key is None:
+            key = next((k for k, (lo, hi) in self.span.items() if lo - 1 <= ack <= hi and k[0] != not_from),
+                       None)
+        flow = self.flows.get(key) if key is not None else None
         if flow is None:
             return  # (acknowledging no data: the handshake's)
         flow.acks.append((t, ack))
@@ -130,7 +142,7 @@ def from_capture(path: str | os.PathLike[str]) -> list[Flow]:
                 except wire.MalformedDatagram:
                     ranges = []
                 sack = [(dg.ack + s, dg.ack + s + n - 1) for s, n in ranges]
-            b.ack(t, c.dst, c.src, dg.ack, sack)
+            b.ack(t, dg.ack, sack, not_from=c.src)
     return b.result()
 
 
@@ -177,7 +189,7 @@ def _trace_event(b: _Builder, ev: dict[str, Any], metrics: list[dict[str, Any]])
     if kind == "packet_sent" and ev.get("type") == "DATA" and peer:
         b.data(t, node, peer, int(ev["seq"]), bool(ev.get("retransmission")))
     elif kind == "packet_received" and peer and "ack" in ev:
-        b.ack(t, node, peer, int(ev["ack"]), [(int(lo), int(hi)) for lo, hi in ev.get("sack", ())])
+        b.ack(t, int(ev["ack"]), [(int(lo), int(hi)) for lo, hi in ev.get("sack", ())], key=(node, peer))
     elif kind in ("metrics_updated", "congestion") and peer:
         metrics.append({**ev, "_t": t})
 

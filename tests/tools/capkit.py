@@ -7,6 +7,7 @@ import struct
 from pathlib import Path
 
 import btlcore
+from btlcore.device import hookimpl
 from btlcore.protocol import wire
 from btlcore_sim import Fabric, LinkModel
 
@@ -32,6 +33,42 @@ def lossy_transfer(pcap: Path, seed: int = 5, messages: int = 40, trace: Path | 
     b.close()
     fabric.close()
     return fabric
+
+
+Frame = tuple[float, str, int, str, int, bytes]  # (time, src ip, sport, dst ip, dport, payload)
+
+
+def udp_transfer(messages: int = 5, size: int = 4000) -> list[Frame]:
+    """What two udp transports on 127.0.0.1 really sent (seen by a frame hook, in order), with
+    the ports they sent from and to: each end's priority and data sockets (ACKs and data
+    travel between different ports)."""
+    sent: list[tuple[object, int, bytes]] = []
+
+    class Tap:
+        @hookimpl
+        def btl_frame_sent(self, transport: object, channel: int, data: bytes) -> None:
+            sent.append((transport, int(channel), bytes(data)))
+
+    a = btlcore.open("udp", bind="127.0.0.1:0", plugins=[Tap()])
+    b = btlcore.open("udp", bind="127.0.0.1:0", plugins=[Tap()])
+    try:
+        got: list[bytes] = []
+        b.on(5, lambda p, t, d: got.append(bytes(d)))
+        peer = a.connect(b.address)
+        for i in range(messages):
+            a.send(peer, 5, bytes([i]) * size)
+        btlcore.run_until([a, b], lambda: len(got) == messages, timeout=30)
+    finally:
+        a.close()
+        b.close()
+
+    def port(t: object, channel: int) -> int:  # udp address bytes 4:6: priority port, 6:8: data port
+        address: bytes = t.address  # type: ignore[attr-defined]
+        return int.from_bytes(address[4 + 2 * channel:6 + 2 * channel], "big")
+
+    other = {a: b, b: a}
+    return [(i * 1e-4, "127.0.0.1", port(t, ch), "127.0.0.1", port(other[t], ch), raw)
+            for i, (t, ch, raw) in enumerate(sent)]
 
 
 def samples() -> list[tuple[str, bytes]]:

@@ -14,7 +14,7 @@ import pytest
 from btlcore import captures, timeseq
 from btlcore.protocol import wire
 
-from capkit import lossy_transfer
+from capkit import lossy_transfer, udp_transfer, write_pcap
 
 pytest.importorskip("matplotlib", reason="btl plot needs matplotlib (the 'plot' extra, installed by scripts/setup.sh)")
 
@@ -86,6 +86,22 @@ def test_capture_and_trace_tell_the_same_story(run: tuple[Path, Path, dict[str, 
     acks = [a for _, a in cap.acks]
     assert acks == sorted(acks) and acks[-1] == max(s for _, s in cap.sent)
     assert min(s for _, s in cap.sent) == 1
+
+
+def test_a_udp_capture_pairs_acks_with_their_data_whatever_the_ports(tmp_path: Path) -> None:
+    """On udp, data goes between the data sockets and ACKs between the priority sockets: the
+    ACK line is found by sequence numbers, not ports."""
+    frames = udp_transfer(messages=8, size=20_000)
+    path = tmp_path / "udp.pcap"
+    write_pcap(path, frames)
+    kind, flows = timeseq.load(path)
+    flow = flows[0]
+    data_ports = {(f[2], f[4]) for f in frames if f[5][1] == wire.T_DATA}
+    ack_ports = {(f[4], f[2]) for f in frames if f[5][1] == wire.T_ACK}
+    assert kind == "capture" and len(data_ports) == 1 and not data_ports & ack_ports
+    assert flow.acks and flow.acks[-1][1] == max(s for _, s in flow.sent) == flow.segments
+    r = btl_plot(str(path), "-o", str(tmp_path / "udp.png"))
+    assert r.returncode == 0 and png_size(tmp_path / "udp.png")[0] > 400
 
 
 def test_plot_errors_say_what_is_allowed(run: tuple[Path, Path, dict[str, object]], tmp_path: Path) -> None:

@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 
-import btlcore
 from btlcore import captures, wireshark
 from btlcore.protocol import wire
 
-from capkit import PORT_A, PORT_B, lossy_transfer, not_btl, samples, write_pcap
+from capkit import PORT_A, PORT_B, lossy_transfer, not_btl, samples, udp_transfer, write_pcap
 
 TSHARK = shutil.which("tshark")
 needs_tshark = pytest.mark.skipif(
@@ -203,38 +202,13 @@ def test_a_bad_crc_is_flagged(tmp_path: Path) -> None:
 def test_real_udp_backend_datagrams_on_its_own_ports(tmp_path: Path) -> None:
     """Datagrams a udp transport really sent (seen by a frame hook), written with the
     transports' real ephemeral ports: decoded by the heuristic, field for field."""
-    sent: list[tuple[object, int, bytes]] = []
-
-    class Tap:
-        @btlcore.device.hookimpl
-        def btl_frame_sent(self, transport: object, channel: int, data: bytes) -> None:
-            sent.append((transport, int(channel), bytes(data)))
-
-    a = btlcore.open("udp", bind="127.0.0.1:0", plugins=[Tap()])
-    b = btlcore.open("udp", bind="127.0.0.1:0", plugins=[Tap()])
-    try:
-        got: list[bytes] = []
-        b.on(5, lambda p, t, d: got.append(bytes(d)))
-        peer = a.connect(b.address)
-        for i in range(5):
-            a.send(peer, 5, bytes([i]) * 4000)
-        btlcore.run_until([a, b], lambda: len(got) == 5, timeout=30)
-    finally:
-        a.close()
-        b.close()
-
-    def port(t: object, channel: int) -> int:  # udp address bytes 4:6 priority, 6:8 data port
-        address: bytes = t.address  # type: ignore[attr-defined]
-        return int.from_bytes(address[4 + 2 * channel:6 + 2 * channel], "big")
-
-    other = {a: b, b: a}
+    frames = udp_transfer()
     path = tmp_path / "udp.pcap"
-    write_pcap(path, [(i * 1e-4, "127.0.0.1", port(t, ch), "127.0.0.1", port(other[t], ch), raw)
-                      for i, (t, ch, raw) in enumerate(sent)])
+    write_pcap(path, frames)
     rows = tshark(path)
-    check_frames(rows, [wire.decode(raw, (1, 2)) for _, _, raw in sent])
-    ports = {str(port(t, ch)) for t, ch, _ in sent}
-    assert [r["udp.srcport"] for r in rows] == [str(port(t, ch)) for t, ch, _ in sent] and len(ports) >= 2
+    check_frames(rows, [wire.decode(f[5], (1, 2)) for f in frames])
+    ports = {str(f[2]) for f in frames}
+    assert [r["udp.srcport"] for r in rows] == [str(f[2]) for f in frames] and len(ports) >= 2
     assert str(wire.PCAP_UDP_PORT) not in ports
 
 
