@@ -29,7 +29,8 @@ trace lines up with the fabric's pcap), ``node`` (the transport's address, hex) 
     transport_closed     the transport's counters
 
 Several transports of one process may trace to one file (``btl transfer`` on the simulator
-does): they share one writer, told apart by ``node``.  ``btl plot`` reads the file.
+does): they share one writer, told apart by ``node``; the file is created (emptied) when the
+first of them opens it.  ``btl plot`` reads the file.
 """
 
 from __future__ import annotations
