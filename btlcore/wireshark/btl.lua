@@ -238,7 +238,7 @@ local function dissect_version_reply(tvb, pinfo, tree)
 end
 
 local function dissect_ack(tvb, sub, at, plen, ack)
-    local body = sub:add(btl, tvb(at, plen), "ACK body")
+    local body = sub:add(tvb(at, plen), "ACK body")
     body:add(f.window, tvb(at, 4))
     body:add(f.nranges, tvb(at + 4, 1))
     local af = body:add(f.ack_flags, tvb(at + 5, 1))
@@ -289,7 +289,7 @@ local function dissect_params(tvb, body, at, stop)
 end
 
 local function dissect_hello(tvb, sub, version, at, plen)
-    local body = sub:add(btl, tvb(at, plen), "HELLO body")
+    local body = sub:add(tvb(at, plen), "HELLO body")
     body:add(f.hello_incarnation, tvb(at, 4))
     body:add(f.hello_conn, tvb(at + 4, 4))
     body:add(f.hello_isn, tvb(at + 8, 8))
@@ -306,7 +306,7 @@ end
 
 -- the body of a version-2 control type (CLOSE, notice, CHALLENGE, PING); info text back
 local function dissect_control(tvb, sub, typ, at, plen)
-    local body = sub:add(btl, tvb(at, plen), type_names[typ] .. " body")
+    local body = sub:add(tvb(at, plen), type_names[typ] .. " body")
     if typ == T_CLOSE or typ == T_CLOSE_ACK then
         body:add(f.close_conn, tvb(at, 4))
         body:add(f.close_echo, tvb(at + 4, 4))
@@ -437,7 +437,7 @@ local function dissect(tvb, pinfo, tree)
         info = info .. " tag=" .. tvb(32, 2):uint() .. " len=" .. plen
         if analyse(tvb, pinfo, sub) then info = info .. " [RETRANSMISSION]" end
         if band(flags, F_STATUS) ~= 0 then
-            local body = sub:add(btl, tvb(at, plen), "Put status")
+            local body = sub:add(tvb(at, plen), "Put status")
             body:add(f.put_seq, tvb(at, 8))
             body:add(f.put_status, tvb(at + 8, 1))
             body:add(f.reserved, tvb(at + 9, 3))
