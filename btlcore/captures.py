@@ -86,6 +86,7 @@ class Captured:
     size: int  # the UDP payload's length
     interface: str = ""  # the pcapng interface's name ("sim-delivered", "sim-dropped", ...)
     comment: str = ""  # the frame's comment (the simulator's drop cause, "duplicate", ...)
+    crc_ok: bool = True  # False: it carries a CRC32C that does not match (the receiver drops it)
 
     @property
     def dropped(self) -> bool:
@@ -251,4 +252,4 @@ def read(path: str | os.PathLike[str]) -> Iterator[Captured]:
             dg = wire.decode(udp[2], VERSIONS)
         except wire.MalformedDatagram:
             continue
-        yield Captured(time, udp[0], udp[1], dg, len(udp[2]), iface, comment)
+        yield Captured(time, udp[0], udp[1], dg, len(udp[2]), iface, comment, wire.crc_ok(udp[2]))

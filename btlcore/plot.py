@@ -51,12 +51,15 @@ def pick(flows: list[Flow], sender: str | None) -> Flow:
 
 
 def plot(source: str | os.PathLike[str], out: str | os.PathLike[str], sender: str | None = None,
-         title: str | None = None) -> Flow:
-    """Draw ``source`` (a capture or a trace) into ``out`` (``.png`` or ``.svg``); returns the
-    flow drawn."""
+         title: str | None = None, span: tuple[float, float] | None = None) -> Flow:
+    """Draw ``source`` (a capture or a trace) into ``out`` (``.png`` or ``.svg``), only
+    between ``span``'s two times (seconds from the source's start) if given; returns the flow
+    drawn."""
     fmt = output_format(out)
     kind, flows = load(source)
     flow = pick(flows, sender)
+    if span is not None:
+        flow = flow.clip(*span)
     plt = _pyplot()
     rows = 1 + bool(flow.cwnd) + bool(flow.srtt)
     fig, axes = plt.subplots(rows, 1, sharex=True, squeeze=False,

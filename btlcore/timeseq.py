@@ -42,6 +42,16 @@ class Flow:
     pacing: list[tuple[float, float]] = attrs.Factory(list)  # bytes/s
     losses: list[float] = attrs.Factory(list)  # loss episodes' times (a trace's "congestion")
 
+    def clip(self, start: float, end: float) -> Flow:
+        """This flow between ``start`` and ``end`` (seconds) only."""
+        def keep(points: list[Any]) -> list[Any]:
+            return [p for p in points if start <= p[0] <= end]
+
+        return Flow(self.sender, self.receiver, self.base, keep(self.sent), keep(self.resent), keep(self.acks),
+                    keep(self.sacks), {c: keep(p) for c, p in self.drops.items() if keep(p)}, keep(self.cwnd),
+                    keep(self.srtt), keep(self.min_rtt), keep(self.pacing),
+                    [t for t in self.losses if start <= t <= end])
+
     @property
     def segments(self) -> int:
         return len(self.sent) + len(self.resent)
@@ -93,6 +103,12 @@ class _Builder:
             flow.drops.setdefault(drop_cause, []).append(point)
         (flow.resent if again else flow.sent).append(point)
 
+    def corrupted(self, t: float, sender: str, receiver: str) -> None:
+        """A data segment that arrived damaged: a drop at the flow's highest seq so far."""
+        span = self.span.get((sender, receiver))
+        if span is not None:
+            self.flows[(sender, receiver)].drops.setdefault("corrupted", []).append((t, span[1]))
+
     def ack(self, t: float, ack: int, sack: Iterable[tuple[int, int]], key: tuple[str, str] | None = None,
             not_from: str = "") -> None:
         """An ACK of flow ``key`` (sender, receiver); None: of the flow whose sequence numbers
@@ -123,12 +139,18 @@ class _Builder:
 
 
 def from_capture(path: str | os.PathLike[str]) -> list[Flow]:
-    """The flows of a pcap/pcapng capture (duplicated copies the simulator noted are skipped)."""
+    """The flows of a capture.  Copies the simulator noted as duplicates are skipped; a
+    datagram whose CRC32C fails is one the receiver drops: a data segment's is drawn as a drop
+    (cause ``corrupted``), its sequence number unread (a flipped bit may be in it)."""
     b = _Builder()
     for c in captures.read(path):
         t = b.time(c.time)
         dg = c.datagram
         if c.comment.startswith("duplicate"):
+            continue
+        if not c.crc_ok:
+            if dg.type == wire.T_DATA:
+                b.corrupted(t, c.src, c.dst)
             continue
         if dg.type == wire.T_DATA:
             b.data(t, c.src, c.dst, dg.seq, drop_cause=c.drop_cause if c.dropped else "")

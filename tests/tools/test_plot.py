@@ -104,6 +104,22 @@ def test_a_udp_capture_pairs_acks_with_their_data_whatever_the_ports(tmp_path: P
     assert r.returncode == 0 and png_size(tmp_path / "udp.png")[0] > 400
 
 
+def test_corrupted_segments_are_drops_not_points(tmp_path: Path) -> None:
+    """A copy the receiver drops for its CRC32C is a drop (cause 'corrupted'); its sequence
+    number, maybe the flipped bit, is never drawn."""
+    path = tmp_path / "corrupt.pcapng"
+    fabric = lossy_transfer(path, seed=2, corrupt=0.1)
+    _, (flow, *_) = timeseq.load(path)
+    corrupted = [c for c in captures.read(path) if not c.crc_ok]
+    assert fabric.totals()["corrupted"] > 0 and corrupted
+    assert 0 < len(flow.drops.get("corrupted", [])) <= len(corrupted)
+    assert max(s for _, s in flow.sent + flow.resent) < 10_000  # no seq read from a damaged copy
+    r = btl_plot(str(path), "-o", str(tmp_path / "w.png"), "--time", "1:3")
+    assert r.returncode == 0, r.stderr
+    bad = btl_plot(str(path), "-o", str(tmp_path / "w.png"), "--time", "3")
+    assert bad.returncode == 2 and "FROM:TO" in bad.stderr
+
+
 def test_plot_errors_say_what_is_allowed(run: tuple[Path, Path, dict[str, object]], tmp_path: Path) -> None:
     pcap, _, _ = run
     r = btl_plot(str(pcap), "-o", str(tmp_path / "x.jpg"))
