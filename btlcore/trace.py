@@ -99,6 +99,9 @@ class Tracer:
     """One transport's trace (see the module docstring); a tool plugin for the transport's
     open and close, and the wrapper of its device calls and its congestion controller."""
 
+    __slots__ = ("_writer", "_clock", "node", "_peers_by_conn", "_peers", "_by_remote", "_high", "_last",
+                 "_dirty")
+
     def __init__(self, path: str) -> None:
         key = os.path.abspath(path)
         with _writers_lock:
