@@ -5,7 +5,8 @@ Top: each data segment as a dot at (time, sequence number) -- blue the first tim
 retransmitted --, the cumulative ACK as a green step line, each SACK block as an orange
 vertical bar (the segments received above the ACK), the simulator's drops as black marks,
 one shape per cause, and a trace's loss episodes as grey ticks on the time axis.  Below, from
-a trace: cwnd (segments) and the smoothed and minimum RTT (ms) over time.
+a trace: cwnd (segments), the smoothed and minimum RTT (ms) and, when the congestion
+controller paces, the pacing rate (Mbit/s) over time.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def plot(source: str | os.PathLike[str], out: str | os.PathLike[str], sender: st
     if span is not None:
         flow = flow.clip(*span)
     plt = _pyplot()
-    rows = 1 + bool(flow.cwnd) + bool(flow.srtt)
+    paced = any(rate > 0 for _, rate in flow.pacing)
+    rows = 1 + bool(flow.cwnd) + bool(flow.srtt) + paced
     fig, axes = plt.subplots(rows, 1, sharex=True, squeeze=False,
                              figsize=(10, 5 + 2.2 * (rows - 1)),
                              gridspec_kw={"height_ratios": [3] + [1] * (rows - 1)})
@@ -82,6 +84,12 @@ def plot(source: str | os.PathLike[str], out: str | os.PathLike[str], sender: st
                     linestyle="--", label="min rtt")
         ax.set_ylabel("RTT (ms)")
         ax.legend(loc="upper left", fontsize="small")
+        row += 1
+    if paced:
+        ax = axes[row]
+        ax.step([t * 1e3 for t, _ in flow.pacing], [r * 8e-6 for _, r in flow.pacing], where="post",
+                color="tab:cyan")
+        ax.set_ylabel("pacing (Mbit/s)")
     axes[-1].set_xlabel("time (ms)")
     for ax in axes:
         ax.grid(True, alpha=0.3)

@@ -132,3 +132,25 @@ def test_plot_errors_say_what_is_allowed(run: tuple[Path, Path, dict[str, object
     assert r.returncode == 2 and "no flow from" in r.stderr and "10.0.0.1:7471" in r.stderr
     r = btl_plot(str(tmp_path / "missing.pcap"), "-o", str(tmp_path / "x.png"))
     assert r.returncode == 2 and "missing.pcap" in r.stderr
+
+
+def test_a_paced_trace_gets_its_pacing_row(tmp_path: Path) -> None:
+    """A trace whose congestion controller paces (written here by hand, as the trace format
+    says) gets a pacing-rate row; an unpaced one (aimd's, above) does not."""
+    import json
+
+    events = [{"t": 0.0, "event": "trace", "format": "btlcore-trace/1"}]
+    for i in range(1, 20):
+        events.append({"t": i * 1e-3, "node": "a", "peer": "b", "event": "packet_sent", "type": "DATA",
+                       "seq": 100 + i, "retransmission": i == 7})
+        events.append({"t": i * 1e-3, "node": "a", "peer": "b", "event": "metrics_updated", "cwnd": 10 + i,
+                       "ssthresh": None, "srtt": 1e-3, "min_rtt": 1e-3, "rttvar": 0.0, "pacing_rate": 1e6 * i})
+    trace = tmp_path / "paced.jsonl"
+    trace.write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    _, (flow,) = timeseq.load(trace)
+    assert (len(flow.sent), len(flow.resent), flow.pacing[-1]) == (18, 1, (0.018, 19e6))
+    r = btl_plot(str(trace), "-o", str(tmp_path / "paced.svg"))
+    assert r.returncode == 0, r.stderr
+    assert "pacing (Mbit/s)" in (tmp_path / "paced.svg").read_text()
+    r = btl_plot(str(tmp_path / "paced.jsonl"), "-o", str(tmp_path / "p.svg"), "--time", "4.5:9.5")
+    assert r.returncode == 0 and "4 segments, 1 retransmissions" in r.stdout
