@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,10 +34,19 @@ FIELDS = ("frame.number", "btl.version", "btl.type", "btl.flags", "btl.dst_conn"
           "btl.sack.left", "btl.sack.right", "btl.crc.bad", "udp.srcport")
 
 
+#: tshark's home while testing: no personal plugin (a btl.lua installed there would load twice)
+CLEAN_HOME = tempfile.mkdtemp(prefix="btl-tshark-home-")
+
+
+def clean_env() -> dict[str, str]:
+    return {**os.environ, "HOME": CLEAN_HOME}
+
+
 def tshark(capture: Path, fields: tuple[str, ...] = FIELDS, lua: bool = True,
            env: dict[str, str] | None = None) -> list[dict[str, str]]:
     """One dict per frame: field -> tshark's text (occurrences joined with ',')."""
     assert TSHARK is not None
+    env = env or clean_env()
     cmd = [TSHARK, "-n", "-r", str(capture), "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,"]
     if lua:
         cmd[1:1] = ["-X", f"lua_script:{wireshark.path()}"]
@@ -92,7 +102,8 @@ def test_tshark_decodes_a_lossy_simulator_capture(sim_capture: Path) -> None:
     assert TSHARK is not None
     data = subprocess.run([TSHARK, "-n", "-X", f"lua_script:{wireshark.path()}", "-r", str(sim_capture),
                            "-Y", f"btl.type == {wire.T_DATA} && btl.flags.chunk == 1", "-T", "fields",
-                           "-e", "btl.chunk.msg_id"], capture_output=True, text=True, timeout=300, check=True)
+                           "-e", "btl.chunk.msg_id"], capture_output=True, text=True, timeout=300, check=True,
+                          env=clean_env())
     chunked = [d for d in datagrams if d.type == wire.T_DATA and d.msg_id is not None]
     assert data.stdout.split() == [str(d.msg_id) for d in chunked] and chunked
 
@@ -118,7 +129,7 @@ def test_retransmissions_are_marked(sim_capture: Path) -> None:
     assert TSHARK is not None
     two_pass = subprocess.run([TSHARK, "-n", "-2", "-X", f"lua_script:{wireshark.path()}", "-r", str(sim_capture),
                                "-Y", "btl.analysis.retransmission", "-T", "fields", "-e", "frame.number"],
-                              capture_output=True, text=True, timeout=300, check=True).stdout.split()
+                              capture_output=True, text=True, timeout=300, check=True, env=clean_env()).stdout.split()
     assert two_pass == [str(n) for n, (r, _) in enumerate(want, 1) if r == "1"]
 
 
@@ -127,7 +138,7 @@ def test_without_the_dissector_tshark_sees_only_udp(sim_capture: Path) -> None:
     """(What the issue starts from; proves the assertions above come from btl.lua.)"""
     assert TSHARK is not None
     out = subprocess.run([TSHARK, "-n", "-r", str(sim_capture), "-T", "fields", "-e", "_ws.col.Protocol"],
-                         capture_output=True, text=True, timeout=300, check=True).stdout.split()
+                         capture_output=True, text=True, timeout=300, check=True, env=clean_env()).stdout.split()
     assert out and "BTL" not in out
 
 
