@@ -44,7 +44,8 @@ def plugin_dir(ask_tshark: bool = True) -> Path:
     """The user's Wireshark Lua plugin folder: what tshark reports when it is installed
     (``Personal Lua Plugins``), else Wireshark's default for this system:
     ``%APPDATA%\\Wireshark\\plugins`` on Windows, ``~/.local/lib/wireshark/plugins``
-    elsewhere (Wireshark builds it from the home folder, not from ``XDG_DATA_HOME``)."""
+    elsewhere (the folder of Wireshark 2.5 and later, built from the home folder; the older
+    ``$XDG_CONFIG_HOME/wireshark/plugins`` still loads Lua files, but this one wins)."""
     if ask_tshark:
         found = _ask_tshark()
         if found is not None:
