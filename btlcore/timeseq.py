@@ -170,8 +170,10 @@ def from_capture(path: str | os.PathLike[str]) -> list[Flow]:
 
 def from_trace(path: str | os.PathLike[str]) -> list[Flow]:
     """The flows of a trace: each node's sends to a peer, the ACKs it received from it, and
-    its window and RTT for that peer."""
-    b = _Builder()
+    its window and RTT for that peer; a flow whose sender the trace does not cover (a ``btl
+    serve`` trace) as its receiver saw it: the segments as they arrived (a seq again: a
+    retransmission or a duplicate) and the ACKs it sent."""
+    b, seen_by_receiver = _Builder(), _Builder()
     metrics: list[dict[str, Any]] = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -181,7 +183,7 @@ def from_trace(path: str | os.PathLike[str]) -> list[Flow]:
                 ev = json.loads(line)
             except ValueError as exc:
                 raise SourceError(f"{os.fspath(path)} line {n}: not JSON ({exc})") from None
-            _trace_event(b, ev, metrics)
+            _trace_event(b, seen_by_receiver, ev, metrics)
     for ev in metrics:  # (after the flows exist: a window may be set before the first segment)
         flow = b.flows.get((ev["node"], ev.get("peer", "")))
         if flow is None:
@@ -195,10 +197,13 @@ def from_trace(path: str | os.PathLike[str]) -> list[Flow]:
                             ("pacing_rate", flow.pacing)):
             if ev.get(key) is not None:
                 series.append((t, float(ev[key])))
-    return b.result()
+    flows = b.result()
+    senders = {(f.sender, f.receiver) for f in flows}
+    flows += [f for f in seen_by_receiver.result() if (f.sender, f.receiver) not in senders]
+    return sorted(flows, key=lambda f: -f.segments)
 
 
-def _trace_event(b: _Builder, ev: dict[str, Any], metrics: list[dict[str, Any]]) -> None:
+def _trace_event(b: _Builder, rx: _Builder, ev: dict[str, Any], metrics: list[dict[str, Any]]) -> None:
     kind = ev.get("event")
     if kind == "trace":
         if not str(ev.get("format", "")).startswith("btlcore-trace/"):
@@ -212,6 +217,10 @@ def _trace_event(b: _Builder, ev: dict[str, Any], metrics: list[dict[str, Any]])
         b.data(t, node, peer, int(ev["seq"]), bool(ev.get("retransmission")))
     elif kind == "packet_received" and peer and "ack" in ev:
         b.ack(t, int(ev["ack"]), [(int(lo), int(hi)) for lo, hi in ev.get("sack", ())], key=(node, peer))
+    if kind == "packet_received" and ev.get("type") == "DATA" and peer:
+        rx.data(t, peer, node, int(ev["seq"]))
+    elif kind == "packet_sent" and peer and "ack" in ev:
+        rx.ack(t, int(ev["ack"]), [(int(lo), int(hi)) for lo, hi in ev.get("sack", ())], key=(peer, node))
     elif kind in ("metrics_updated", "congestion") and peer:
         metrics.append({**ev, "_t": t})
 

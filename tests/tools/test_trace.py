@@ -172,3 +172,14 @@ def test_btl_serve_trace_over_udp(tmp_path: Path) -> None:
     assert evs[1]["event"] == "transport_opened" and evs[1]["backend"] == "udp"
     got = [e for e in evs if e["event"] == "packet_received" and e["type"] == "DATA"]
     assert len({e["seq"] for e in got}) >= 30 and evs[-1]["event"] == "transport_closed"
+    # a receiver's trace plots too: its flow as it arrived, with the ACKs it sent
+    pytest.importorskip("matplotlib")
+    from btlcore import timeseq
+
+    _, (flow, *back) = timeseq.load(trace)  # (busiest first; back: the server's report to the client)
+    assert flow.receiver == evs[1]["node"] and flow.segments == len(got) and flow.acks
+    assert all(f.sender == evs[1]["node"] for f in back)
+    assert flow.acks[-1][1] == max(s for _, s in flow.sent)
+    r = subprocess.run([*BTL, "plot", str(trace), "-o", str(tmp_path / "server.png")], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0 and "ACKs" in r.stdout, r.stderr
