@@ -50,6 +50,9 @@ FORMAT = "btlcore-trace/1"
 #: the variable that turns tracing on for every transport of a process (a file path)
 ENV = "BTL_TRACE"
 
+#: what ``trace=`` takes (Transport, btlcore.open)
+TracePath = str | os.PathLike[str]
+
 _HEADER = wire.HEADER
 _INF = float("inf")
 
@@ -76,7 +79,7 @@ _writers: dict[str, _Writer] = {}
 _writers_lock = threading.Lock()
 
 
-def open_trace(trace: str | os.PathLike[str] | None) -> Tracer | None:
+def open_trace(trace: TracePath | None) -> Tracer | None:
     """The tracer a transport gets for its ``trace`` argument (a path), else for ``BTL_TRACE``;
     None when neither is set: tracing off."""
     if trace is None:

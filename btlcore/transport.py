@@ -28,7 +28,6 @@ DEBUG); see docs/api.md.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 from _thread import get_ident
@@ -51,7 +50,7 @@ from .protocol.peers import Callback, Peer, PeerState
 from .protocol.stats import stats_json, stats_line
 from .registry import tool_plugin_manager
 from .taps import filtered_post, frame_hooks
-from .trace import open_trace
+from .trace import TracePath, open_trace
 
 Handler = Callable[[Peer, int, bytes], Any]
 PeerHandler = Callable[[str, Peer, BaseException | None], Any]
@@ -92,7 +91,7 @@ class Transport:
     :meth:`wake` is the one call any thread may make."""
 
     def __init__(self, device: DeviceOps, config: Config | None = None, *, seed: int | None = None,
-                 plugins: Sequence[Any] = (), trace: str | os.PathLike[str] | None = None) -> None:
+                 plugins: Sequence[Any] = (), trace: TracePath | None = None) -> None:
         if config is not None and not isinstance(config, Config):
             raise TypeError(f"config must be a btlcore.Config or None, not {type(config).__name__}")
         self.config = config or Config.build()
