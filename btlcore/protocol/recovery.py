@@ -1,7 +1,6 @@
 """Loss recovery: what the sender learns from acknowledgements.
 
-* RTT estimation and the retransmit timeout (:class:`RetransmitTimer`, RFC 6298 or usnic's
-  fixed timeout, with backoff);
+* RTT samples fed to each peer's :class:`~.rtt.RetransmitTimer` (its own module);
 * ACK processing (:meth:`Recovery.on_ack`, :meth:`Recovery.on_cum_ack`): completions, RTT
   samples, SACK ranges;
 * loss detection, RACK-style (:meth:`Recovery.detect_losses`: fast retransmit) and the
@@ -26,6 +25,7 @@ from ..errors import PeerUnreachable, PutError
 from .events import PeerFailed, PeerWritable, SendCompleted, _new
 from .packetizer import Packetizer
 from .peers import OutMessage, Peer, PeerEvent, PeerState, Segment
+from .rtt import GRANULARITY, RetransmitTimer  # noqa: F401  (re-exported: their old home)
 from .state import EngineState
 from .window import SEQ_HALF as _HALF
 from .window import SEQ_WRAP as _WRAP
@@ -55,88 +55,6 @@ TIMEOUT_PROBES = 2  # segments a retransmit timeout resends
 REO_PERSIST = 16  # loss episodes a widened reordering allowance lasts (RFC 8985's reo_wnd_persist)
 PERSISTENT_TIMEOUTS = 3  # timeouts in a row that mean persistent congestion: slow start again
 KEEPALIVE_FRACTION = 3  # a keepalive PING after peer_timeout / this of silence (lifecycle.py)
-
-
-#: clock granularity term of RFC 6298 (G); our clocks are far finer, so it is small
-GRANULARITY = 1e-6
-
-
-class RetransmitTimer:
-    """Computes the retransmit timeout of one peer.
-
-    Adaptive: ``srtt + max(G, 4 * rttvar) + max_ack_delay`` clamped to ``[rto_min, rto_max]``
-    (the samples have the peer's ACK delay taken out, so, as QUIC's PTO, the timeout adds the
-    longest the peer may hold an ACK back), doubled per
-    consecutive timeout (exponential backoff) and reset by fresh progress.  Fixed: always
-    ``retrans_timeout``, as usnic did; no backoff, so that a fixed-timeout run behaves like
-    usnic's hotel."""
-
-    __slots__ = ("adaptive", "rto_min", "rto_max", "fixed", "max_ack_delay", "srtt", "rttvar",
-                 "min_rtt", "backoff", "_base", "rto")
-
-    def __init__(self, adaptive: bool, initial: float, rto_min: float, rto_max: float,
-                 fixed: float, max_ack_delay: float = 0.0) -> None:
-        self.adaptive = adaptive
-        self.max_ack_delay = max_ack_delay
-        self.rto_min = rto_min
-        self.rto_max = rto_max
-        self.fixed = fixed
-        self.srtt: float | None = None
-        self.rttvar = 0.0
-        self.min_rtt: float | None = None
-        self.backoff = 1
-        self._base = min(max(initial, rto_min), rto_max) if adaptive else fixed
-        #: the timeout now: a plain attribute, kept current by whatever changes its inputs
-        #: (every deadline computation reads it)
-        self.rto = self._base
-
-    def sample(self, rtt: float) -> None:
-        """Feed one RTT sample (from a segment sent once: Karn's rule)."""
-        if rtt < 0:
-            return
-        if self.min_rtt is None or rtt < self.min_rtt:
-            self.min_rtt = rtt
-        if self.srtt is None:
-            self.srtt = rtt
-            self.rttvar = rtt / 2
-        else:
-            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
-            self.srtt = 0.875 * self.srtt + 0.125 * rtt
-        if self.adaptive:  # (max and min spelled out: this runs per sample)
-            var = 4 * self.rttvar
-            rto = self.srtt + (var if var > GRANULARITY else GRANULARITY) + self.max_ack_delay
-            if self.rto_min > rto:
-                rto = self.rto_min
-            self._base = self.rto_max if self.rto_max < rto else rto
-            self._update()
-
-    def set_max_ack_delay(self, delay: float) -> None:
-        """The peer told us how long it may hold an ACK back (its HELLO)."""
-        self.max_ack_delay = delay
-        if self.adaptive and self.srtt is not None:
-            rto = self.srtt + max(GRANULARITY, 4 * self.rttvar) + delay
-            self._base = min(max(rto, self.rto_min), self.rto_max)
-            self._update()
-
-    def progress(self) -> None:
-        """The peer acknowledged something new: end the backoff."""
-        if self.backoff != 1:
-            self.backoff = 1
-            self._update()
-
-    def expired(self) -> None:
-        """A timeout fired: back off (adaptive mode only)."""
-        if self.adaptive and self._base * self.backoff < self.rto_max:
-            self.backoff *= 2
-            self._update()
-
-    def _update(self) -> None:
-        """Recompute :attr:`rto` from the base timeout and the backoff."""
-        if not self.adaptive:
-            self.rto = self.fixed
-        else:
-            rto = self._base * self.backoff
-            self.rto = self.rto_max if self.rto_max < rto else rto
 
 
 def _unwired(peer: Peer, now: float) -> None:
@@ -498,11 +416,12 @@ class Recovery:
         same, or earlier when a later segment than the oldest may be declared lost)."""
         state = peer.state
         if state is _CLOSING:  # the CLOSE's resend and give-up (lifecycle.close_timer)
-            t = peer.close_until
-            if peer.close_next is not None and peer.close_next < t:
-                t = peer.close_next
-            return t, t
-        t = act = None
+            until = peer.close_until
+            if peer.close_next is not None and peer.close_next < until:
+                until = peer.close_next
+            return until, until
+        t: float | None = None
+        act: float | None = None
         if peer.unacked:
             # the loss check: the candidate's send time plus the reordering time, the very
             # expression detect_losses compares (no float rounding between the two)
@@ -615,7 +534,7 @@ class Recovery:
                 # ``actions`` (the look first spares the call for every other one)
                 if act is not None and (t is None or act < t):
                     actions.set(peer, act)
-                elif actions and peer in actions:
+                elif peer in actions.live:
                     actions.discard(peer)
         touched.clear()
 
