@@ -110,13 +110,11 @@ class Transport:
         use_crc = self.config.crc == "on" or (self.config.crc == "auto" and not caps.integrity)
         self.address: bytes = bytes(device.local_address())
         self.seed, rng, incarnation = this_life(caps, self.address, seed)
-        tracer = open_trace(trace)  # (None unless asked: btlcore/trace.py, a tool plugin and wrap_cc)
-        self.engine = Engine(
-            self.config, address=self.address, resolve=device.resolve,
-            data_mtu=data_info.mtu, priority_mtu=prio_info.mtu, crc=use_crc, rng=rng, now=self.now(),
-            incarnation=incarnation, reply_dest=device.reply_dest, wrap_cc=tracer.wrap_cc if tracer else None)
-        # the device's hooks the engine's guard uses besides reply_dest (protocol/guard.py):
-        # a peer's exact sources, and ICMP unreachables (``_receive`` passes them on)
+        self.engine = Engine(  # (tracer: None unless asked; it observes the congestion control, btlcore/trace.py)
+            self.config, address=self.address, resolve=device.resolve, data_mtu=data_info.mtu,
+            priority_mtu=prio_info.mtu, crc=use_crc, rng=rng, now=self.now(), incarnation=incarnation,
+            reply_dest=device.reply_dest, wrap_cc=tracer.wrap_cc if (tracer := open_trace(trace)) else None)
+        # the guard's device hooks besides reply_dest (protocol/guard.py): a peer's exact sources, ICMP unreachables
         if caps.reports_source:
             self.engine.guard.peer_sources = device.peer_sources
         self._path_errors = device.path_errors
