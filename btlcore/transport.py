@@ -21,8 +21,7 @@ Threads: a transport belongs to one thread, the first that drives it (any call b
 threads, before touching any state.  :meth:`Transport.wake` is the one call any thread may
 make: it returns a ``progress(timeout)`` blocked in the owner thread.
 
-Logging: connection events go to the ``btlcore.transport`` logger (nothing per packet above
-DEBUG); see docs/api.md.
+Logging: connection events go to the ``btlcore.transport`` logger, nothing per packet above DEBUG.
 """
 
 from __future__ import annotations
@@ -49,8 +48,7 @@ from .protocol.events import PeerRestarted as PeerRestartedEvent
 from .protocol.peers import Callback, Peer, PeerState
 from .protocol.stats import stats_json, stats_line
 from .registry import tool_plugin_manager
-from .taps import filtered_post, frame_hooks
-from .trace import TracePath, open_trace
+from .taps import TracePath, filtered_post, frame_hooks, open_trace
 
 Handler = Callable[[Peer, int, bytes], Any]
 PeerHandler = Callable[[str, Peer, BaseException | None], Any]
@@ -63,9 +61,8 @@ log = logging.getLogger("btlcore.transport")
 
 #: how soon to post again after the device refused a datagram (its send queue was full)
 BACKLOG_RETRY = 50e-6
-# how often a pass asks the device for ICMP unreachables: they only hasten the failure of
-# a peer silent anyway (guard.py), so a millisecond late costs nothing; passes between skip it
-PATH_ERROR_INTERVAL = 1e-3
+TIMER_SLACK = 100e-6  # passes this close to a refresh go on Engine.cached_deadline (timers run this late at most)
+PATH_ERROR_INTERVAL = 1e-3  # ICMP unreachables are asked for this often (they only hasten a silent peer's failure)
 _INF = float("inf")
 
 
@@ -114,11 +111,12 @@ class Transport:
             self.config, address=self.address, resolve=device.resolve, data_mtu=data_info.mtu,
             priority_mtu=prio_info.mtu, crc=use_crc, rng=rng, now=self.now(), incarnation=incarnation,
             reply_dest=device.reply_dest, wrap_cc=tracer.wrap_cc if (tracer := open_trace(trace)) else None)
-        # the guard's device hooks besides reply_dest (protocol/guard.py): a peer's exact sources, ICMP unreachables
+        # the device's hooks the guard uses besides reply_dest: a peer's sources, ICMP unreachables
         if caps.reports_source:
             self.engine.guard.peer_sources = device.peer_sources
         self._path_errors = device.path_errors
         self._path_check_at = 0.0  # the next pass at or after this time asks for them
+        self._timers_at = -_INF  # when a pass last refreshed the engine's timers
         if device.post_send_many is not None and caps.gather_sends:
             # the device sends a datagram given as [header, payload]: bulk payloads stay
             # views of the user's message (no copy); _flush_sends joins them for anyone who
@@ -436,8 +434,10 @@ class Transport:
             now = self.now()
         if receive:
             self._receive(now)
-        if timer is None:
-            timer = engine.next_deadline()
+        if timer is None and now < self._timers_at + TIMER_SLACK:  # refreshed lately: the cached one will do
+            timer = engine.cached_deadline()
+        elif timer is None:
+            self._timers_at, timer = now, engine.next_deadline()
         if timer is not None and timer <= now:
             engine.handle_timer(now)
         if self._stats_interval and self._last_stats + self._stats_interval <= now:

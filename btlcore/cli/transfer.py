@@ -247,7 +247,7 @@ def run_remote(args: argparse.Namespace, options: dict[str, Any], cfg: Config, s
             if failed:
                 break
         if not failed:
-            t.send(peer, TAG_FIN, encode_json(fin), done.append)
+            _send_fin(t, peer, fin, done, deadline)
             sent[1] += 1
         acked_at: list[float] = []
 
@@ -284,6 +284,15 @@ def run_remote(args: argparse.Namespace, options: dict[str, Any], cfg: Config, s
         result["errors"].insert(0, failed[0])
         result["verified"] = False
     return result
+
+
+def _send_fin(t: Transport, peer: Any, fin: dict[str, Any], done: list[BaseException | None],
+              deadline: float) -> None:
+    """The FIN, waiting for room as the messages do (they may have filled the send buffer)."""
+    try:
+        t.send(peer, TAG_FIN, encode_json(fin), done.append, timeout=max(0.0, deadline - time.monotonic()))
+    except WouldBlock:
+        raise TimeoutError from None
 
 
 def _remote_result(args: argparse.Namespace, seed: int, cfg: Config, fin: dict[str, Any],

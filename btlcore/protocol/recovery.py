@@ -548,6 +548,14 @@ class Recovery:
         self._refresh_timers(True)
         return self._deadlines.first()
 
+    def cached_deadline(self) -> float | None:
+        """The earliest deadline as of the last refresh (:meth:`next_deadline` or
+        :meth:`handle_timer`), recomputing nothing.  Datagrams taken in since never make a
+        timer due at once (``on_ack`` declares lost what already is; the death clock and the
+        RTO base move later), so a busy driver may look here between refreshes; a deadline
+        that input brought forward waits for the next refresh (Transport's TIMER_SLACK)."""
+        return self._deadlines.first()
+
     def handle_timer(self, now: float) -> None:
         """Retransmit timeouts, peer death, handshake give-ups: for the peers due by ``now``
         only, in the order they became timed."""
