@@ -31,19 +31,21 @@ _EXT = {0: 0, wire.F_CHUNK: wire.CHUNK_LEN, wire.F_PUT: wire.PUT_LEN,
 VERSIONS = (1, 2)
 
 
-def looks_like_btl(buf: bytes | bytearray | memoryview) -> bool:
+def looks_like_btl(buf: bytes | bytearray | memoryview, size: int | None = None) -> bool:
     """True if ``buf`` (a UDP payload) is a consistent btlcore datagram of wire version 1 or
-    2, or a VERSION reply with a good CRC32C: the heuristic behind "any UDP port"."""
-    n = len(buf)
-    if n < 16:
+    2, or a VERSION reply with a good CRC32C: the heuristic behind "any UDP port".  ``size``:
+    the datagram's real length when the capture kept only its first ``len(buf)`` bytes (then
+    the body is checked as far as it was kept)."""
+    n = len(buf) if size is None else size
+    if len(buf) < 16:
         return False
     version, typ = buf[0], buf[1]
     if version == wire.VERSION_NEGOTIATION:
         count = buf[2]
-        if typ != wire.T_VERSION or count < 1 or n != 16 + count:
+        if typ != wire.T_VERSION or count < 1 or n != 16 + count or len(buf) != n:
             return False
         return int.from_bytes(bytes(buf[n - 4:]), "big") == wire.crc32c(bytes(buf[: n - 4]))
-    if n < wire.HEADER_LEN or typ not in wire.TYPES_BY_VERSION.get(version, ()):
+    if len(buf) < wire.HEADER_LEN or typ not in wire.TYPES_BY_VERSION.get(version, ()):
         return False
     flags, hello_flags = buf[2], buf[3]
     if flags & _BAD_FLAGS or hello_flags & ~wire.HF_CRC_REQUIRED & 0xFF:
@@ -54,6 +56,8 @@ def looks_like_btl(buf: bytes | bytearray | memoryview) -> bool:
     plen = buf[34] << 8 | buf[35]
     if n != at + plen:
         return False
+    if len(buf) < n and len(buf) < at + wire.HELLO_BODY.size:
+        return True  # (cut short before the body's lengths: the header is all there is to check)
     return _body_ok(buf, version, typ, flags, at, plen)
 
 
@@ -87,6 +91,9 @@ class Captured:
     interface: str = ""  # the pcapng interface's name ("sim-delivered", "sim-dropped", ...)
     comment: str = ""  # the frame's comment (the simulator's drop cause, "duplicate", ...)
     crc_ok: bool = True  # False: it carries a CRC32C that does not match (the receiver drops it)
+    #: the capture kept only its first bytes (tcpdump -s): ``datagram`` has the header and the
+    #: extensions kept, its payload is what was kept of the body, its CRC32C unchecked
+    truncated: bool = False
 
     @property
     def dropped(self) -> bool:
@@ -109,8 +116,9 @@ class CaptureError(ValueError):
 # ------------------------------------------------------------------------ link layers
 
 
-def _udp(frame: bytes, linktype: int) -> tuple[str, str, bytes] | None:
-    """(src, dst, UDP payload) of a frame of ``linktype``, or None if it is not UDP."""
+def _udp(frame: bytes, linktype: int) -> tuple[str, str, bytes, int] | None:
+    """(src, dst, UDP payload as captured, its real length) of a frame of ``linktype``, or
+    None if it is not UDP."""
     if linktype == 1:  # Ethernet, with up to two VLAN tags
         at, ethertype = 14, frame[12:14]
         while ethertype in (b"\x81\x00", b"\x88\xa8") and len(frame) >= at + 4:
@@ -127,7 +135,7 @@ def _udp(frame: bytes, linktype: int) -> tuple[str, str, bytes] | None:
     return None
 
 
-def _ip(pkt: bytes, ethertype: bytes) -> tuple[str, str, bytes] | None:
+def _ip(pkt: bytes, ethertype: bytes) -> tuple[str, str, bytes, int] | None:
     if len(pkt) < 20:
         return None
     version = pkt[0] >> 4
@@ -149,7 +157,7 @@ def _ip(pkt: bytes, ethertype: bytes) -> tuple[str, str, bytes] | None:
     if len(udp) < 8:
         return None
     sport, dport, length = struct.unpack_from("!HHH", udp)
-    return f"{src}:{sport}", f"{dst}:{dport}", udp[8:length]
+    return f"{src}:{sport}", f"{dst}:{dport}", udp[8:length], length - 8
 
 
 def _ip6(raw: bytes) -> str:
@@ -246,10 +254,29 @@ def read(path: str | os.PathLike[str]) -> Iterator[Captured]:
     datagrams that fail :func:`looks_like_btl` are skipped, whatever their port."""
     for time, linktype, iface, comment, frame in frames(path):
         udp = _udp(frame, linktype)
-        if udp is None or not looks_like_btl(udp[2]):
+        if udp is None or not looks_like_btl(udp[2], udp[3]):
+            continue
+        src, dst, payload, size = udp
+        if len(payload) < size:
+            yield Captured(time, src, dst, _head_only(payload), size, iface, comment, True, True)
             continue
         try:
-            dg = wire.decode(udp[2], VERSIONS)
+            dg = wire.decode(payload, VERSIONS)
         except wire.MalformedDatagram:
             continue
-        yield Captured(time, udp[0], udp[1], dg, len(udp[2]), iface, comment, wire.crc_ok(udp[2]))
+        yield Captured(time, src, dst, dg, size, iface, comment, wire.crc_ok(payload))
+
+
+def _head_only(buf: bytes) -> wire.Datagram:
+    """The header and the extensions kept of a datagram a capture cut short."""
+    version, typ, flags, _h, dst, inc, crc, seq, ack, tag, _plen = wire.HEADER.unpack_from(buf)
+    dg = wire.Datagram(typ, flags, dst, inc, seq, ack, tag, crc=crc, version=version)
+    at = wire.HEADER_LEN
+    if flags & wire.F_CHUNK and len(buf) >= at + wire.CHUNK_LEN:
+        dg.msg_id, dg.msg_len, dg.offset = wire.CHUNK.unpack_from(buf, at)
+        at += wire.CHUNK_LEN
+    if flags & wire.F_PUT and len(buf) >= at + wire.PUT_LEN:
+        dg.put_key, dg.put_offset = wire.PUT.unpack_from(buf, at)
+        at += wire.PUT_LEN
+    dg.payload = bytes(buf[at:])
+    return dg

@@ -188,17 +188,19 @@ local function body_ok(tvb, version, typ, flags, at, plen)
     return true
 end
 
--- the heuristic: is this UDP payload a btlcore datagram of a version this file knows?
+-- the heuristic: is this UDP payload a btlcore datagram of a version this file knows?  The
+-- lengths are checked against the datagram's real size (a capture may have cut it short:
+-- then only what was captured of the body is checked)
 local function looks_like_btl(tvb)
-    local n = tvb:len()
-    if n < 16 then return false end
+    local n, cap = tvb:reported_len(), tvb:len()
+    if cap < 16 then return false end
     local version, typ = tvb(0, 1):uint(), tvb(1, 1):uint()
     if version == 0 then  -- a VERSION reply: 12 + count + 4 bytes, its own CRC32C
         local count = tvb(2, 1):uint()
-        return typ == T_VERSION and count >= 1 and n == 16 + count
+        return typ == T_VERSION and count >= 1 and n == 16 + count and cap == n
             and tvb(n - 4, 4):uint() == crc32c(tvb, 0, n - 4, 0)
     end
-    if n < HEADER_LEN or not types_by_version[version] or not types_by_version[version][typ] then
+    if cap < HEADER_LEN or not types_by_version[version] or not types_by_version[version][typ] then
         return false
     end
     local flags, hflags = tvb(2, 1):uint(), tvb(3, 1):uint()
@@ -207,7 +209,7 @@ local function looks_like_btl(tvb)
     local at = HEADER_LEN + ext_len(flags)
     local plen = tvb(34, 2):uint()
     if n ~= at + plen then return false end
-    return body_ok(tvb, version, typ, flags, at, plen)
+    return cap < n and cap < at + 30 or body_ok(tvb, version, typ, flags, at, plen)
 end
 
 local function flag_names(flags)
@@ -392,16 +394,16 @@ local function check_crc(tvb, pinfo, sub, flags)
 end
 
 local function dissect(tvb, pinfo, tree)
-    local n = tvb:len()
+    local n, cap = tvb:reported_len(), tvb:len()
     pinfo.cols.protocol = "BTL"
-    if n >= 16 and tvb(0, 1):uint() == 0 then
+    if cap >= 16 and cap == n and tvb(0, 1):uint() == 0 then
         dissect_version_reply(tvb, pinfo, tree)
         return n
     end
     local sub = tree:add(btl, tvb(), "btlcore")
-    if n < HEADER_LEN then
-        sub:add_proto_expert_info(ex_malformed, n .. " bytes is shorter than the 36-byte header")
-        return n
+    if cap < HEADER_LEN then
+        sub:add_proto_expert_info(ex_malformed, cap .. " bytes (captured) is shorter than the 36-byte header")
+        return cap
     end
     dissect_header(tvb, sub)
     local version, typ, flags = tvb(0, 1):uint(), tvb(1, 1):uint(), tvb(2, 1):uint()
@@ -412,26 +414,32 @@ local function dissect(tvb, pinfo, tree)
     if band(flags, F_ACK) ~= 0 then info = info .. " ack=" .. tostring(ack) end
     sub:append_text(string.format(", v%d %s", version, info))
     local at = HEADER_LEN
-    if band(flags, F_CHUNK) ~= 0 and at + 12 <= n then
+    if band(flags, F_CHUNK) ~= 0 and at + 12 <= cap then
         sub:add(f.msg_id, tvb(at, 4))
         sub:add(f.msg_len, tvb(at + 4, 4))
         sub:add(f.chunk_offset, tvb(at + 8, 4))
         info = info .. " msg=" .. tvb(at, 4):uint() .. " off=" .. tvb(at + 8, 4):uint()
         at = at + 12
     end
-    if band(flags, F_PUT) ~= 0 and at + 12 <= n then
+    if band(flags, F_PUT) ~= 0 and at + 12 <= cap then
         sub:add(f.put_key, tvb(at, 4))
         sub:add(f.put_offset, tvb(at + 4, 8))
         info = info .. " put=" .. tvb(at, 4):uint()
         at = at + 12
     end
     local plen = tvb(34, 2):uint()
+    local truncated = cap < n  -- (the capture cut it short: its body is not all there)
     if n ~= at + plen or not types_by_version[version] or not types_by_version[version][typ]
-            or not body_ok(tvb, version, typ, flags, at, plen) then
+            or (not truncated and not body_ok(tvb, version, typ, flags, at, plen)) then
         sub:add_proto_expert_info(ex_malformed, string.format(
             "version %d type %d with payload_len %d in %d bytes", version, typ, plen, n))
         pinfo.cols.info:set(info .. " [MALFORMED]")
-        return n
+        return cap
+    end
+    if truncated then
+        if typ == T_DATA and analyse(tvb, pinfo, sub) then info = info .. " [RETRANSMISSION]" end
+        pinfo.cols.info:set(info .. " [truncated capture]")
+        return cap
     end
     if typ == T_DATA then
         info = info .. " tag=" .. tvb(32, 2):uint() .. " len=" .. plen

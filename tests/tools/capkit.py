@@ -114,10 +114,11 @@ def not_btl() -> list[bytes]:
             good + b"\x00"]
 
 
-def write_pcap(path: Path, datagrams: list[tuple[float, str, int, str, int, bytes]]) -> None:
-    """A classic pcap (Ethernet/IPv4/UDP) of (time, src ip, sport, dst ip, dport, payload)."""
+def write_pcap(path: Path, datagrams: list[tuple[float, str, int, str, int, bytes]], snaplen: int = 262144) -> None:
+    """A classic pcap (Ethernet/IPv4/UDP) of (time, src ip, sport, dst ip, dport, payload),
+    each frame cut to ``snaplen`` bytes as tcpdump -s does."""
     with open(path, "wb") as f:
-        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1))
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, snaplen, 1))
         for n, (t, sip, sport, dip, dport, payload) in enumerate(datagrams):
             ip = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 28 + len(payload), n & 0xFFFF, 0x4000,
                                        64, 17, 0, bytes(map(int, sip.split("."))), bytes(map(int, dip.split(".")))))
@@ -128,5 +129,5 @@ def write_pcap(path: Path, datagrams: list[tuple[float, str, int, str, int, byte
             frame = (b"\x02\0\0\0\0\x02" + b"\x02\0\0\0\0\x01" + b"\x08\x00" + bytes(ip)
                      + struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload)
             sec = int(t)
-            f.write(struct.pack("<IIII", sec, int(round((t - sec) * 1e6)), len(frame), len(frame)))
-            f.write(frame)
+            f.write(struct.pack("<IIII", sec, int(round((t - sec) * 1e6)), min(len(frame), snaplen), len(frame)))
+            f.write(frame[:snaplen])

@@ -120,6 +120,25 @@ def test_corrupted_segments_are_drops_not_points(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "FROM:TO" in bad.stderr
 
 
+def test_a_capture_cut_short_gives_the_same_graph_but_sack(run: tuple[Path, Path, dict[str, object]],
+                                                           tmp_path: Path) -> None:
+    """tcpdump -s 100 keeps every header: the same segments, retransmissions and ACK line as
+    the whole capture (the SACK blocks of the ACKs that were cut are lost)."""
+    pcap, _, _ = run
+    frames = [(c.time, "192.0.2.1" if c.src.startswith("10.0.0.1") else "192.0.2.2", 40000,
+               "192.0.2.2" if c.src.startswith("10.0.0.1") else "192.0.2.1", 40000, c.datagram.encode())
+              for c in captures.read(pcap) if not c.dropped]
+    write_pcap(tmp_path / "whole.pcap", frames)
+    write_pcap(tmp_path / "short.pcap", frames, snaplen=100)
+    (whole, *_), (short, *_) = (timeseq.load(tmp_path / n)[1] for n in ("whole.pcap", "short.pcap"))
+    assert (short.sent, short.resent, short.acks) == (whole.sent, whole.resent, whole.acks)
+    assert set(short.sacks) < set(whole.sacks)
+    cut = [c for c in captures.read(tmp_path / "short.pcap") if c.truncated]
+    assert cut and all(c.size > 58 and c.crc_ok for c in cut)
+    raw = max((f[5] for f in frames), key=len)
+    assert captures.looks_like_btl(raw[:50], len(raw)) and not captures.looks_like_btl(raw[:50])
+
+
 def test_plot_errors_say_what_is_allowed(run: tuple[Path, Path, dict[str, object]], tmp_path: Path) -> None:
     pcap, _, _ = run
     r = btl_plot(str(pcap), "-o", str(tmp_path / "x.jpg"))

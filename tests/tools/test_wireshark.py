@@ -168,6 +168,21 @@ def test_heuristic_decodes_udp_on_other_ports_of_both_versions(tmp_path: Path, s
 
 
 @needs_tshark
+def test_a_capture_cut_short_still_decodes_its_headers(tmp_path: Path, sim_capture: Path) -> None:
+    """tcpdump -s 100 on another port: the heuristic checks the lengths against the real
+    datagram size, and the header of every datagram is shown."""
+    frames = [(c.time, "192.0.2.1", PORT_A, "192.0.2.2", PORT_B, c.datagram.encode())
+              for c in captures.read(sim_capture) if not c.dropped]
+    path = tmp_path / "short.pcap"
+    write_pcap(path, frames, snaplen=100)
+    rows = tshark(path, ("btl.type", "btl.seq", "btl.ack", "_ws.col.Info"))
+    assert [(r["btl.type"], r["btl.seq"], r["btl.ack"]) for r in rows] == \
+        [(str(d.type), str(d.seq), str(d.ack)) for d in (wire.decode(f[5]) for f in frames)]
+    long = [r for r, f in zip(rows, frames, strict=True) if len(f[5]) > 100 - 42]
+    assert long and all("[truncated capture]" in r["_ws.col.Info"] for r in long)
+
+
+@needs_tshark
 def test_bodies_of_every_type(tmp_path: Path) -> None:
     path = tmp_path / "kinds.pcap"
     kinds = samples()
