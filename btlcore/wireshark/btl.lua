@@ -20,7 +20,8 @@
 --
 -- Where: UDP port 7471 (the simulator's pcaps and btlcore_plugins.pcap), and any other UDP
 -- port through a heuristic dissector that checks the version, the type, the flags and that
--- the header's lengths add up to the datagram's (so unrelated traffic is left alone).
+-- the header's lengths add up to the datagram's (so unrelated traffic is left alone); a
+-- capture cut short (tcpdump -s) still shows every header.
 -- Enable or disable it under Analyze > Enabled Protocols (btl_udp).
 
 local WIRE_PORT = 7471
