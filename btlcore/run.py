@@ -25,12 +25,15 @@ from .transport import Transport
 
 
 def open(backend: str | None = None, *, config: Config | None = None, seed: int | None = None,
-         plugins: Sequence[Any] = (), faults: Faults | None = None, **options: Any) -> Transport:
+         plugins: Sequence[Any] = (), faults: Faults | None = None,
+         trace: str | os.PathLike[str] | None = None, **options: Any) -> Transport:
     """Open a transport on ``backend`` (``"sim"``, ``"udp"``, ``"verbs"`` or a third
     party's; default ``$BTL_BACKEND`` or ``"sim"``).  ``options`` go to the backend;
     ``config`` defaults to :meth:`Config.build` (defaults plus ``BTL_*`` variables);
     ``faults`` (a :class:`btlcore.faults.Faults`) hurts this endpoint's datagrams on purpose
-    (:mod:`btlcore.interpose`; without it the device is not wrapped at all)."""
+    (:mod:`btlcore.interpose`; without it the device is not wrapped at all); ``trace``: a file
+    to write the transport's event trace to (:mod:`btlcore.trace`; default ``$BTL_TRACE``,
+    else none)."""
     checks.open_arguments(backend, config, seed, plugins)
     if faults is not None and not isinstance(faults, Faults):
         raise TypeError(f"faults must be a btlcore.faults.Faults or None, not {type(faults).__name__}")
@@ -46,7 +49,7 @@ def open(backend: str | None = None, *, config: Config | None = None, seed: int 
     if faults is not None:
         device = interpose(device, faults)
     try:
-        return Transport(device, config or Config.build(), seed=seed, plugins=plugins)
+        return Transport(device, config or Config.build(), seed=seed, plugins=plugins, trace=trace)
     except BaseException:
         device.close()
         raise

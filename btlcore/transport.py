@@ -49,7 +49,7 @@ from .protocol.events import PeerRestarted as PeerRestartedEvent
 from .protocol.peers import Callback, Peer, PeerState
 from .protocol.stats import stats_json, stats_line
 from .registry import tool_plugin_manager
-from .taps import filtered_post, frame_hooks
+from .taps import TracePath, filtered_post, frame_hooks, open_trace
 
 Handler = Callable[[Peer, int, bytes], Any]
 PeerHandler = Callable[[str, Peer, BaseException | None], Any]
@@ -92,7 +92,7 @@ class Transport:
     :meth:`wake` is the one call any thread may make."""
 
     def __init__(self, device: DeviceOps, config: Config | None = None, *, seed: int | None = None,
-                 plugins: Sequence[Any] = ()) -> None:
+                 plugins: Sequence[Any] = (), trace: TracePath | None = None) -> None:
         if config is not None and not isinstance(config, Config):
             raise TypeError(f"config must be a btlcore.Config or None, not {type(config).__name__}")
         self.config = config or Config.build()
@@ -108,10 +108,10 @@ class Transport:
         use_crc = self.config.crc == "on" or (self.config.crc == "auto" and not caps.integrity)
         self.address: bytes = bytes(device.local_address())
         self.seed, rng, incarnation = this_life(caps, self.address, seed)
-        self.engine = Engine(
-            self.config, address=self.address, resolve=device.resolve,
-            data_mtu=data_info.mtu, priority_mtu=prio_info.mtu, crc=use_crc,
-            rng=rng, now=self.now(), incarnation=incarnation, reply_dest=device.reply_dest)
+        self.engine = Engine(  # (tracer: None unless asked; it observes the congestion control, btlcore/trace.py)
+            self.config, address=self.address, resolve=device.resolve, data_mtu=data_info.mtu,
+            priority_mtu=prio_info.mtu, crc=use_crc, rng=rng, now=self.now(), incarnation=incarnation,
+            reply_dest=device.reply_dest, wrap_cc=tracer.wrap_cc if (tracer := open_trace(trace)) else None)
         # the device's hooks the guard uses besides reply_dest: a peer's sources, ICMP unreachables
         if caps.reports_source:
             self.engine.guard.peer_sources = device.peer_sources
@@ -149,7 +149,7 @@ class Transport:
         self._peers = self.engine.peers_by_addr  # (the engine keeps this one dict)
         self._closed = False
         self._last_stats = self.now()
-        self._pm = tool_plugin_manager(list(plugins))
+        self._pm = tool_plugin_manager([*plugins, *([tracer] if tracer else [])])
         self._frame_sent, self._frame_received, frame_filter = frame_hooks(self._pm)
         if self._frame_sent is not None:
             self._many = None

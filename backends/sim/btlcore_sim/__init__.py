@@ -14,7 +14,8 @@ impairments), ``nic`` (the device object), ``queues`` (queue sizes, the shared
 bottleneck and its AQM), ``rules`` (partitions; every other scripted fault is a rule of
 :mod:`btlcore.faults` on ``fabric.faults``), ``pcap``
 (capture), ``fabric`` (putting them together), ``plugin`` (the hooks), ``layers`` (scapy
-layers; imported only on demand, scapy is slow to load), ``selftest`` (raw speed).
+layers) and ``scapy`` (``import btlcore_sim.scapy``: those layers bound for ``rdpcap``, on any
+UDP port), both imported only on demand (scapy is slow to load), ``selftest`` (raw speed).
 """
 
 from typing import Any
