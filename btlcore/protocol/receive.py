@@ -258,7 +258,7 @@ class Receiver:
         elif typ == T_UNKNOWN_CONN:
             self._guard.on_notice(data, dst, inc, seq_w, now)
         elif typ == T_CHALLENGE:
-            self._guard.on_challenge(data, dst, plen)
+            self._guard.on_challenge(data, dst, seq_w, plen)
         elif typ == T_RESPONSE:
             self._guard.on_response(data, inc, plen, now)
         else:
