@@ -18,7 +18,9 @@ zero-window probes) and its end (graceful CLOSE, disconnect, quarantine).
   ``close_timeout`` (at most 8 retransmit timeouts) passes, and answers late datagrams only
   with CLOSE.  The peer acknowledges, reports :class:`~.events.PeerClosed` and fails what
   was pending with :class:`btlcore.errors.PeerClosed`.  A peer whose every CLOSE was lost
-  learns by the death rule.
+  learns by the death rule.  A CLOSE or CLOSE_ACK is handled only once
+  :meth:`.guard.Guard.close_peer` found its ids right and its source one the connection
+  uses (an observer who saw both directions knows the ids, not the peer's sockets).
 * **Quarantine.**  A closed connection's local id stays out of use for ``3 * peer_timeout``
   (:data:`QUARANTINE_TIMEOUTS`): late datagrams of it are dropped and counted, never taken
   for a new connection's.
