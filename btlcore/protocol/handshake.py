@@ -118,8 +118,9 @@ class Handshake:
     def _learn_limits(self, peer: Peer, params: TransportParameters | None) -> None:
         """Obey the limits the peer advertised (its transport parameters): the largest
         message it takes (what is queued beyond it fails now, through its callback, with
-        MessageTooLarge), the largest datagram (our segments are cut to fit), and
-        ``peer_timeout`` (the smaller of the two ends' wins, as QUIC's max_idle_timeout)."""
+        MessageTooLarge), the largest datagram (our segments are cut to fit), its receive
+        window in bytes (what we have in flight to it), and ``peer_timeout`` (the smaller of
+        the two ends' wins, as QUIC's max_idle_timeout)."""
         p = params if params is not None else _NO_PARAMS
         cfg, state = self.config, self._state
         peer.max_message = min(p.max_message_size, cfg.max_message_size)
@@ -128,6 +129,10 @@ class Handshake:
         datagram = min(state.data_mtu, p.max_datagram_size)
         peer.single_cap = min(state.single_cap, datagram - HEADER_LEN)
         peer.chunk_cap = min(state.chunk_cap, datagram - HEADER_LEN - CHUNK_LEN)
+        # its receive window in bytes (its recv_buffer; 0: none) caps what is in flight to
+        # it, in our largest chunks: never less than one segment, so any message still goes
+        if p.window_bytes:
+            peer.window_cap = min(cfg.window, max(1, p.window_bytes // peer.chunk_cap))
         if peer.queue:
             kept: deque[OutMessage] = deque()
             for msg in peer.queue:
