@@ -204,6 +204,14 @@ class DeviceSpec:
         other source; without the hook it learns them from the connection's first datagrams."""
 
     @hookspec(firstresult=True)
+    def btl_device_check_connect(self, device: Any, address: bytes) -> None:
+        """Optional: the application connects to the peer at ``address`` (not called for a
+        peer whose HELLO reached us).  Raise :class:`~btlcore.errors.AddressUnreachable`
+        naming both addresses when that peer could never answer this device (``udp``: a
+        dual-stack device advertising an IPv6 address, toward an IPv4-bound peer), instead
+        of a handshake that times out in silence."""
+
+    @hookspec(firstresult=True)
     def btl_device_path_errors(self, device: Any) -> Sequence[Any]:  # type: ignore[empty-body]
         """Optional: the destinations (``post_send`` handles' addresses, as sources are
         reported) that the network said were unreachable since the last call (an ICMP port
@@ -415,6 +423,8 @@ class DeviceOps:
     """``btl_device_peer_sources`` if the backend has it: a dest -> the sources it sends from."""
     path_errors: Callable[[], Sequence[Any]] | None = None
     """``btl_device_path_errors`` if the backend has it (ICMP unreachables since the last call)."""
+    check_connect: Callable[[bytes], None] | None = None
+    """``btl_device_check_connect`` if the backend has it (at ``connect()`` to a new peer)."""
 
     @classmethod
     def bind(cls, backend: str, plugin: Any, device: Any) -> DeviceOps:
@@ -466,4 +476,5 @@ class DeviceOps:
             reply_dest=optional("btl_device_reply_dest") if poll_recv_from is not None else None,
             peer_sources=optional("btl_device_peer_sources") if poll_recv_from is not None else None,
             path_errors=optional("btl_device_path_errors"),
+            check_connect=optional("btl_device_check_connect"),
         )

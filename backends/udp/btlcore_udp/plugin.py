@@ -85,6 +85,12 @@ def btl_device_peer_sources(device: UdpDevice, dest: Any) -> tuple[Any, ...]:
 
 
 @hookimpl
+def btl_device_check_connect(device: UdpDevice, address: bytes) -> None:
+    """An IPv4 peer cannot answer a dual-stack device that advertises IPv6: say so now."""
+    device.check_connect(address)
+
+
+@hookimpl
 def btl_device_path_errors(device: UdpDevice) -> list[Any]:
     """The peers' sockets ICMP said closed since the last call (read with ``IP_RECVERR``)."""
     found = device.port_unreachable
