@@ -216,12 +216,6 @@ class Handshake:
         if hello.conn_id in peer.past_remote_conns and hello.incarnation == peer.remote_inc:
             c.num_stale_recvs += 1  # a late HELLO of a connection already replaced
             return
-        if peer.remote_known and hello.conn_id == peer.remote_conn and hello.isn != peer.remote_isn \
-                and hello.incarnation == peer.remote_inc:
-            # a connection's conn id and ISN are drawn together, never one without the other:
-            # this is an altered copy of its HELLO (the fuzz test's), not a new connection
-            self.counters.num_forged_drops += 1
-            return
         if self._challenge is not None and self._unproven(peer, dst, hello, source) \
                 and self._challenge(peer, typ, dst, hello, wants_crc, source, now):
             return  # would replace a live connection: proven first, at the peer's known address (guard.py)
@@ -289,14 +283,20 @@ class Handshake:
 
     def _hello_peer(self, typ: int, dst: int, hello: Hello, source: Any, now: float) -> Peer | None:
         """The peer a HELLO (by its address: it may be new) or a HELLO_ACK (by our connection
-        id) is from; None, counted, if there is none or none may be made, or if the device
-        says ``source`` is not a known peer's."""
+        id) is from; None, counted, if there is none or none may be made, if the device says
+        ``source`` is not a known peer's, or if it is an altered copy of the peer's HELLO."""
         peer = self.peers_by_addr.get(hello.address) if typ == T_HELLO else self.peers_by_conn.get(dst)
         if peer is not None and source is not None and self._foreign(peer, source):
             # A peer we know sends from the sources its device names, nowhere else: a HELLO
             # from another (a copy, altered or not, that someone else sent) changes nothing --
             # not its connection, its liveness, its CRC choice nor where our reply goes
             peer.counters.num_source_drops += 1
+            return None
+        if peer is not None and peer.remote_known and hello.conn_id == peer.remote_conn \
+                and hello.isn != peer.remote_isn and hello.incarnation == peer.remote_inc:
+            # a connection's conn id and ISN are drawn together, never one without the other:
+            # this is an altered copy of its HELLO (the fuzz test's), not a new connection
+            self.counters.num_forged_drops += 1
             return None
         if typ == T_HELLO:
             if peer is None:
