@@ -259,6 +259,12 @@ class DeviceSpec:
         whose waits take no wall time (virtual time) has nothing to interrupt."""
 
     @hookspec(firstresult=True)
+    def btl_device_wake_fd(self, device: Any) -> int | None:
+        """Optional (with ``btl_device_wake``): a file descriptor that becomes readable when
+        ``btl_device_wake`` is called, so that ``run_until``'s one ``select()`` over several
+        devices ends on a wake too; the next ``btl_device_wait`` (any deadline) clears it."""
+
+    @hookspec(firstresult=True)
     def btl_device_close(self, device: Any) -> None:
         """Release everything the device holds.  Idempotent."""
 
@@ -423,6 +429,8 @@ class DeviceOps:
     """``btl_device_peer_sources`` if the backend has it: a dest -> the sources it sends from."""
     path_errors: Callable[[], Sequence[Any]] | None = None
     """``btl_device_path_errors`` if the backend has it (ICMP unreachables since the last call)."""
+    wake_fd: Callable[[], int | None] | None = None
+    """``btl_device_wake_fd`` if the backend has it (what a wake makes readable)."""
     check_connect: Callable[[bytes], None] | None = None
     """``btl_device_check_connect`` if the backend has it (at ``connect()`` to a new peer)."""
 
@@ -477,4 +485,5 @@ class DeviceOps:
             peer_sources=optional("btl_device_peer_sources") if poll_recv_from is not None else None,
             path_errors=optional("btl_device_path_errors"),
             check_connect=optional("btl_device_check_connect"),
+            wake_fd=optional("btl_device_wake_fd"),
         )

@@ -117,6 +117,12 @@ def btl_device_wake(device: UdpDevice) -> None:
 
 
 @hookimpl
+def btl_device_wake_fd(device: UdpDevice) -> int | None:
+    """The wake eventfd (``wake`` writes it; ``wait`` drains it)."""
+    return None if device.closed else device._wake_r
+
+
+@hookimpl
 def btl_device_close(device: UdpDevice) -> None:
     device.close()
 
