@@ -1,6 +1,7 @@
 """Connection events go to Python logging under ``btlcore.transport`` (issue #11, item 13):
-opened and closed at DEBUG, a failed peer at WARNING, a restarted one at INFO, and nothing
-per packet above DEBUG."""
+opened and closed at DEBUG, a failed peer at WARNING, a restarted one at INFO, hostile drops
+and rate-limited replies at DEBUG under ``btlcore.protocol``, and nothing per packet above
+DEBUG."""
 
 from __future__ import annotations
 
