@@ -62,6 +62,9 @@ log = logging.getLogger("btlcore.transport")
 
 #: how soon to post again after the device refused a datagram (its send queue was full)
 BACKLOG_RETRY = 50e-6
+# how often a pass asks the device for ICMP unreachables: they only hasten the failure of
+# a peer silent anyway (guard.py), so a millisecond late costs nothing; passes between skip it
+PATH_ERROR_INTERVAL = 1e-3
 _INF = float("inf")
 
 
@@ -115,6 +118,7 @@ class Transport:
         if caps.reports_source:
             self.engine.guard.peer_sources = device.peer_sources
         self._path_errors = device.path_errors
+        self._path_check_at = 0.0  # the next pass at or after this time asks for them
         if device.post_send_many is not None and caps.gather_sends:
             # the device sends a datagram given as [header, payload]: bulk payloads stay
             # views of the user's message (no copy); _flush_sends joins them for anyone who
@@ -455,8 +459,7 @@ class Transport:
         return n
 
     def _receive(self, now: float) -> None:
-        """Reap send completions, then take received datagrams (and, where the device
-        reports them, their sources) into the engine."""
+        """Reap send completions, take received datagrams (and their sources) into the engine."""
         if self._poll_completions is not None:
             self._poll_completions()
         sources: Sequence[Any] | None = None
@@ -464,7 +467,8 @@ class Transport:
             datagrams, sources = self._poll_from(self._recv_budget)
         else:
             datagrams = self._poll(self._recv_budget)
-        if self._path_errors is not None:
+        if self._path_errors is not None and now >= self._path_check_at:
+            self._path_check_at = now + PATH_ERROR_INTERVAL
             for dest in self._path_errors():  # (rare: the list is empty nearly always)
                 self.engine.path_error(dest, now)
         if not datagrams:
