@@ -196,10 +196,7 @@ class Transport:
         """The peer at ``address`` (bytes from the other side's ``transport.address``)."""
         if get_ident() != self._owner:
             self._claim()
-        check, address = getattr(self.device, "check_connect", None), checks.address(address)
-        if check is not None and address not in self.engine.peers_by_addr:
-            check(address)  # (a peer that could never answer us: AddressUnreachable, at once)
-        return self.engine.connect(address, self.now())
+        return self.engine.connect(checks.connectable(address, self.device, self.engine.peers_by_addr), self.now())
 
     def _check_peer(self, peer: Any) -> None:
         raise checks.not_our_peer(peer, Peer, self.address)
