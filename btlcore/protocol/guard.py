@@ -175,9 +175,11 @@ class Guard:
             by_remote.update((p.remote_conn, p) for p in self.peers_by_addr.values() if p.remote_known)
         by_remote[peer.remote_conn] = peer
 
-    def on_notice(self, data: Any, dst: int, inc: int, seq_w: int, now: float) -> None:
+    def on_notice(self, data: Any, dst: int, inc: int, seq_w: int, now: float, source: Any = None) -> None:
         """An UNKNOWN_CONN notice (CRC checked): a restart of the peer if it echoes an
-        unacknowledged datagram of ours to it, byte for byte; else dropped and counted."""
+        unacknowledged datagram of ours to it, byte for byte, from a source the peer is known
+        to send from (its new life answers from the same socket; an observer who saw the
+        datagram could compute the echo, but not send from there); else dropped, counted."""
         if len(data) != NOTICE_LEN:
             self.counters.num_malformed_recvs += 1
             return
@@ -192,6 +194,10 @@ class Guard:
             self.counters.num_forged_drops += 1
             log.debug("unknown-connection notice for conn %#x dropped: it echoes no datagram "
                       "of ours", dst)
+            return
+        if source is not None and not self._sent_by(peer, source):
+            peer.counters.num_source_drops += 1  # (nothing is learnt from a notice)
+            log.debug("notice for peer %s from unexpected source %r dropped", peer.address.hex(), source)
             return
         log.info("peer %s restarted: its new life (incarnation %#x) does not know the "
                  "connection", peer.address.hex(), inc)
@@ -303,6 +309,14 @@ class Guard:
         peer.counters.num_source_drops += 1
         log.debug("datagram for peer %s from unexpected source %r dropped", peer.address.hex(), source)
         return False
+
+    def _sent_by(self, peer: Peer, source: Any) -> bool:
+        """Is ``source`` one ``peer`` sends from (the device's word, else the sources learnt;
+        with none known yet, any)?  Learns nothing."""
+        if source in peer.sources:
+            return True
+        exact = self._exact_sources(peer)
+        return source in exact if exact else not peer.sources
 
     def foreign(self, peer: Peer, source: Any) -> bool:
         """True if the device names ``peer``'s sources and ``source`` is not one of them (a

@@ -258,7 +258,7 @@ class Receiver:
             if peer is not None:
                 self._lifecycle.on_close(typ, peer, view[HEADER_LEN:], now)
         elif typ == T_UNKNOWN_CONN:
-            self._guard.on_notice(data, dst, inc, seq_w, now)
+            self._guard.on_notice(data, dst, inc, seq_w, now, source)
         elif typ == T_CHALLENGE:
             self._guard.on_challenge(data, dst, seq_w, plen)
         elif typ == T_RESPONSE:
