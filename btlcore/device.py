@@ -204,6 +204,14 @@ class DeviceSpec:
         other source; without the hook it learns them from the connection's first datagrams."""
 
     @hookspec(firstresult=True)
+    def btl_device_check_connect(self, device: Any, address: bytes) -> None:
+        """Optional: the application connects to the peer at ``address`` (not called for a
+        peer whose HELLO reached us).  Raise :class:`~btlcore.errors.AddressUnreachable`
+        naming both addresses when that peer could never answer this device (``udp``: a
+        dual-stack device advertising an IPv6 address, toward an IPv4-bound peer), instead
+        of a handshake that times out in silence."""
+
+    @hookspec(firstresult=True)
     def btl_device_path_errors(self, device: Any) -> Sequence[Any]:  # type: ignore[empty-body]
         """Optional: the destinations (``post_send`` handles' addresses, as sources are
         reported) that the network said were unreachable since the last call (an ICMP port
@@ -256,6 +264,12 @@ class DeviceSpec:
         """Make a ``btl_device_wait`` blocked in another thread return now (or the next one,
         if none is blocked).  The one hook called from any thread.  Optional: a device
         whose waits take no wall time (virtual time) has nothing to interrupt."""
+
+    @hookspec(firstresult=True)
+    def btl_device_wake_fd(self, device: Any) -> int | None:
+        """Optional (with ``btl_device_wake``): a file descriptor that becomes readable when
+        ``btl_device_wake`` is called, so that ``run_until``'s one ``select()`` over several
+        devices ends on a wake too; the next ``btl_device_wait`` (any deadline) clears it."""
 
     @hookspec(firstresult=True)
     def btl_device_close(self, device: Any) -> None:
@@ -440,6 +454,10 @@ class DeviceOps:
     """``btl_address_text`` if the backend has it (a backend hook: no device argument)."""
     parse_address: Callable[[str], bytes | None] | None = None
     """``btl_address_parse`` if the backend has it."""
+    wake_fd: Callable[[], int | None] | None = None
+    """``btl_device_wake_fd`` if the backend has it (what a wake makes readable)."""
+    check_connect: Callable[[bytes], None] | None = None
+    """``btl_device_check_connect`` if the backend has it (at ``connect()`` to a new peer)."""
 
     @classmethod
     def bind(cls, backend: str, plugin: Any, device: Any) -> DeviceOps:
@@ -495,4 +513,6 @@ class DeviceOps:
             # backend hooks (no device argument), called as they are
             address_text=getattr(plugin, "btl_address_text", None),
             parse_address=getattr(plugin, "btl_address_parse", None),
+            check_connect=optional("btl_device_check_connect"),
+            wake_fd=optional("btl_device_wake_fd"),
         )

@@ -76,7 +76,7 @@ def run_until(transports: Iterable[Transport], predicate: Callable[[], bool],
     now = ts[0].now
     deadline = now() + timeout
     virtual = all(t.capabilities.virtual_time for t in ts)
-    selector = None
+    selector: selectors.BaseSelector | None | bool = None  # (False: none to be had)
     try:
         while True:
             for t in ts:
@@ -99,17 +99,31 @@ def run_until(transports: Iterable[Transport], predicate: Callable[[], bool],
                 ts[0].device.wait(wake)
                 continue
             if selector is None:
-                selector = selectors.DefaultSelector()
-                for t in ts:
-                    for fd in t.device.fds():
-                        selector.register(fd, selectors.EVENT_READ)
-                if not selector.get_map():
-                    selector.close()
-                    selector = False  # type: ignore[assignment]
-            if selector:
-                selector.select(max(0.0, wake - t_now))
+                made = _selector(ts)
+                selector = False if made is None else made
+            if isinstance(selector, selectors.BaseSelector):
+                for key, _events in selector.select(max(0.0, wake - t_now)):
+                    if key.data is not None:  # a Transport.wake() from another thread:
+                        key.data.device.wait(t_now)  # (a wait clears it; its deadline passed)
             else:
                 time.sleep(min(max(0.0, wake - t_now), 0.0005))
     finally:
-        if selector:
+        if isinstance(selector, selectors.BaseSelector):
             selector.close()
+
+
+def _selector(ts: list[Transport]) -> selectors.BaseSelector | None:
+    """One selector over every transport's input descriptors and wake descriptor (its data:
+    the transport to clear it on), or None if there are none (run_until then polls)."""
+    selector = selectors.DefaultSelector()
+    for t in ts:
+        for fd in t.device.fds():
+            selector.register(fd, selectors.EVENT_READ)
+        wake_fd = getattr(t.device, "wake_fd", None)
+        woken = wake_fd() if wake_fd is not None else None
+        if woken is not None:
+            selector.register(woken, selectors.EVENT_READ, t)
+    if not selector.get_map():
+        selector.close()
+        return None
+    return selector

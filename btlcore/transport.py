@@ -196,7 +196,8 @@ class Transport:
         ``address_text`` (``HOST:PORT`` on udp; hex on any backend)."""
         if get_ident() != self._owner:
             self._claim()
-        return self.engine.connect(addresses.parse(self.device, address), self.now())
+        address = checks.connectable(addresses.parse(self.device, address), self.device, self.engine.peers_by_addr)
+        return self.engine.connect(address, self.now())
 
     @property
     def address_text(self) -> str:

@@ -119,7 +119,7 @@ class Engine:
         recovery.wire(confirm=handshake.confirm, close_timer=lifecycle.close_timer)
         guard = self.guard = Guard(state, handshake._restart_peer, recovery.fail_peer)
         guard.wire(on_hello=handshake.on_hello)
-        handshake.wire_guard(guard.challenge, guard.learn_remote)
+        handshake.wire_guard(guard.challenge, guard.learn_remote, guard.foreign)
         versions = self.versions = Versions(state, recovery.fail_peer)
         receiver = self.receiver = Receiver(state, recovery, handshake, versions, lifecycle, guard)
         self.config, self.address, self.incarnation = state.config, state.address, state.incarnation

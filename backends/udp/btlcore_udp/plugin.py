@@ -85,6 +85,12 @@ def btl_device_peer_sources(device: UdpDevice, dest: Any) -> tuple[Any, ...]:
 
 
 @hookimpl
+def btl_device_check_connect(device: UdpDevice, address: bytes) -> None:
+    """An IPv4 peer cannot answer a dual-stack device that advertises IPv6: say so now."""
+    device.check_connect(address)
+
+
+@hookimpl
 def btl_device_path_errors(device: UdpDevice) -> list[Any]:
     """The peers' sockets ICMP said closed since the last call (read with ``IP_RECVERR``)."""
     found = device.port_unreachable
@@ -114,6 +120,12 @@ def btl_device_readable(device: UdpDevice, fd: int) -> None:
 @hookimpl
 def btl_device_wake(device: UdpDevice) -> None:
     device.wake()
+
+
+@hookimpl
+def btl_device_wake_fd(device: UdpDevice) -> int | None:
+    """The wake eventfd (``wake`` writes it; ``wait`` drains it)."""
+    return None if device.closed else device._wake_r
 
 
 @hookimpl
