@@ -26,7 +26,8 @@ import asyncio
 import functools
 import inspect
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
+from types import CoroutineType
 from typing import Any
 
 from ..errors import PeerClosed, PeerUnreachable, TransportClosed, WouldBlock
@@ -156,8 +157,7 @@ class Transport:
         that wants back-pressure without waiting a round trip per message.  Not awaiting the
         future is fine: its error is marked retrieved (peer events report failures too)."""
         fut: asyncio.Future[None] = self.loop.create_future()
-        fut.add_done_callback(_retrieved)
-        callback = functools.partial(_settle, fut)
+        callback = functools.partial(_settle_quietly, fut)
         while True:
             try:
                 self.sync.send(peer, tag, data, callback)
@@ -172,8 +172,7 @@ class Transport:
         is full; the future returned completes as :meth:`submit`'s.  Usable from a plain
         handler: a reply queued there leaves in the same pass, its ACK riding on it."""
         fut: asyncio.Future[None] = self.loop.create_future()
-        fut.add_done_callback(_retrieved)
-        self.sync.send(peer, tag, data, functools.partial(_settle, fut))
+        self.sync.send(peer, tag, data, functools.partial(_settle_quietly, fut))
         self.driver.sent()
         return fut
 
@@ -418,8 +417,8 @@ class Transport:
 
         def call(*args: Any) -> None:
             result = handler(*args)
-            if inspect.isawaitable(result):
-                task = self.loop.create_task(_awaited(result))
+            if type(result) is CoroutineType or inspect.iscoroutine(result):  # (a future: not ours)
+                task = self.loop.create_task(result)
                 self._tasks.add(task)
                 task.add_done_callback(functools.partial(self._task_done, what))
 
@@ -442,14 +441,16 @@ class Transport:
         return f"<btlcore.aio.Transport {self.sync.backend} {self.address_text} {state}>"
 
 
-def _retrieved(fut: asyncio.Future[Any]) -> None:
-    """Mark a future's error as seen (asyncio logs one nobody retrieved when it is freed)."""
-    if not fut.cancelled():
-        fut.exception()
-
-
-async def _awaited(result: Awaitable[Any]) -> Any:
-    return await result
+def _settle_quietly(fut: asyncio.Future[None], exc: BaseException | None) -> None:
+    """:func:`_settle` for a future its caller may never await (``submit``,
+    ``send_nowait``): an error is marked seen at once, or asyncio would log it when the future
+    is freed (an awaiter still gets it)."""
+    if not fut.done():
+        if exc is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(exc)
+            fut.exception()
 
 
 def _expire(fut: asyncio.Future[Any], message: str) -> None:

@@ -177,3 +177,28 @@ async def test_address_text_round_trips(opener: Opener, backend: str) -> None:
 def test_open_needs_a_running_loop() -> None:
     with pytest.raises(RuntimeError, match="running event loop"):
         btlcore.aio.open("sim")
+
+
+async def test_futures_nobody_awaits_stay_quiet(opener: Opener, caught: list[dict[str, Any]]) -> None:
+    """send_nowait/submit futures that fail unawaited log nothing; one awaited still raises;
+    a plain handler returning such a future is not taken for a coroutine."""
+    import gc
+
+    async with opener(peer_timeout=0.5) as a:
+        b = opener()
+        b.on(1, lambda peer, tag, data: b.send_nowait(peer, 2, data))  # returns a future
+        peer = a.connect(b.address)
+        await a.send(peer, 1, b"ping")
+        assert (await a.recv(2, timeout=10)).data == b"ping"
+        failed: list[str] = []
+        a.on_peer(lambda event, p, exc: failed.append(event))
+        b.abort()
+        ignored = a.send_nowait(peer, 3, b"x" * 1000)
+        kept = await a.submit(peer, 3, b"y")
+        with pytest.raises(btlcore.PeerUnreachable):
+            await asyncio.wait_for(kept, 60)
+        assert ignored.done() and failed == ["failed"]
+        del ignored, kept
+        gc.collect()
+        await asyncio.sleep(0.01)
+    assert caught == []
