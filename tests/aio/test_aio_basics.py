@@ -202,3 +202,31 @@ async def test_futures_nobody_awaits_stay_quiet(opener: Opener, caught: list[dic
         gc.collect()
         await asyncio.sleep(0.01)
     assert caught == []
+
+
+async def test_a_bulk_transfer_leaves_the_loop_to_other_tasks(opener: Opener) -> None:
+    """Each loop callback does one bounded pass: while 16 MiB move in 1400-byte datagrams
+    (12,000 of them; a pass takes at most recv_budget=256 in), a task that only yields keeps
+    running (it would not, were a pass to run the whole transfer)."""
+    async with opener(mtu=1400) as a, opener(mtu=1400) as b:
+        peer = a.connect(b.address)
+        await a.wait_connected(peer, timeout=10)
+        ticks = 0
+        done = False
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not done:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.ensure_future(ticker())
+        sends = [asyncio.ensure_future(a.send(peer, 1, bytes(1 << 20))) for _ in range(16)]
+        got = 0
+        while got < 16:
+            got += len((await b.recv(1, timeout=30)).data) >> 20
+        await asyncio.gather(*sends)
+        done = True
+        await task
+        assert b.stats()["num_total_recvs"] >= 12_000
+        assert ticks >= 12_000 // 256, ticks  # at least one turn per receiving pass
