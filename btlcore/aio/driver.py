@@ -18,6 +18,13 @@ which holds for any loop whose clock runs at the device's rate (asyncio's and uv
 monotonic clocks for udp and verbs; a loop on the fabric's clock for the simulator).  Input
 readiness comes only from ``device.fds()``.  A device with no descriptor on a loop whose clock
 is not its own (the simulator under a real-time loop) is driven by :class:`Pump` instead.
+
+A loop on a device's own clock (a virtual-time loop for the simulator) says so with two
+attributes: ``loop.btl_clock`` (the device's ``now``: then deadlines go to ``loop.call_at``
+and no pump runs) and ``loop.btl_register_driver(driver)`` / ``btl_unregister_driver``: the
+loop keeps the drivers and calls ``driver.kick()`` for those whose device got input as it
+moved its clock.  Without the registration a descriptor-less device is polled every
+``POLL_INTERVAL`` of its clock.
 """
 
 from __future__ import annotations
@@ -60,7 +67,7 @@ class Driver:
     user's plain handler)."""
 
     __slots__ = ("transport", "loop", "now", "_after", "_on_error", "_fds", "_timer", "_timer_at",
-                 "_soon", "_stopped", "_passing")
+                 "_soon", "_stopped", "_passing", "_told")
 
     def __init__(self, transport: Transport, loop: asyncio.AbstractEventLoop,
                  after_pass: Callable[[], None], on_error: Callable[[BaseException], None]) -> None:
@@ -74,6 +81,12 @@ class Driver:
         self._soon: asyncio.Handle | None = None
         self._stopped = False
         self._passing = False
+        # a loop that brings input itself (one on the simulator's clock, which lands frames
+        # as it advances) registers us, and kicks us when input landed: no polling then
+        register = getattr(loop, "btl_register_driver", None)
+        self._told = register is not None
+        if register is not None:
+            register(self)
         self._fds = list(transport.device.fds())
         hint = transport.device.readable
         for fd in self._fds:
@@ -139,6 +152,8 @@ class Driver:
         if self._stopped:
             return
         self._stopped = True
+        if self._told:
+            self.loop.btl_unregister_driver(self)  # type: ignore[attr-defined]
         for fd in self._fds:
             self.loop.remove_reader(fd)
         if self._timer is not None:
@@ -185,8 +200,8 @@ class Driver:
         if deadline is None:
             return  # (a timer already armed stays: it fires early, harmlessly)
         now = self.now()
-        if deadline <= now or not self._fds:
-            if not self._fds and deadline > now:  # no input to wake us: poll until then
+        if deadline <= now or not (self._fds or self._told):
+            if not (self._fds or self._told) and deadline > now:  # no input to wake us: poll
                 deadline = min(deadline, now + POLL_INTERVAL)
                 self._set_timer(deadline, now)
                 return

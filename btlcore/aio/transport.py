@@ -277,15 +277,14 @@ class Transport:
         except BaseException:
             self.abort()
             raise
-        self._release(graceful=True)
+        self._release()
 
     def abort(self) -> None:
         """Release the transport now: no flush, no CLOSE exchange; pending sends, receives
         and waits fail with ``TransportClosed``."""
         if not self.sync.closed:
             self._closing = True
-            self.sync.engine.close()
-            self._release(graceful=False)
+            self._release()
 
     async def __aenter__(self) -> Transport:
         return self
@@ -306,10 +305,13 @@ class Transport:
             except TimeoutError:
                 return
 
-    def _release(self, graceful: bool) -> None:
+    def _release(self) -> None:
         self.driver.stop()
+        # the engine closed first: the sync close then has nothing left to wait for (a CLOSE
+        # unacknowledged past close_timeout, or a peer connected meanwhile, would block the loop)
+        self.sync.engine.close()
         try:
-            self.sync.close(flush=False)  # (peers closed already: no wait left in it)
+            self.sync.close(flush=False)
         finally:
             self._fail_waiters(TransportClosed("transport closed"))
             for task in list(self._tasks):
