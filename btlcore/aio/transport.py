@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator, Callable
 from types import CoroutineType
 from typing import Any
 
+from .. import checks
 from ..errors import PeerClosed, PeerUnreachable, TransportClosed, WouldBlock
 from ..protocol.peers import Peer, PeerState
 from ..transport import Message
@@ -122,6 +123,10 @@ class Transport:
         """Return once ``peer``'s handshake completed; raise what failed it
         (``PeerUnreachable`` after ``handshake_timeout``...), or ``TimeoutError`` after
         ``timeout`` seconds of the transport's clock."""
+        if not isinstance(peer, Peer):
+            raise TypeError(f"peer must be a btlcore.Peer (from connect()), not {type(peer).__name__}")
+        timeout = checks.seconds(timeout, "timeout", optional=True)
+        deadline = None if timeout is None else self.now() + timeout
         while True:
             self._check_open()
             state = peer.state
@@ -129,7 +134,8 @@ class Transport:
                 return
             if state is not PeerState.CONNECTING:
                 raise _peer_error(peer)
-            await self._wait_on(self._connecting.setdefault(peer, []), timeout, "handshake")
+            left = None if deadline is None else max(0.0, deadline - self.now())
+            await self._wait_on(self._connecting.setdefault(peer, []), left, "handshake")
 
     # -- sending ------------------------------------------------------------------------
 
@@ -195,6 +201,7 @@ class Transport:
         """Wait until every message sent is acknowledged (or its peer failed): True, or
         False once ``timeout`` (default ``flush_timeout``) passed."""
         sync = self.sync
+        timeout = checks.seconds(timeout, "timeout", optional=True)
         timeout = sync.config.flush_timeout if timeout is None else timeout
         deadline = self.now() + timeout
         while sync.engine.has_outstanding():
@@ -216,6 +223,9 @@ class Transport:
         ``TimeoutError`` after ``timeout`` seconds of the transport's clock,
         ``TransportClosed`` once closed.  Messages wait in a queue held against the sender's
         window: a slow reader slows its senders down (their ``send`` waits for room)."""
+        if tag is not None:
+            checks.tag(tag)
+        timeout = checks.seconds(timeout, "timeout", optional=True)
         msg = self._take(tag)
         if msg is not None:
             return msg

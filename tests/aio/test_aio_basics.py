@@ -230,3 +230,20 @@ async def test_a_bulk_transfer_leaves_the_loop_to_other_tasks(opener: Opener) ->
         await task
         assert b.stats()["num_total_recvs"] >= 12_000
         assert ticks >= 12_000 // 256, ticks  # at least one turn per receiving pass
+
+
+async def test_bad_arguments_are_refused_naming_them(opener: Opener) -> None:
+    async with opener() as a:
+        peer = a.connect(a.address)  # (ourselves: never used)
+        with pytest.raises(TypeError, match="tag"):
+            await a.recv("7")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="tag"):
+            await a.recv(70000)
+        with pytest.raises(ValueError, match="timeout"):
+            await a.recv(1, timeout=-1)
+        with pytest.raises(TypeError, match="timeout"):
+            await a.wait_connected(peer, timeout="1")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="peer"):
+            await a.wait_connected(b"x")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="timeout"):
+            await a.flush(float("nan"))
