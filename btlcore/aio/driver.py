@@ -39,6 +39,10 @@ from ..transport import Transport
 
 #: a device with neither descriptors nor virtual time is polled this often (seconds)
 POLL_INTERVAL = 0.0005
+#: the simulator's pump, after QUIET_ROUNDS rounds that only moved the clock, runs one round
+#: per QUIET_ROUND of the loop's time until something happens (idle keepalives do not spin)
+QUIET_ROUNDS = 16
+QUIET_ROUND = 0.001
 
 
 class Timer:
@@ -226,7 +230,7 @@ class Pump:
     transport's clock, ``asyncio.sleep`` in the loop's.  The pump stops when nothing is
     pending anywhere, and a kick (a send, a connect, a timer) restarts it."""
 
-    __slots__ = ("loop", "now", "members", "_timers", "_seq", "_soon", "_wait", "_idle")
+    __slots__ = ("loop", "now", "members", "_timers", "_seq", "_soon", "_wait", "_idle", "_quiet", "_slow")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, now: Callable[[], float],
                  wait: Callable[[float | None], None]) -> None:
@@ -238,10 +242,26 @@ class Pump:
         self._seq = itertools.count()
         self._soon: asyncio.Handle | None = None
         self._idle = 0
+        self._quiet = 0  # rounds in a row that only moved the clock
+        self._slow = False  # the next round waits QUIET_ROUND (a kick brings it forward)
 
     def kick(self) -> None:
-        if self._soon is None:
+        if self._soon is None or self._slow:
+            if self._soon is not None:
+                self._soon.cancel()  # (new work: no more waiting out a quiet stretch)
+            self._slow = False
             self._soon = self.loop.call_soon(self._round)
+
+    def _next_round(self) -> None:
+        """The next round: at once, or after QUIET_ROUND of the loop's time once rounds have
+        only moved the clock for a while (idle transports whose keepalives never end): the
+        loop's other tasks then get the CPU, and virtual time runs at most a deadline per
+        QUIET_ROUND."""
+        if self._quiet < QUIET_ROUNDS:
+            self.kick()
+        elif self._soon is None:
+            self._slow = True
+            self._soon = self.loop.call_later(QUIET_ROUND, self._round)
 
     def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
         timer = Timer(when, callback)
@@ -251,6 +271,7 @@ class Pump:
 
     def _round(self) -> None:
         self._soon = None
+        self._slow = False
         busy = False
         for member in list(self.members):
             busy = member.run() or busy
@@ -262,9 +283,10 @@ class Pump:
                 timer.callback()
                 busy = True
         if busy:
-            self._idle = 0
+            self._idle = self._quiet = 0
             self.kick()
             return
+        self._quiet += 1
         wake: float | None = timers[0][0] if timers else None
         for member in self.members:
             d = member.transport.next_deadline()
@@ -279,7 +301,7 @@ class Pump:
                 return
         else:
             self._idle = 0
-        self.kick()
+        self._next_round()
 
 
 class PumpedDriver:

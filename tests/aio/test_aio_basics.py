@@ -247,3 +247,31 @@ async def test_bad_arguments_are_refused_naming_them(opener: Opener) -> None:
             await a.wait_connected(b"x")  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="timeout"):
             await a.flush(float("nan"))
+
+
+async def test_idle_simulated_transports_do_not_spin_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a real-time loop, sim transports whose only deadlines are keepalives let the pump
+    slow down to a round per millisecond (instead of spinning the CPU through virtual time)."""
+    from btlcore_sim.fabric import Fabric
+
+    from btlcore.aio import driver
+
+    rounds = 0
+    original = driver.Pump._round
+
+    def counted(self: driver.Pump) -> None:
+        nonlocal rounds
+        rounds += 1
+        original(self)
+
+    monkeypatch.setattr(driver.Pump, "_round", counted)
+    fabric = Fabric(seed=3)
+    async with btlcore.aio.open("sim", fabric=fabric) as a, btlcore.aio.open("sim", fabric=fabric) as b:
+        peer = a.connect(b.address)
+        await a.send(peer, 1, b"x")
+        rounds = 0
+        await asyncio.sleep(0.5)  # wall time; the peers idle (keepalives every peer_timeout / 3)
+        assert rounds < 1500, rounds  # (unthrottled: a round per ~50-100 us, 5000+)
+        assert peer.state is btlcore.PeerState.ESTABLISHED  # keepalives kept it up meanwhile
+        await a.send(peer, 1, b"y")  # and a kick brings the pace back at once
+        assert (await b.recv(1, timeout=5)).data == b"x"
