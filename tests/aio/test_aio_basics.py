@@ -252,9 +252,8 @@ async def test_bad_arguments_are_refused_naming_them(opener: Opener) -> None:
 async def test_idle_simulated_transports_do_not_spin_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     """On a real-time loop, sim transports whose only deadlines are keepalives let the pump
     slow down to a round per millisecond (instead of spinning the CPU through virtual time)."""
-    from btlcore_sim.fabric import Fabric
-
     from btlcore.aio import driver
+    from btlcore_sim.fabric import Fabric
 
     rounds = 0
     original = driver.Pump._round
