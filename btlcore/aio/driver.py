@@ -71,10 +71,10 @@ class Driver:
     user's plain handler)."""
 
     __slots__ = ("transport", "loop", "now", "_after", "_on_error", "_fds", "_timer", "_timer_at",
-                 "_soon", "_stopped", "_passing", "_told")
+                 "_soon", "_stopped", "_passing", "_told", "_arming")
 
     def __init__(self, transport: Transport, loop: asyncio.AbstractEventLoop,
-                 after_pass: Callable[[], None], on_error: Callable[[BaseException], None]) -> None:
+                 after_pass: Callable[[], bool], on_error: Callable[[BaseException], None]) -> None:
         self.transport = transport
         self.loop = loop
         self.now: Callable[[], float] = transport.now
@@ -85,6 +85,7 @@ class Driver:
         self._soon: asyncio.Handle | None = None
         self._stopped = False
         self._passing = False
+        self._arming = False  # an _arm_now is scheduled
         # a loop that brings input itself (one on the simulator's clock, which lands frames
         # as it advances) registers us, and kicks us when input landed: no polling then
         register = getattr(loop, "btl_register_driver", None)
@@ -140,6 +141,8 @@ class Driver:
         if engine.has_work():
             self.kick()
             return
+        if self._arming:
+            return  # (the timer is set after the tasks of this iteration, this one included)
         deadline = engine.next_deadline()  # (what a send adds: its retransmit timeout)
         if deadline is not None and deadline < self._timer_at:
             if deadline <= now:
@@ -179,8 +182,26 @@ class Driver:
             self._on_error(exc)
         finally:
             self._passing = False
-        self._after()
-        if not t.closed:
+        woke = self._after()
+        if t.closed:
+            return
+        if woke and not (t._backlog or t.engine.events or t.engine.has_work()):
+            self._arm_after()  # a woken task may send first: one timer for both, after it
+        else:
+            self._arm(t.next_deadline())
+
+    def _arm_after(self) -> None:
+        """Set the timer once the tasks woken by this pass have run (the ACK a reply would
+        have waited for rides on the request they send next: no timer is set for it only to
+        fire for nothing, which costs a loop wakeup per round trip)."""
+        if not self._arming:
+            self._arming = True
+            self.loop.call_soon(self._arm_now)
+
+    def _arm_now(self) -> None:
+        self._arming = False
+        t = self.transport
+        if not self._stopped and not t.closed:
             self._arm(t.next_deadline())
 
     def _readable(self, hint: Callable[[int], None], fd: int) -> None:
@@ -310,7 +331,7 @@ class PumpedDriver:
     __slots__ = ("transport", "loop", "now", "pump", "_after", "_on_error", "_stopped")
 
     def __init__(self, transport: Transport, loop: asyncio.AbstractEventLoop, pump: Pump,
-                 after_pass: Callable[[], None], on_error: Callable[[BaseException], None]) -> None:
+                 after_pass: Callable[[], bool], on_error: Callable[[BaseException], None]) -> None:
         self.transport = transport
         self.loop = loop
         self.now = transport.now
@@ -356,7 +377,7 @@ class PumpedDriver:
 _PUMPS: dict[tuple[int, Any], Pump] = {}
 
 
-def driver_for(transport: Transport, loop: asyncio.AbstractEventLoop, after_pass: Callable[[], None],
+def driver_for(transport: Transport, loop: asyncio.AbstractEventLoop, after_pass: Callable[[], bool],
                on_error: Callable[[BaseException], None]) -> Driver | PumpedDriver:
     """The driver of ``transport`` on ``loop``: a :class:`Driver` where the device has
     descriptors or real time (or the loop runs on the device's clock: ``loop.btl_clock``, the

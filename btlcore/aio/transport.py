@@ -72,6 +72,7 @@ class Transport:
         self._flushers: list[asyncio.Future[None]] = []
         self._user_peer_handler: PeerHandler | None = None
         self._closing = False
+        self._woke = False  # a pass settled an awaited send or woke a waiter (see _after_pass)
         sync.on_peer(self._peer_event)
         self._inbox = sync._inbox
         self.driver: Driver | PumpedDriver = driver_for(sync, self.loop, self._after_pass, self._report)
@@ -146,7 +147,7 @@ class Transport:
         wait for room (nothing is queued meanwhile).  Do not modify ``data`` until it returns.
         Cancelled: see the module docstring."""
         fut: asyncio.Future[None] = self.loop.create_future()
-        callback = functools.partial(_settle, fut)
+        callback = functools.partial(self._settle, fut)
         while True:
             try:
                 self.sync.send(peer, tag, data, callback)
@@ -187,7 +188,7 @@ class Transport:
         :meth:`btlcore.Transport.put`); returns once it landed, raises ``PutError`` if the
         peer refused it, else as :meth:`send`."""
         fut: asyncio.Future[None] = self.loop.create_future()
-        callback = functools.partial(_settle, fut)
+        callback = functools.partial(self._settle, fut)
         while True:
             try:
                 self.sync.put(peer, key, offset, data, callback)
@@ -363,15 +364,27 @@ class Transport:
         if self.sync.closed:
             raise TransportClosed("transport is closed")
 
-    def _after_pass(self) -> None:
-        """After each pass: hand out queued messages, wake flushers and handshake waiters."""
+    def _settle(self, fut: asyncio.Future[None], exc: BaseException | None) -> None:
+        """An awaited send's callback: its task will run in the loop's next iteration."""
+        self._woke = True
+        _settle(fut, exc)
+
+    def _after_pass(self) -> bool:
+        """After each pass: hand out queued messages, wake flushers and handshake waiters.
+        True if a task waiting here was woken (it runs in the next iteration, and may send:
+        the driver then sets its timer after it, once)."""
         if self._recv_waiters and self._inbox:
             self._hand_out()
         if self._flushers:  # (they look again: cheaper than deciding here which may go)
             _wake_all(self._flushers)
+            self._woke = True
         if self._connecting:
             for peer in [p for p in self._connecting if p.state is not PeerState.CONNECTING]:
                 _wake_all(self._connecting.pop(peer))
+                self._woke = True
+        woke = self._woke
+        self._woke = False
+        return woke
 
     def _hand_out(self) -> None:
         for tag, fut in list(self._recv_waiters):
@@ -383,6 +396,7 @@ class Transport:
                     return
                 continue
             fut.set_result(msg)
+            self._woke = True
             if not self._inbox:
                 return
 
