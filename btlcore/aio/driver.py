@@ -185,10 +185,13 @@ class Driver:
         woke = self._after()
         if t.closed:
             return
-        if woke and not (t._backlog or t.engine.events or t.engine.has_work()):
+        engine = t.engine
+        if t._backlog or engine.events or engine.has_work() or t._stats_interval:
+            self._arm(t.next_deadline())  # (work left: a pass soon; or the rare cases)
+        elif woke:
             self._arm_after()  # a woken task may send first: one timer for both, after it
-        else:
-            self._arm(t.next_deadline())
+        else:  # t.next_deadline()'s answer when nothing is pending, asked directly
+            self._arm(engine.next_deadline())
 
     def _arm_after(self) -> None:
         """Set the timer once the tasks woken by this pass have run (the ACK a reply would
