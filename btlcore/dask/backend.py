@@ -23,8 +23,10 @@ from typing import Any
 from distributed.comm.addressing import parse_host_port, unparse_host_port
 from distributed.comm.core import BaseListener, Comm, CommClosedError, Connector
 from distributed.comm.registry import Backend
-from distributed.comm.utils import ensure_concrete_host
-from distributed.utils import ensure_ip, get_ip, get_ipv6
+from distributed.comm.utils import ensure_concrete_host as _concrete
+from distributed.utils import ensure_ip
+from distributed.utils import get_ip as _get_ip
+from distributed.utils import get_ipv6 as _get_ipv6
 
 from .. import aio
 from ..errors import BtlError
@@ -35,6 +37,11 @@ log = logging.getLogger("btlcore.dask")
 
 PREFIX = "btl://"
 BACKEND = "udp"
+
+# Dask's address helpers (typed here: Dask's are not annotated)
+ensure_concrete_host: Callable[..., str] = _concrete
+get_ip: Callable[[str], str] = _get_ip
+get_ipv6: Callable[[str], str] = _get_ipv6
 
 #: the shared outgoing endpoint of each (loop, local host)
 _outgoing: dict[tuple[asyncio.AbstractEventLoop, str], Endpoint] = {}

@@ -21,16 +21,21 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import dask.utils
+from distributed.comm import utils as _utils
 from distributed.comm.core import Comm, CommClosedError
-from distributed.comm.utils import from_frames, to_frames
 
 from . import frames as fr
 
 if TYPE_CHECKING:
     from .mux import Link
+
+# Dask's serialization, as its tcp comm calls it (typed here: Dask's are not annotated)
+to_frames: Callable[..., Awaitable[list[Any]]] = _utils.to_frames
+from_frames: Callable[..., Awaitable[Any]] = _utils.from_frames
 
 
 class BTLComm(Comm):

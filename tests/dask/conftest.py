@@ -23,7 +23,7 @@ def run(coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
     return asyncio.run(bounded())
 
 
-async def comm_pair(addr: str = "btl://127.0.0.1", **connect_args: Any) -> tuple[Any, Any, Any]:
+async def comm_pair(addr: str = "btl://127.0.0.1", deserialize: bool = True) -> tuple[Any, Any, Any]:
     """(client comm, server comm, listener) over btl://, handshake done on both sides."""
     from distributed.comm import connect, listen
 
@@ -32,8 +32,8 @@ async def comm_pair(addr: str = "btl://127.0.0.1", **connect_args: Any) -> tuple
     async def handle(comm: Any) -> None:
         await q.put(comm)
 
-    listener = await listen(addr, handle)
-    client = await connect(listener.contact_address, **connect_args)
+    listener = await listen(addr, handle, deserialize=deserialize)
+    client = await connect(listener.contact_address, deserialize=deserialize)
     server = await asyncio.wait_for(q.get(), 10)
     return client, server, listener
 
