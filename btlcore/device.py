@@ -137,8 +137,8 @@ class ChannelInfo:
 
 class DeviceSpec:
     """The hooks a backend implements.  All but ``btl_device_fds``, ``btl_device_wake``,
-    ``btl_device_post_send_many``, ``btl_device_poll_recv_from`` and
-    ``btl_device_reply_dest`` are required."""
+    ``btl_device_post_send_many``, ``btl_device_poll_recv_from``, ``btl_device_reply_dest``
+    and the address hooks (``btl_address_text``, ``btl_address_parse``) are required."""
 
     @hookspec(firstresult=True)
     def btl_backend_probe(self, options: Mapping[str, Any]) -> Probe:  # type: ignore[empty-body]
@@ -253,6 +253,18 @@ class DeviceSpec:
     @hookspec(firstresult=True)
     def btl_device_close(self, device: Any) -> None:
         """Release everything the device holds.  Idempotent."""
+
+    @hookspec(firstresult=True)
+    def btl_address_text(self, address: bytes) -> str | None:
+        """Optional: an address of this backend as people type it (udp: ``HOST:PORT``), the
+        form :meth:`btl_address_parse` takes back; ``Transport.address_text`` and the ``btl``
+        command print it.  Without it the text form is the address in hex."""
+
+    @hookspec(firstresult=True)
+    def btl_address_parse(self, text: str) -> bytes | None:
+        """Optional: the address written as :meth:`btl_address_text` writes it, or in hex,
+        back to bytes (``connect()`` takes text through it).  Bad text raises ``ValueError``
+        saying which forms are allowed."""
 
 
 class ToolSpec:
@@ -415,6 +427,10 @@ class DeviceOps:
     """``btl_device_peer_sources`` if the backend has it: a dest -> the sources it sends from."""
     path_errors: Callable[[], Sequence[Any]] | None = None
     """``btl_device_path_errors`` if the backend has it (ICMP unreachables since the last call)."""
+    address_text: Callable[[bytes], str | None] | None = None
+    """``btl_address_text`` if the backend has it (a backend hook: no device argument)."""
+    parse_address: Callable[[str], bytes | None] | None = None
+    """``btl_address_parse`` if the backend has it."""
 
     @classmethod
     def bind(cls, backend: str, plugin: Any, device: Any) -> DeviceOps:
@@ -466,4 +482,7 @@ class DeviceOps:
             reply_dest=optional("btl_device_reply_dest") if poll_recv_from is not None else None,
             peer_sources=optional("btl_device_peer_sources") if poll_recv_from is not None else None,
             path_errors=optional("btl_device_path_errors"),
+            # backend hooks (no device argument), called as they are
+            address_text=getattr(plugin, "btl_address_text", None),
+            parse_address=getattr(plugin, "btl_address_parse", None),
         )

@@ -37,7 +37,8 @@ from typing import Any, cast
 
 import attrs
 
-from . import checks
+from . import addresses, checks
+from ._moved import moved_to_run
 from .config import Config
 from .device import Channel, DeviceOps
 from .errors import TransportClosed, WouldBlock
@@ -188,11 +189,17 @@ class Transport:
 
     # ------------------------------------------------------------------ API
 
-    def connect(self, address: bytes) -> Peer:
-        """The peer at ``address`` (bytes from the other side's ``transport.address``)."""
+    def connect(self, address: bytes | str) -> Peer:
+        """The peer at ``address``: the other side's ``transport.address`` (bytes), or its
+        ``address_text`` (``HOST:PORT`` on udp; hex on any backend)."""
         if get_ident() != self._owner:
             self._claim()
-        return self.engine.connect(checks.address(address), self.now())
+        return self.engine.connect(addresses.parse(self.device, address), self.now())
+
+    @property
+    def address_text(self) -> str:
+        """:attr:`address` as people type it (udp ``HOST:PORT``); ``connect`` takes it."""
+        return addresses.text(self.device, self.address)
 
     def _check_peer(self, peer: Any) -> None:
         raise checks.not_our_peer(peer, Peer, self.address)
@@ -683,14 +690,5 @@ class Transport:
 
 
 def __getattr__(name: str) -> Any:
-    """``btlcore.transport.open`` and ``run_until`` moved to :mod:`btlcore.run` (the
-    transport module holds the Transport); the old names work for one release."""
-    if name in ("open", "run_until"):
-        import warnings
-
-        from . import run
-
-        warnings.warn(f"btlcore.transport.{name} moved to btlcore.run.{name} (or btlcore.{name})",
-                      DeprecationWarning, stacklevel=2)
-        return getattr(run, name)
-    raise AttributeError(f"module 'btlcore.transport' has no attribute {name!r}")
+    """``open`` and ``run_until`` moved to :mod:`btlcore.run` (a warning for one release)."""
+    return moved_to_run(name)
