@@ -84,8 +84,9 @@ class Endpoint:
         return link
 
     def kick(self) -> None:
-        """A progress pass soon: what was sent outside a pass goes out."""
-        self.t.driver.kick()
+        """What was queued outside a pass leaves now (its first datagrams, from the caller:
+        a round trip one loop iteration shorter), the rest in a pass soon."""
+        self.t.driver.sent()
 
     def comm_gone(self) -> None:
         self.comms -= 1
