@@ -29,6 +29,7 @@ from distributed.utils import get_ip as _get_ip
 from distributed.utils import get_ipv6 as _get_ipv6
 
 from .. import aio
+from ..config import Config
 from ..errors import BtlError
 from .comm import BTLComm
 from .mux import Endpoint, Link
@@ -58,7 +59,9 @@ def refuse_tls(connection_args: dict[str, Any], what: str, address: str) -> None
 
 
 def _open(bind: str) -> aio.Transport:
-    return aio.open(BACKEND, bind=bind)
+    """A transport for comms: the ``BTL_*`` environment applies, but delivery stays in
+    order (the chunks of a message, and a comm's CLOSE after its data, rely on it)."""
+    return aio.open(BACKEND, config=Config.build({"ordered": True}), bind=bind)
 
 
 def _local_host_for(ip: str) -> str:
@@ -92,14 +95,20 @@ def _after_fork_in_child() -> None:
 
 
 def _at_exit() -> None:
-    """Tell peers we are gone (CLOSE) rather than let them wait for ``peer_timeout``."""
+    """Tell peers we are gone (CLOSE, sent once: not waiting up to ``close_timeout`` for
+    acknowledgements from peers that may have exited first) rather than let them wait for
+    ``peer_timeout``."""
     for endpoint in list(_endpoints):
-        if endpoint.pid == os.getpid() and not endpoint.t.closed:
-            try:
-                endpoint.t.driver.stop()
-                endpoint.sync.close(flush=False)
-            except Exception:  # (best effort: another thread may own it, the loop be gone)
-                pass
+        if endpoint.pid != os.getpid() or endpoint.t.closed:
+            continue
+        sync = endpoint.sync
+        try:
+            endpoint.t.driver.stop()
+            sync.engine.start_close(sync.now(), None)
+            sync.progress()
+            endpoint.t.abort()
+        except Exception:  # (best effort: the loop's thread may still own it)
+            pass
     _endpoints.clear()
 
 
