@@ -26,7 +26,6 @@ from distributed.comm.registry import Backend
 from distributed.comm.utils import ensure_concrete_host as _concrete
 from distributed.utils import ensure_ip
 from distributed.utils import get_ip as _get_ip
-from distributed.utils import get_ipv6 as _get_ipv6
 
 from .. import aio
 from ..config import Config
@@ -42,7 +41,6 @@ BACKEND = "udp"
 # Dask's address helpers (typed here: Dask's are not annotated)
 ensure_concrete_host: Callable[..., str] = _concrete
 get_ip: Callable[[str], str] = _get_ip
-get_ipv6: Callable[[str], str] = _get_ipv6
 
 #: the shared outgoing endpoint of each (loop, local host)
 _outgoing: dict[tuple[asyncio.AbstractEventLoop, str], Endpoint] = {}
@@ -68,7 +66,7 @@ def _local_host_for(ip: str) -> str:
     """The local address that reaches ``ip`` (loopback for loopback)."""
     if ip.startswith("127.") or ip == "::1":
         return ip if ip == "::1" else "127.0.0.1"
-    return get_ip(ip) if ":" not in ip else get_ipv6(ip)
+    return get_ip(ip)  # (IPv4 or IPv6, as ip is)
 
 
 def outgoing(ip: str) -> Endpoint:

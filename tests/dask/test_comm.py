@@ -97,6 +97,33 @@ def test_listener_addresses() -> None:
     run(main())
 
 
+def _has_ipv6_loopback() -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopback here")
+def test_ipv6_addresses() -> None:
+    async def main() -> None:
+        a, b, listener = await comm_pair("btl://[::1]")
+        assert listener.listen_address.startswith("btl://[::1]:")
+        assert a.peer_address == b.local_address == listener.contact_address
+        assert a.local_address == b.peer_address and a.local_address.startswith("btl://[::1]:")
+        await a.write("over IPv6")
+        assert await b.read() == "over IPv6"
+        await a.close()
+        await raises_closed(b.read())
+        listener.stop()
+
+    run(main())
+
+
 def test_comm_addresses_repr_and_handshake() -> None:
     async def main() -> None:
         a, b, listener = await comm_pair()
