@@ -136,7 +136,7 @@ class ChannelInfo:
 
 
 class DeviceSpec:
-    """The hooks a backend implements.  All but ``btl_device_fds``, ``btl_device_wake``,
+    """The hooks a backend implements.  All but ``btl_device_fds``, ``btl_device_readable``, ``btl_device_wake``,
     ``btl_device_post_send_many``, ``btl_device_poll_recv_from``, ``btl_device_reply_dest``
     and the address hooks (``btl_address_text``, ``btl_address_parse``) are required."""
 
@@ -243,6 +243,13 @@ class DeviceSpec:
     def btl_device_fds(self, device: Any) -> Sequence[int]:  # type: ignore[empty-body]
         """File descriptors that become readable when input arrives (for event loops and
         multi-device waits).  Optional: a device without any returns ``[]``."""
+
+    @hookspec(firstresult=True)
+    def btl_device_readable(self, device: Any, fd: int) -> None:
+        """Optional: an event loop saw ``fd`` (one of ``btl_device_fds``) readable, so the
+        next ``poll_recv`` may read it without asking the OS which descriptor has input
+        (``udp``: saves an ``epoll_wait`` per pass under asyncio).  Called just before that
+        ``poll_recv``; a device without it asks, as it does after any other wakeup."""
 
     @hookspec(firstresult=True)
     def btl_device_wake(self, device: Any) -> None:
@@ -427,6 +434,8 @@ class DeviceOps:
     """``btl_device_peer_sources`` if the backend has it: a dest -> the sources it sends from."""
     path_errors: Callable[[], Sequence[Any]] | None = None
     """``btl_device_path_errors`` if the backend has it (ICMP unreachables since the last call)."""
+    readable: Callable[[int], None] | None = None
+    """``btl_device_readable`` if the backend has it (an event loop's readiness hint)."""
     address_text: Callable[[bytes], str | None] | None = None
     """``btl_address_text`` if the backend has it (a backend hook: no device argument)."""
     parse_address: Callable[[str], bytes | None] | None = None
@@ -482,6 +491,7 @@ class DeviceOps:
             reply_dest=optional("btl_device_reply_dest") if poll_recv_from is not None else None,
             peer_sources=optional("btl_device_peer_sources") if poll_recv_from is not None else None,
             path_errors=optional("btl_device_path_errors"),
+            readable=optional("btl_device_readable"),
             # backend hooks (no device argument), called as they are
             address_text=getattr(plugin, "btl_address_text", None),
             parse_address=getattr(plugin, "btl_address_parse", None),

@@ -75,16 +75,33 @@ class Driver:
         self._stopped = False
         self._passing = False
         self._fds = list(transport.device.fds())
+        hint = transport.device.readable
         for fd in self._fds:
-            loop.add_reader(fd, self._run)
+            if hint is None:
+                loop.add_reader(fd, self._run)
+            else:  # the device is told which descriptor woke us: no need to ask the OS
+                loop.add_reader(fd, self._readable, hint, fd)
 
     # -- the seams ----------------------------------------------------------------------
 
     def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
-        """``callback()`` at ``when`` on the transport's clock (virtual on the simulator)."""
+        """``callback()`` at ``when`` on the transport's clock (virtual on the simulator),
+        never before: a loop whose timers fire early (uvloop rounds to milliseconds) is
+        asked again for the rest."""
         timer = Timer(when, callback)
-        timer.handle = self.loop.call_at(self.loop.time() + max(0.0, when - self.now()), callback)
+        self._schedule(timer)
         return timer
+
+    def _schedule(self, timer: Timer) -> None:
+        timer.handle = self.loop.call_at(self.loop.time() + max(0.0, timer.when - self.now()), self._due, timer)
+
+    def _due(self, timer: Timer) -> None:
+        if timer.cancelled:
+            return
+        if self.now() < timer.when:
+            self._schedule(timer)
+            return
+        timer.callback()
 
     def kick(self) -> None:
         """A pass soon (new work was queued); many kicks in one iteration make one pass."""
@@ -100,11 +117,18 @@ class Driver:
         if self._stopped or t._backlog:
             self.kick()
             return
-        t._flush_sends(self.now())
-        if t.engine.has_work():
+        now = self.now()
+        t._flush_sends(now)
+        engine = t.engine
+        if engine.has_work():
             self.kick()
-        else:
-            self._arm(t.next_deadline())
+            return
+        deadline = engine.next_deadline()  # (what a send adds: its retransmit timeout)
+        if deadline is not None and deadline < self._timer_at:
+            if deadline <= now:
+                self.kick()
+            else:
+                self._set_timer(deadline, now)
 
     def run_now(self) -> None:
         """A pass now, from a coroutine (what must leave before the next step: close's ACKs)."""
@@ -139,6 +163,11 @@ class Driver:
         self._after()
         if not t.closed:
             self._arm(t.next_deadline())
+
+    def _readable(self, hint: Callable[[int], None], fd: int) -> None:
+        if not self._stopped:
+            hint(fd)
+            self._run()
 
     def _fire(self) -> None:
         self._timer = None

@@ -13,7 +13,8 @@ Two pinned processes on loopback (``harness.run_pair``), both ends on the API me
 
 Each round runs the three one after the other (so that load from elsewhere falls on all of
 them alike); a round's figure per mode is its median round trip; the table shows the median
-over rounds and the ratio to ``sync`` (#13's goal: at most 1.3).
+over rounds and the ratio to ``sync`` (#13's goal: at most 1.3), and each end's CPU time per
+round trip (what the API costs, which the machine's load does not change as much).
 """
 
 from __future__ import annotations
@@ -51,47 +52,85 @@ def _unpin(pin: bool) -> None:
         os.sched_setaffinity(0, range(os.cpu_count() or 1))
 
 
-def server(ctl: Any, mode: str, pin: bool = False) -> None:
+class Meter:
+    """CPU time per message after a warm-up: what an end costs, whatever the machine's load
+    does to the wall-clock figure (``process_time`` read once per message, in every mode)."""
+
+    __slots__ = ("count", "start")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.start = 0.0
+
+    def tick(self) -> None:
+        self.count += 1
+        if self.count == WARMUP:
+            self.start = time.process_time()
+
+    def per_message(self) -> float:
+        return (time.process_time() - self.start) / max(1, self.count - WARMUP)
+
+
+WARMUP = 300
+
+
+def server(ctl: Any, mode: str, pin: bool = False) -> float:
+    """An echo server; returns its CPU time per message echoed."""
     _unpin(pin)
     if mode == "sync":
         return _sync_server(ctl)
-    _runner(mode)(_aio_server(ctl))
-    return None
+    out: float = _runner(mode)(_aio_server(ctl))
+    return out
 
 
-def _sync_server(ctl: Any) -> None:
+def _sync_server(ctl: Any) -> float:
+    meter = Meter()
     with btlcore.open("udp") as t:
         stop = []
-        t.on(TAG, lambda peer, tag, data: t.send(peer, TAG, bytes(data)))
-        t.on(STOP, lambda peer, tag, data: stop.append(1))
+
+        def echo(peer: Any, tag: int, data: Any) -> None:
+            meter.tick()
+            t.send(peer, TAG, bytes(data))
+
+        t.on(TAG, echo)
+        t.on(STOP, lambda peer, tag, data: stop.append(meter.per_message()))
         ctl.send(t.address_text)
         end = time.monotonic() + 120
         while not stop and time.monotonic() < end:
             t.progress(BLOCKING)
+    return stop[0] if stop else 0.0
 
 
-async def _aio_server(ctl: Any) -> None:
+async def _aio_server(ctl: Any) -> float:
     import btlcore.aio
 
+    meter = Meter()
     async with btlcore.aio.open("udp") as t:
-        stop = asyncio.Event()
-        t.on(TAG, lambda peer, tag, data: t.send_nowait(peer, TAG, data))
-        t.on(STOP, lambda peer, tag, data: stop.set())
+        stop: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+
+        def echo(peer: Any, tag: int, data: Any) -> None:
+            meter.tick()
+            t.send_nowait(peer, TAG, data)
+
+        t.on(TAG, echo)
+        t.on(STOP, lambda peer, tag, data: stop.set_result(meter.per_message()))
         ctl.send(t.address_text)
-        await stop.wait()
+        return await stop
 
 
-def client(ctl: Any, mode: str, size: int, seconds: float, pin: bool = False) -> list[float]:
+def client(ctl: Any, mode: str, size: int, seconds: float, pin: bool = False) -> tuple[list[float], float]:
+    """Round trips for ``seconds``: (their durations after a warm-up, CPU time per round trip)."""
     _unpin(pin)
     address = wait_msg(ctl)
     if mode == "sync":
         return _sync_client(address, size, seconds)
-    out: list[float] = _runner(mode)(_aio_client(address, size, seconds))
+    out: tuple[list[float], float] = _runner(mode)(_aio_client(address, size, seconds))
     return out
 
 
-def _sync_client(address: str, size: int, seconds: float) -> list[float]:
+def _sync_client(address: str, size: int, seconds: float) -> tuple[list[float], float]:
     payload = bytes(size)
+    meter = Meter()
     with btlcore.open("udp") as t:
         got = [0]
         t.on(TAG, lambda peer, tag, data: got.__setitem__(0, got[0] + 1))
@@ -101,20 +140,23 @@ def _sync_client(address: str, size: int, seconds: float) -> list[float]:
         end = pc() + seconds + 0.2
         while pc() < end:
             want = got[0] + 1
+            meter.tick()
             t0 = pc()
             t.send(peer, TAG, payload)
             while got[0] < want:
                 t.progress(BLOCKING)
             samples.append(pc() - t0)
+        cpu = meter.per_message()
         t.send(peer, STOP, b"")
         t.flush(1.0)
-    return samples[len(samples) // 5:]  # (the first fifth: warm-up)
+    return samples[WARMUP:], cpu
 
 
-async def _aio_client(address: str, size: int, seconds: float) -> list[float]:
+async def _aio_client(address: str, size: int, seconds: float) -> tuple[list[float], float]:
     import btlcore.aio
 
     payload = bytes(size)
+    meter = Meter()
     async with btlcore.aio.open("udp") as t:
         peer = t.connect(address)
         await t.wait_connected(peer, timeout=5)
@@ -122,22 +164,25 @@ async def _aio_client(address: str, size: int, seconds: float) -> list[float]:
         pc = time.perf_counter
         end = pc() + seconds + 0.2
         while pc() < end:
+            meter.tick()
             t0 = pc()
             await t.send(peer, TAG, payload)
             m = await t.recv(TAG, timeout=5)
             samples.append(pc() - t0)
             if len(m.data) != size:
                 raise BenchError(f"echo returned {len(m.data)} B, sent {size} B")
+        cpu = meter.per_message()
         await t.send(peer, STOP, b"")
-    return samples[len(samples) // 5:]
+    return samples[WARMUP:], cpu
 
 
-def measure(mode: str, size: int, seconds: float, pin: bool = False) -> float:
-    """The median round trip of one run of ``mode``, seconds."""
-    _, samples = run_pair(server, client, server_kw={"mode": mode, "pin": pin},
-                          client_kw={"mode": mode, "size": size, "seconds": seconds, "pin": pin},
-                          deadline=60 + seconds)
-    return statistics.median(samples)
+def measure(mode: str, size: int, seconds: float, pin: bool = False) -> tuple[float, float, float]:
+    """One run of ``mode``: (median round trip, client CPU per round trip, server CPU per
+    message), seconds."""
+    server_cpu, (samples, client_cpu) = run_pair(
+        server, client, server_kw={"mode": mode, "pin": pin},
+        client_kw={"mode": mode, "size": size, "seconds": seconds, "pin": pin}, deadline=60 + seconds)
+    return statistics.median(samples), client_cpu, server_cpu or 0.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,18 +194,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated, of " + ", ".join(MODES))
     args = ap.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
-    figures: dict[str, list[float]] = {m: [] for m in modes}
+    figures: dict[str, list[tuple[float, float, float]]] = {m: [] for m in modes}
     for _ in range(args.rounds):
         for mode in modes:
             figures[mode].append(measure(mode, args.size, args.seconds, args.pin))
-    base = statistics.median(figures["sync"]) if figures.get("sync") else None
-    print(f"udp round trip, {args.size} B, median of {args.rounds} runs of {args.seconds:g} s "
-          f"(each run's median), both ends on the API named:")
+    med = {m: [statistics.median(f[i] for f in figures[m]) for i in range(3)] for m in modes}
+    print(f"udp round trip, {args.size} B, both ends on the API named; median of {args.rounds} "
+          f"interleaved runs of {args.seconds:g} s (a run's figure: its median round trip)")
+    print(f"  {'mode':8s} {'round trip':>10s} {'vs sync':>8s}   {'CPU/rt client':>13s} {'server':>7s}   runs (us)")
     for mode in modes:
-        med = statistics.median(figures[mode])
-        ratio = f"{med / base:5.2f}x sync" if base else ""
-        runs = " ".join(f"{x * 1e6:.1f}" for x in figures[mode])
-        print(f"  {mode:8s} {med * 1e6:8.1f} us  {ratio}   (runs: {runs})")
+        rt, c_cpu, s_cpu = med[mode]
+        ratio = f"{rt / med['sync'][0]:7.2f}x" if "sync" in med else ""
+        runs = " ".join(f"{f[0] * 1e6:.1f}" for f in figures[mode])
+        print(f"  {mode:8s} {rt * 1e6:8.1f}us {ratio}   {c_cpu * 1e6:11.1f}us {s_cpu * 1e6:5.1f}us   {runs}")
     return 0
 
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import addresses
 from ..run import open as open_transport
 from ..transport import Transport
 from ..verify import TAG_DATA, TAG_FILE, TAG_FIN, TAG_REPORT, Verifier, decode_json, encode_json
@@ -79,18 +80,21 @@ class _Server:
         if self.args.json:
             print(json.dumps({"event": "report", **report, "stats": self.t.stats()}), flush=True)
         else:
-            print(f"run from {peer.address.hex()}: {report['messages_delivered']} messages, "
+            print(f"run from {addresses.text(self.t.device, peer.address)}: {report['messages_delivered']} messages, "
                   f"{report['bytes_delivered']} bytes, verified: {'yes' if report['verified'] else 'NO'}"
                   + "".join(f"\n  error: {e}" for e in report["errors"]), flush=True)
 
 
 def _announce(args: argparse.Namespace, t: Transport) -> None:
     if args.json:
-        print(json.dumps({"event": "listening", "backend": args.backend, "address": t.address.hex()}), flush=True)
+        print(json.dumps({"event": "listening", "backend": args.backend, "address": t.address.hex(),
+                          "address_text": t.address_text}), flush=True)
         return
     words = backend_options.format_address(args.backend, t.address)
-    print(f"btl serve: backend {args.backend}, address {t.address.hex()}" + (f" ({words})" if words else ""),
-          flush=True)
+    if words:  # what clients type (--peer, connect()), and the hex that any backend takes
+        print(f"btl serve: backend {args.backend}, address {words} (hex {t.address.hex()})", flush=True)
+    else:
+        print(f"btl serve: backend {args.backend}, address {t.address.hex()}", flush=True)
 
 
 def run(args: argparse.Namespace) -> int:

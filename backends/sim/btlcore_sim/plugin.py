@@ -217,7 +217,7 @@ def btl_address_parse(text: str) -> bytes:
     if body.startswith("sim:") and body[4:].isdigit():
         node = int(body[4:])
         if not 0 < node <= MAX_NODES:
-            raise ValueError(f"sim address {text!r}: node ids are 1 to {MAX_NODES}")
+            raise ValueError(f"sim address {text!r}: in sim:N, N (a node id) is 1 to {MAX_NODES}")
         return node_address(node)
     try:
         raw = bytes.fromhex(body.replace(":", ""))

@@ -218,6 +218,12 @@ class UdpDevice:
     def clock(self) -> Any:
         return time.monotonic
 
+    def readable(self, fd: int) -> None:
+        """An event loop's readiness news (``btl_device_readable``), used by the next poll as
+        a wait's answer is: only the socket named is read (the other's turn comes with its
+        own callback)."""
+        self._ready = (fd == self._prio_fd, fd == self._data_fd)
+
     def fds(self) -> list[int]:
         return [] if self.closed else [s.fileno() for s in self._socks]
 

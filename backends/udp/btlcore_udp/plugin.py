@@ -106,6 +106,12 @@ def btl_device_fds(device: UdpDevice) -> Sequence[int]:
 
 
 @hookimpl
+def btl_device_readable(device: UdpDevice, fd: int) -> None:
+    """An event loop saw ``fd`` readable: the next poll reads that socket without asking epoll."""
+    device.readable(fd)
+
+
+@hookimpl
 def btl_device_wake(device: UdpDevice) -> None:
     device.wake()
 
