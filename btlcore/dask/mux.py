@@ -56,7 +56,7 @@ class Endpoint:
                  "limit", "__weakref__")
 
     def __init__(self, t: AioTransport, accept: Callable[[Link, int], BTLComm | None] | None = None,
-                 chunk: int = fr.CHUNK, limit: int = LIMIT) -> None:
+                 chunk: int | None = None, limit: int | None = None) -> None:
         self.t = t
         self.sync = t.sync
         self.links: dict[Peer, Link] = {}
@@ -65,8 +65,8 @@ class Endpoint:
         self.address_text = t.address_text
         self.comms = 0  # open comms on every link: a stopped listener closes at zero
         self.on_idle: Callable[[], None] | None = None
-        self.chunk = chunk
-        self.limit = limit
+        self.chunk = fr.CHUNK if chunk is None else chunk
+        self.limit = LIMIT if limit is None else limit
         t.on(fr.TAG, self._on_message)
         t.on_peer(self._on_peer)
 
