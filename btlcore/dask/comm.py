@@ -55,6 +55,8 @@ class BTLComm(Comm):
         self.writers: list[tuple[fr.Outgoing, asyncio.Future[None]]] = []
         self._inbox: deque[list[Any]] = deque()
         self._incoming: fr.Incoming | None = None
+        self._rndv: tuple[list[bytearray], list[int], int] | None = None  # buffers, keys, bytes due
+        self._held: list[list[Any]] = []  # messages complete while a rendezvous is landing
         self._reader: asyncio.Future[None] | None = None
         self._drained: asyncio.Future[None] | None = None
         self._opened: asyncio.Future[None] | None = None
@@ -156,6 +158,9 @@ class BTLComm(Comm):
 
     def take_chunk(self, data: Any, flags: int) -> None:
         """One DATA chunk of this comm: a message is complete at its LAST chunk."""
+        if flags & fr.RNDV:
+            self._rendezvous(data)
+            return
         if flags & fr.FIRST:
             incoming = self._incoming = fr.Incoming(data)
             incoming.feed(incoming.first_payload())
@@ -168,10 +173,46 @@ class BTLComm(Comm):
             if not incoming.complete:
                 raise fr.FramingError("the LAST chunk of a message left frames missing")
             self._incoming = None
-            self._inbox.append(incoming.frames())
-            reader = self._reader
-            if reader is not None and not reader.done():
-                reader.set_result(None)
+            self._deliver(incoming.frames())
+
+    def _deliver(self, frames: list[Any]) -> None:
+        if self._rndv is not None:  # (after the rendezvous message before it)
+            self._held.append(frames)
+            return
+        self._inbox.append(frames)
+        reader = self._reader
+        if reader is not None and not reader.done():
+            reader.set_result(None)
+
+    def _rendezvous(self, data: Any) -> None:
+        """A large message's prelude: expose a buffer per frame, answer READY with their keys."""
+        if self._rndv is not None:
+            raise fr.FramingError("a rendezvous message began before the last one landed")
+        buffers = fr.Incoming(data).rndv_buffers()
+        endpoint = self._link.endpoint
+        keys = [endpoint.expose(b, self) for b in buffers if len(b)]
+        self._rndv = (buffers, keys, sum(map(len, buffers)))
+        self._link.post_control(fr.ready_message(self.comm_id, self.opener, keys))
+
+    def landed(self, length: int) -> None:
+        """A put into one of this comm's regions landed; the message is in at the last byte."""
+        if self._rndv is None:
+            return
+        buffers, keys, due = self._rndv
+        due -= length
+        if due > 0:
+            self._rndv = (buffers, keys, due)
+            return
+        self._release()
+        held, self._held = self._held, []
+        for frames in (buffers, *held):
+            self._deliver(frames)
+
+    def _release(self) -> None:
+        if self._rndv is not None:
+            for key in self._rndv[1]:
+                self._link.endpoint.unexpose(key)
+            self._rndv = None
 
     def answered(self, accepted: bool, why: str) -> None:
         """The listener's ACCEPT or REFUSE of our OPEN."""
@@ -191,6 +232,7 @@ class BTLComm(Comm):
         self._closed = True
         self._why = why
         self.outq.clear()
+        self._release()
         exc = CommClosedError(f"in {self!r}: {why}")
         for fut in (self._reader, self._drained, self._opened, *(f for _, f in self.writers)):
             if fut is not None and not fut.done():

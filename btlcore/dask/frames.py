@@ -17,6 +17,14 @@ DATA chunks of at most ``chunk`` bytes each: the first carries the frame count a
 (the *prelude*), the frames' bytes follow back to back across chunks, and the last chunk is
 flagged LAST.  Cutting messages into chunks lets the sender interleave the chunks of several
 comms, so a 1 GB frame on one comm never holds up the heartbeat of another.
+
+A message larger than ``rndv`` bytes goes by *rendezvous* instead, so that its bytes are
+copied once on each side (as a kernel TCP stack does) rather than three times: its first
+DATA chunk (flagged RNDV) carries the prelude alone; the receiver allocates each frame's
+buffer, exposes it for btlcore puts and answers READY with the regions' keys (u32 each, one
+per non-empty frame); the sender then puts the frames' bytes there, ``chunk`` bytes a put,
+straight from the sender's buffers into the receiver's (no reassembly, no gathering copy),
+and the message is complete when every byte has landed.
 """
 
 from __future__ import annotations
@@ -30,15 +38,18 @@ TAG = 0xDA5C
 #: the version OPEN carries; a listener refuses another
 VERSION = 1
 
-OPEN, ACCEPT, REFUSE, DATA, CLOSE = 1, 2, 3, 4, 5
-KINDS = {OPEN: "OPEN", ACCEPT: "ACCEPT", REFUSE: "REFUSE", DATA: "DATA", CLOSE: "CLOSE"}
-OPENER, FIRST, LAST = 1, 2, 4
+OPEN, ACCEPT, REFUSE, DATA, CLOSE, READY = 1, 2, 3, 4, 5, 6
+KINDS = {OPEN: "OPEN", ACCEPT: "ACCEPT", REFUSE: "REFUSE", DATA: "DATA", CLOSE: "CLOSE", READY: "READY"}
+OPENER, FIRST, LAST, RNDV = 1, 2, 4, 8
 
 HEADER = struct.Struct("!BBHI")
 _COUNT = struct.Struct("!I")
 _LENGTH = struct.Struct("!Q")
+_KEY = struct.Struct("!I")
 #: default chunk size: large enough that per-message costs vanish, small enough to interleave
 CHUNK = 1 << 20
+#: messages larger than this go by rendezvous (puts into the receiver's buffers)
+RNDV_MIN = 1 << 20
 MAX_FRAMES = 1 << 20
 
 
@@ -61,8 +72,16 @@ def parse_header(data: Any) -> tuple[int, int, int]:
     return kind, flags, comm_id
 
 
-def _nbytes(frame: Any) -> int:
-    return frame.nbytes if type(frame) is memoryview else len(frame)
+def ready_message(comm_id: int, opener: bool, keys: Sequence[int]) -> bytes:
+    """READY: the receiver's regions for a rendezvous message, one key per non-empty frame."""
+    return control(READY, comm_id, opener, b"".join(_KEY.pack(k) for k in keys))
+
+
+def parse_keys(data: Any) -> list[int]:
+    body = memoryview(data)[HEADER.size:]
+    if body.nbytes % _KEY.size:
+        raise FramingError(f"READY carries {body.nbytes} bytes, not a whole number of {_KEY.size}-byte keys")
+    return [_KEY.unpack_from(body, k)[0] for k in range(0, body.nbytes, _KEY.size)]
 
 
 class Outgoing:
@@ -70,9 +89,10 @@ class Outgoing:
     so that a 1 GB message is never copied whole: each chunk copies its own slice."""
 
     __slots__ = ("_head", "_frames", "_prelude", "_index", "_offset", "_left", "_built", "chunk", "nbytes",
-                 "started")
+                 "started", "rndv", "waiting", "_keys")
 
-    def __init__(self, frames: Sequence[Any], comm_id: int, opener: bool, chunk: int = CHUNK) -> None:
+    def __init__(self, frames: Sequence[Any], comm_id: int, opener: bool, chunk: int = CHUNK,
+                 rndv: int | None = None) -> None:
         views = [f if type(f) is memoryview and f.format == "B" and f.ndim == 1 else memoryview(f).cast("B")
                  for f in frames]
         lengths = [v.nbytes for v in views]
@@ -86,15 +106,49 @@ class Outgoing:
         self.nbytes = self._left
         self.started = False
         self._built: bytes | None = None
+        #: by rendezvous: after the prelude, waiting for READY, then puts (:meth:`peek_put`)
+        self.rndv = rndv is not None and self.nbytes > rndv
+        self.waiting = False
+        self._keys: list[int] = []
 
     @property
     def done(self) -> bool:
-        return self.started and self._left == 0 and self._built is None
+        return self.started and self._left == 0 and self._built is None and not self.waiting
+
+    @property
+    def putting(self) -> bool:
+        """The prelude went and READY came: what is left goes as puts."""
+        return self.rndv and self.started and self._built is None and not self.waiting
+
+    def ready(self, keys: Sequence[int]) -> None:
+        """READY named the receiver's regions: one key per non-empty frame, in order."""
+        want = sum(1 for f in self._frames if f.nbytes)
+        if not self.waiting or len(keys) != want:
+            raise FramingError(f"READY with {len(keys)} keys for a message of {want} non-empty frames"
+                               if self.waiting else "READY for a message not waiting for one")
+        it = iter(keys)
+        self._keys = [next(it) if f.nbytes else 0 for f in self._frames]
+        self.waiting = False
+
+    def peek_put(self) -> tuple[int, int, memoryview]:
+        """The next put: (region key, offset in it, bytes), at most ``chunk`` bytes."""
+        frames, i, off = self._frames, self._index, self._offset
+        while frames[i].nbytes == off:  # (empty frames, and a frame just finished)
+            i, off = i + 1, 0
+        self._index, self._offset = i, off
+        take = min(self.chunk, frames[i].nbytes - off)
+        return self._keys[i], off, frames[i][off:off + take]
+
+    def pop_put(self, size: int) -> None:
+        self._offset += size
+        self._left -= size
 
     def next_size(self) -> int:
         """The size of the chunk :meth:`peek` would return (for the scheduler)."""
         if self._built is not None:
             return len(self._built)
+        if self.rndv:
+            return HEADER.size + len(self._prelude) if not self.started else min(self.chunk, self._left)
         fixed = HEADER.size + (0 if self.started else len(self._prelude))
         return fixed + min(self._left, self.chunk - fixed)
 
@@ -106,17 +160,23 @@ class Outgoing:
         return self._built
 
     def pop(self) -> None:
-        """The chunk :meth:`peek` returned was accepted: move on."""
+        """The chunk :meth:`peek` returned was accepted: move on (a rendezvous prelude: wait
+        for READY)."""
+        if self.rndv and self._built is not None:
+            self.waiting = True
         self._built = None
 
     def next_chunk(self) -> bytes:
         """:meth:`peek` and :meth:`pop` at once."""
         chunk = self.peek()
-        self._built = None
+        self.pop()
         return chunk
 
     def _cut(self) -> bytes:
         comm_id, flags = self._head
+        if self.rndv:  # the prelude alone: the bytes follow as puts once READY names the regions
+            self.started = True
+            return HEADER.pack(DATA, flags | FIRST | RNDV, 0, comm_id) + self._prelude
         parts: list[Any] = [b""]
         room = self.chunk - HEADER.size
         if not self.started:
@@ -167,6 +227,11 @@ class Incoming:
         self._buf: bytearray | None = None
         self._offset = 0
         self._view = view[end:]
+
+    def rndv_buffers(self) -> list[bytearray]:
+        """For a rendezvous message: a buffer per frame, which the puts fill."""
+        self._frames = [bytearray(n) for n in self._lengths]
+        return self._frames
 
     def first_payload(self) -> memoryview:
         """The frame bytes the first chunk carried (feed them with :meth:`feed`)."""

@@ -53,7 +53,7 @@ class Endpoint:
     or is None (OPENs are refused)."""
 
     __slots__ = ("t", "sync", "links", "accept", "pid", "address_text", "comms", "on_idle", "chunk",
-                 "limit", "__weakref__")
+                 "limit", "rndv", "regions", "__weakref__")
 
     def __init__(self, t: AioTransport, accept: Callable[[Link, int], BTLComm | None] | None = None,
                  chunk: int | None = None, limit: int | None = None) -> None:
@@ -67,8 +67,11 @@ class Endpoint:
         self.on_idle: Callable[[], None] | None = None
         self.chunk = fr.CHUNK if chunk is None else chunk
         self.limit = LIMIT if limit is None else limit
+        self.rndv: int | None = fr.RNDV_MIN
+        self.regions: dict[int, BTLComm] = {}  # exposed for a rendezvous message: key -> its comm
         t.on(fr.TAG, self._on_message)
         t.on_peer(self._on_peer)
+        self.sync.on_put(self._on_put)
 
     def check_process(self) -> None:
         if self.pid != os.getpid():
@@ -95,6 +98,20 @@ class Endpoint:
 
     def _on_message(self, peer: Peer, tag: int, data: bytes) -> None:
         self.link(peer).receive(data)
+
+    def expose(self, buffer: bytearray, comm: BTLComm) -> int:
+        key = self.sync.expose(buffer)
+        self.regions[key] = comm
+        return key
+
+    def unexpose(self, key: int) -> None:
+        if self.regions.pop(key, None) is not None and not self.sync.closed:
+            self.sync.unexpose(key)
+
+    def _on_put(self, peer: Peer, key: int, offset: int, length: int) -> None:
+        comm = self.regions.get(key)
+        if comm is not None:
+            comm.landed(length)
 
     def _on_peer(self, event: str, peer: Peer, exc: BaseException | None) -> None:
         link = self.links.get(peer)
@@ -178,7 +195,7 @@ class Link:
     def write(self, comm: BTLComm, frames: Sequence[Any]) -> asyncio.Future[None] | None:
         """Queue one Dask message of ``comm``; None if every chunk was accepted at once, else
         a future done when they are (or failed with the comm's end)."""
-        out = fr.Outgoing(frames, comm.comm_id, comm.opener, self.endpoint.chunk)
+        out = fr.Outgoing(frames, comm.comm_id, comm.opener, self.endpoint.chunk, self.endpoint.rndv)
         comm.outq.append(out)
         if len(comm.outq) == 1:
             self.ready.append(comm)
@@ -197,13 +214,18 @@ class Link:
             self.control.append(msg)
         self.endpoint.kick()
 
-    def _post(self, msg: bytes) -> bool:
-        """One btlcore send; False when refused for room (WouldBlock).  A failed peer fails
-        the link (its event follows; this just does not wait for it)."""
+    def _post(self, msg: Any, put: tuple[int, int] | None = None) -> bool:
+        """One btlcore send (or, with ``put`` = (key, offset), a put); False when refused for
+        room (WouldBlock).  A failed peer fails the link (its event follows; this just does
+        not wait for it)."""
         if self.error is not None:
             return True  # (dropped: the comms have failed already)
         try:
-            self._send(self.peer, fr.TAG, msg, functools.partial(self._done, len(msg)))
+            done = functools.partial(self._done, len(msg))
+            if put is None:
+                self._send(self.peer, fr.TAG, msg, done)
+            else:
+                self.endpoint.sync.put(self.peer, put[0], put[1], msg, done)
         except WouldBlock:
             self.blocked = True
             return False
@@ -235,13 +257,24 @@ class Link:
         while ready and not self.blocked and self.error is None:
             comm = ready[0]
             out = comm.outq[0]
+            if out.waiting:  # a rendezvous waiting for READY: out of turn until it comes
+                ready.popleft()
+                continue
             if self.in_flight >= limit and out.next_size() > SMALL and not self._small_first():
                 return  # wait for acknowledgements
             comm = ready[0]
             out = comm.outq[0]
-            if not self._post(out.peek()):
+            if out.putting:
+                key, offset, view = out.peek_put()
+                if not self._post(view, (key, offset)):
+                    return
+                out.pop_put(view.nbytes)
+            elif self._post(out.peek()):
+                out.pop()
+            else:
                 return
-            out.pop()
+            if out.waiting:
+                continue  # (the next turn takes it out of the ring)
             if out.done:
                 comm.outq.popleft()
                 comm.sent(out)
@@ -254,7 +287,7 @@ class Link:
         """Bring a comm whose next chunk is small to the front; False if there is none."""
         ready = self.ready
         for k, comm in enumerate(ready):
-            if comm.outq[0].next_size() <= SMALL:
+            if not comm.outq[0].waiting and comm.outq[0].next_size() <= SMALL:
                 ready.rotate(-k)
                 return True
         return False
@@ -272,6 +305,13 @@ class Link:
                     comm.take_chunk(data, flags)
             elif kind == fr.OPEN:
                 self._open(comm_id, data)
+            elif kind == fr.READY:
+                comm = self.comms.get(key)
+                if comm is not None and comm.outq and comm.outq[0].waiting:
+                    comm.outq[0].ready(fr.parse_keys(data))
+                    if comm not in self.ready:
+                        self.ready.append(comm)
+                    self.pump()
             elif kind == fr.CLOSE:
                 comm = self.comms.get(key)
                 if comm is not None:

@@ -342,8 +342,8 @@ def test_write_returns_when_accepted_and_in_flight_stays_bounded(monkeypatch: py
     peak = [0]
     real = mux_module.Link._post
 
-    def watch(self: Any, msg: bytes) -> bool:
-        ok = real(self, msg)
+    def watch(self: Any, msg: Any, put: Any = None) -> bool:
+        ok = real(self, msg, put)
         peak[0] = max(peak[0], self.in_flight)
         return ok
 
@@ -361,6 +361,35 @@ def test_write_returns_when_accepted_and_in_flight_stays_bounded(monkeypatch: py
         assert peak[0] <= (2 << 20) + (1 << 20) + 4096
         await a.close()
         await b.close()
+        listener.stop()
+
+    run(main())
+
+
+def test_large_messages_go_by_rendezvous_in_order_and_release_their_regions() -> None:
+    async def main() -> None:
+        a, b, listener = await comm_pair()
+        big = [np.full(3 << 20, i, dtype="u1") for i in range(3)]
+        for i in range(3):  # large and small messages interleaved on one comm keep their order
+            await a.write({"big": to_serialize(big[i]), "i": i})
+            await a.write({"small": i})
+        for i in range(3):
+            got = await b.read()
+            assert got["i"] == i and (got["big"] == i).all() and got["big"].flags.writeable
+            assert await b.read() == {"small": i}
+        puts = listener.endpoint.sync.stats()["num_puts_delivered"]
+        assert puts >= 9  # three messages of 3 MiB, 1 MiB a put
+        assert not listener.endpoint.regions  # every region unexposed once its message landed
+        # the receiver aborts while a rendezvous is landing: both ends closed, regions released
+        writer = asyncio.ensure_future(a.write({"big": to_serialize(np.ones(64 << 20, dtype="u1"))}))
+        await eventually(lambda: bool(listener.endpoint.regions), what="a rendezvous under way")
+        b.abort()
+        assert not listener.endpoint.regions
+        try:
+            await asyncio.wait_for(writer, 20)
+        except CommClosedError:
+            pass
+        await raises_closed(a.read())
         listener.stop()
 
     run(main())
