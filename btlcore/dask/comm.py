@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import dask.utils
 from distributed.comm import utils as _utils
 from distributed.comm.core import Comm, CommClosedError
+from distributed.protocol.utils import host_array
 
 from . import frames as fr
 
@@ -55,7 +56,7 @@ class BTLComm(Comm):
         self.writers: list[tuple[fr.Outgoing, asyncio.Future[None]]] = []
         self._inbox: deque[list[Any]] = deque()
         self._incoming: fr.Incoming | None = None
-        self._rndv: tuple[list[bytearray], list[int], int] | None = None  # buffers, keys, bytes due
+        self._rndv: tuple[list[Any], list[int], int] | None = None  # buffers, keys, bytes due
         self._held: list[list[Any]] = []  # messages complete while a rendezvous is landing
         self._reader: asyncio.Future[None] | None = None
         self._drained: asyncio.Future[None] | None = None
@@ -188,7 +189,7 @@ class BTLComm(Comm):
         """A large message's prelude: expose a buffer per frame, answer READY with their keys."""
         if self._rndv is not None:
             raise fr.FramingError("a rendezvous message began before the last one landed")
-        buffers = fr.Incoming(data).rndv_buffers()
+        buffers = fr.Incoming(data).rndv_buffers(host_array)  # (as the tcp comm reads into)
         endpoint = self._link.endpoint
         keys = [endpoint.expose(b, self) for b in buffers if len(b)]
         self._rndv = (buffers, keys, sum(map(len, buffers)))

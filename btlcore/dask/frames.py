@@ -30,7 +30,7 @@ and the message is complete when every byte has landed.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 #: the btlcore tag every message of this layer travels on ("DA" "5C")
@@ -228,9 +228,10 @@ class Incoming:
         self._offset = 0
         self._view = view[end:]
 
-    def rndv_buffers(self) -> list[bytearray]:
-        """For a rendezvous message: a buffer per frame, which the puts fill."""
-        self._frames = [bytearray(n) for n in self._lengths]
+    def rndv_buffers(self, alloc: Callable[[int], Any] = bytearray) -> list[Any]:
+        """For a rendezvous message: a writable buffer per frame (``alloc(n)``: one that is
+        not zero-filled saves touching every page twice), which the puts fill."""
+        self._frames = [alloc(n) if n else bytearray() for n in self._lengths]
         return self._frames
 
     def first_payload(self) -> memoryview:

@@ -99,7 +99,7 @@ class Endpoint:
     def _on_message(self, peer: Peer, tag: int, data: bytes) -> None:
         self.link(peer).receive(data)
 
-    def expose(self, buffer: bytearray, comm: BTLComm) -> int:
+    def expose(self, buffer: Any, comm: BTLComm) -> int:
         key = self.sync.expose(buffer)
         self.regions[key] = comm
         return key
