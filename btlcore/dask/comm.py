@@ -20,6 +20,7 @@ half sent or half taken).
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -63,6 +64,7 @@ class BTLComm(Comm):
         self._opened: asyncio.Future[None] | None = None
         self._accepted = False
         self._why = ""
+        self.finalizer: weakref.finalize[Any, Any] | None = None  # (set by the link)
 
     # -- Dask's interface ------------------------------------------------------------------
 
@@ -146,6 +148,11 @@ class BTLComm(Comm):
         self.ended("the comm was aborted", by_peer=False)
 
     # -- what the link calls ---------------------------------------------------------------
+
+    def detach(self) -> None:
+        """Ended through the link: nothing to do when garbage-collected."""
+        if self.finalizer is not None:
+            self.finalizer.detach()
 
     def sent(self, out: fr.Outgoing) -> None:
         """Every chunk of ``out`` was accepted: its writer returns."""

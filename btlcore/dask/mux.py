@@ -22,6 +22,7 @@ import asyncio
 import functools
 import logging
 import os
+import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -154,7 +155,8 @@ class Link:
     def __init__(self, endpoint: Endpoint, peer: Peer) -> None:
         self.endpoint = endpoint
         self.peer = peer
-        self.comms: dict[int, BTLComm] = {}  # key: id * 2 + (1 if the peer opened it)
+        # key: id * 2 + (1 if the peer opened it); weak: a comm dropped unclosed is closed (_dropped)
+        self.comms: weakref.WeakValueDictionary[int, BTLComm] = weakref.WeakValueDictionary()
         self.ready: deque[BTLComm] = deque()  # comms with chunks to send, in turn
         self.control: deque[bytes] = deque()  # OPEN/ACCEPT/CLOSE refused for room: first out
         self.in_flight = 0
@@ -169,16 +171,32 @@ class Link:
     def add(self, comm: BTLComm, comm_id: int | None = None) -> int:
         """Register ``comm``: one we open (``comm_id`` None: a new id, OPEN sent), or one the
         peer opened with ``comm_id`` (ACCEPT sent)."""
+        opener = comm_id is None
         if comm_id is None:
             comm_id = self.next_id
             self.next_id = (self.next_id + 1) & 0xFFFFFFFF or 1
-            self.comms[comm_id * 2] = comm
             self.post_control(fr.control(fr.OPEN, comm_id, True, bytes([fr.VERSION])))
         else:
-            self.comms[comm_id * 2 + 1] = comm
             self.post_control(fr.control(fr.ACCEPT, comm_id, False))
+        key = comm_id * 2 + (0 if opener else 1)
+        self.comms[key] = comm
+        comm.finalizer = weakref.finalize(comm, self._dropped, comm_id, opener, repr(comm))
         self.endpoint.comms += 1
         return comm_id
+
+    def _dropped(self, comm_id: int, opener: bool, name: str) -> None:
+        """A comm was garbage-collected without being closed (as the tcp comm's finalizer,
+        close it): its peer is told, from the loop's thread."""
+        try:
+            self.endpoint.t.loop.call_soon_threadsafe(self._forget, comm_id, opener, name)
+        except RuntimeError:  # (the loop is closed: nothing to tell anyone)
+            pass
+
+    def _forget(self, comm_id: int, opener: bool, name: str) -> None:
+        log.warning("Closing dangling comm in %s", name)
+        self.endpoint.comm_gone()
+        if self.error is None and not self.endpoint.t.closed:
+            self.post_control(fr.control(fr.CLOSE, comm_id, opener))
 
     def remove(self, comm: BTLComm, tell: bool) -> None:
         """``comm`` ends (closed or aborted here, or by the peer): forget it; ``tell``: send
@@ -186,6 +204,7 @@ class Link:
         key = comm.comm_id * 2 + (0 if comm.opener else 1)
         if self.comms.get(key) is comm:
             del self.comms[key]
+            comm.detach()
             self.endpoint.comm_gone()
             if tell and self.error is None:
                 self.post_control(fr.control(fr.CLOSE, comm.comm_id, comm.opener))
@@ -349,5 +368,6 @@ class Link:
         self.ready.clear()
         self.control.clear()
         for comm in comms:
+            comm.detach()
             self.endpoint.comm_gone()
             comm.ended(why, by_peer=True)

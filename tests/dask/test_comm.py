@@ -393,3 +393,19 @@ def test_large_messages_go_by_rendezvous_in_order_and_release_their_regions() ->
         listener.stop()
 
     run(main())
+
+
+def test_a_comm_dropped_without_close_is_closed_for_its_peer_as_tcp_does() -> None:
+    import gc
+
+    async def main() -> None:
+        a, b, listener = await comm_pair()
+        client_side = a._link.endpoint
+        assert client_side.comms == 1 and listener.endpoint.comms == 1
+        del a
+        gc.collect()
+        await raises_closed(b.read())  # the peer was told
+        assert client_side.comms == 0 and listener.endpoint.comms == 0
+        listener.stop()
+
+    run(main())
