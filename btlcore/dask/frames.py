@@ -72,6 +72,18 @@ def parse_header(data: Any) -> tuple[int, int, int]:
     return kind, flags, comm_id
 
 
+def single_chunk(frames: Sequence[Any], comm_id: int, opener: bool, chunk: int) -> bytes | None:
+    """A whole message as its one DATA chunk (FIRST and LAST), or None if it needs more than
+    ``chunk`` bytes: the common small message without the :class:`Outgoing` machinery."""
+    lengths = [f.nbytes if type(f) is memoryview else len(f) for f in frames]
+    size = HEADER.size + _COUNT.size + _LENGTH.size * len(frames) + sum(lengths)
+    if size > chunk or any(type(f) is memoryview and (f.format != "B" or f.ndim != 1) for f in frames):
+        return None
+    flags = FIRST | LAST | (OPENER if opener else 0)
+    return b"".join([HEADER.pack(DATA, flags, 0, comm_id), _COUNT.pack(len(frames)),
+                     *(_LENGTH.pack(n) for n in lengths), *frames])
+
+
 def ready_message(comm_id: int, opener: bool, keys: Sequence[int]) -> bytes:
     """READY: the receiver's regions for a rendezvous message, one key per non-empty frame."""
     return control(READY, comm_id, opener, b"".join(_KEY.pack(k) for k in keys))

@@ -214,6 +214,11 @@ class Link:
     def write(self, comm: BTLComm, frames: Sequence[Any]) -> asyncio.Future[None] | None:
         """Queue one Dask message of ``comm``; None if every chunk was accepted at once, else
         a future done when they are (or failed with the comm's end)."""
+        if not comm.outq and not self.ready and not self.control and not self.blocked:
+            whole = fr.single_chunk(frames, comm.comm_id, comm.opener, self.endpoint.chunk)
+            if whole is not None and self._post(whole):  # (the usual small message: out at once)
+                self.endpoint.kick()
+                return None
         out = fr.Outgoing(frames, comm.comm_id, comm.opener, self.endpoint.chunk, self.endpoint.rndv)
         comm.outq.append(out)
         if len(comm.outq) == 1:

@@ -77,3 +77,13 @@ def test_control_messages_carry_kind_id_and_opener() -> None:
     msg = fr.control(fr.REFUSE, 12345, opener=False, payload=b"why")
     assert fr.parse_header(msg) == (fr.REFUSE, 0, 12345) and msg.endswith(b"why")
     assert fr.parse_header(fr.control(fr.OPEN, 1, opener=True))[1] == fr.OPENER
+
+
+def test_a_small_message_in_one_chunk_is_what_outgoing_cuts() -> None:
+    parts = [b"head", memoryview(b"body bytes"), bytearray(b"x" * 100), b""]
+    whole = fr.single_chunk(parts, 9, False, chunk=1 << 20)
+    assert whole == fr.Outgoing(parts, 9, False).next_chunk()
+    assert fr.single_chunk(parts, 9, False, chunk=64) is None  # too big for one chunk
+    import array
+
+    assert fr.single_chunk([memoryview(array.array("i", [1]))], 9, False, 1 << 20) is None
