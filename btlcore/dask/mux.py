@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("btlcore.dask")
 
 #: bytes of chunks a link keeps accepted by btlcore and not yet acknowledged
-LIMIT = 8 << 20
+LIMIT = 4 << 20
 #: a message chunk this small may go past LIMIT (heartbeats, task messages)
 SMALL = 64 << 10
 
