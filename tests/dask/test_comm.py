@@ -10,7 +10,8 @@ import os
 from typing import Any
 
 import pytest
-from conftest import comm_pair, eventually, raises_closed, run
+
+from daskkit import comm_pair, eventually, raises_closed, run
 
 distributed = pytest.importorskip("distributed")
 np = pytest.importorskip("numpy")

@@ -13,7 +13,8 @@ import textwrap
 from typing import Any
 
 import pytest
-from conftest import comm_pair, raises_closed, run
+
+from daskkit import comm_pair, raises_closed, run
 
 pytest.importorskip("distributed")
 
