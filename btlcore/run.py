@@ -18,16 +18,25 @@ from typing import Any
 from . import checks
 from .config import Config
 from .errors import ConfigError, TransportClosed
+from .faults import Faults
+from .interpose import interpose
 from .registry import open_device
 from .transport import Transport
 
 
 def open(backend: str | None = None, *, config: Config | None = None, seed: int | None = None,
-         plugins: Sequence[Any] = (), **options: Any) -> Transport:
+         plugins: Sequence[Any] = (), faults: Faults | None = None,
+         trace: str | os.PathLike[str] | None = None, **options: Any) -> Transport:
     """Open a transport on ``backend`` (``"sim"``, ``"udp"``, ``"verbs"`` or a third
     party's; default ``$BTL_BACKEND`` or ``"sim"``).  ``options`` go to the backend;
-    ``config`` defaults to :meth:`Config.build` (defaults plus ``BTL_*`` variables)."""
+    ``config`` defaults to :meth:`Config.build` (defaults plus ``BTL_*`` variables);
+    ``faults`` (a :class:`btlcore.faults.Faults`) hurts this endpoint's datagrams on purpose
+    (:mod:`btlcore.interpose`; without it the device is not wrapped at all); ``trace``: a file
+    to write the transport's event trace to (:mod:`btlcore.trace`; default ``$BTL_TRACE``,
+    else none)."""
     checks.open_arguments(backend, config, seed, plugins)
+    if faults is not None and not isinstance(faults, Faults):
+        raise TypeError(f"faults must be a btlcore.faults.Faults or None, not {type(faults).__name__}")
     name = backend or os.environ.get("BTL_BACKEND", "sim")
     if seed is None and os.environ.get("BTL_SEED"):
         try:
@@ -37,8 +46,10 @@ def open(backend: str | None = None, *, config: Config | None = None, seed: int 
     if seed is not None and "seed" not in options:
         options["seed"] = seed
     device = open_device(name, options)
+    if faults is not None:
+        device = interpose(device, faults)
     try:
-        return Transport(device, config or Config.build(), seed=seed, plugins=plugins)
+        return Transport(device, config or Config.build(), seed=seed, plugins=plugins, trace=trace)
     except BaseException:
         device.close()
         raise

@@ -21,8 +21,7 @@ Threads: a transport belongs to one thread, the first that drives it (any call b
 threads, before touching any state.  :meth:`Transport.wake` is the one call any thread may
 make: it returns a ``progress(timeout)`` blocked in the owner thread.
 
-Logging: connection events go to the ``btlcore.transport`` logger (nothing per packet above
-DEBUG); see docs/api.md.
+Logging: connection events go to the ``btlcore.transport`` logger, nothing per packet above DEBUG.
 """
 
 from __future__ import annotations
@@ -50,7 +49,7 @@ from .protocol.events import PeerRestarted as PeerRestartedEvent
 from .protocol.peers import Callback, Peer, PeerState
 from .protocol.stats import stats_json, stats_line
 from .registry import tool_plugin_manager
-from .taps import filtered_post, frame_hooks
+from .taps import TracePath, filtered_post, frame_hooks, open_trace
 
 Handler = Callable[[Peer, int, bytes], Any]
 PeerHandler = Callable[[str, Peer, BaseException | None], Any]
@@ -63,6 +62,8 @@ log = logging.getLogger("btlcore.transport")
 
 #: how soon to post again after the device refused a datagram (its send queue was full)
 BACKLOG_RETRY = 50e-6
+TIMER_SLACK = 100e-6  # passes this close to a refresh go on Engine.cached_deadline (timers run this late at most)
+PATH_ERROR_INTERVAL = 1e-3  # ICMP unreachables are asked for this often (they only hasten a silent peer's failure)
 _INF = float("inf")
 
 
@@ -91,7 +92,7 @@ class Transport:
     :meth:`wake` is the one call any thread may make."""
 
     def __init__(self, device: DeviceOps, config: Config | None = None, *, seed: int | None = None,
-                 plugins: Sequence[Any] = ()) -> None:
+                 plugins: Sequence[Any] = (), trace: TracePath | None = None) -> None:
         if config is not None and not isinstance(config, Config):
             raise TypeError(f"config must be a btlcore.Config or None, not {type(config).__name__}")
         self.config = config or Config.build()
@@ -107,15 +108,16 @@ class Transport:
         use_crc = self.config.crc == "on" or (self.config.crc == "auto" and not caps.integrity)
         self.address: bytes = bytes(device.local_address())
         self.seed, rng, incarnation = this_life(caps, self.address, seed)
-        self.engine = Engine(
-            self.config, address=self.address, resolve=device.resolve,
-            data_mtu=data_info.mtu, priority_mtu=prio_info.mtu, crc=use_crc,
-            rng=rng, now=self.now(), incarnation=incarnation, reply_dest=device.reply_dest)
-        # the device's hooks the engine's guard uses besides reply_dest (protocol/guard.py):
-        # a peer's exact sources, and ICMP unreachables (``_receive`` passes them on)
+        self.engine = Engine(  # (tracer: None unless asked; it observes the congestion control, btlcore/trace.py)
+            self.config, address=self.address, resolve=device.resolve, data_mtu=data_info.mtu,
+            priority_mtu=prio_info.mtu, crc=use_crc, rng=rng, now=self.now(), incarnation=incarnation,
+            reply_dest=device.reply_dest, wrap_cc=tracer.wrap_cc if (tracer := open_trace(trace)) else None)
+        # the device's hooks the guard uses besides reply_dest: a peer's sources, ICMP unreachables
         if caps.reports_source:
             self.engine.guard.peer_sources = device.peer_sources
         self._path_errors = device.path_errors
+        self._path_check_at = 0.0  # the next pass at or after this time asks for them
+        self._timers_at = -_INF  # when a pass last refreshed the engine's timers
         if device.post_send_many is not None and caps.gather_sends:
             # the device sends a datagram given as [header, payload]: bulk payloads stay
             # views of the user's message (no copy); _flush_sends joins them for anyone who
@@ -147,7 +149,7 @@ class Transport:
         self._peers = self.engine.peers_by_addr  # (the engine keeps this one dict)
         self._closed = False
         self._last_stats = self.now()
-        self._pm = tool_plugin_manager(list(plugins))
+        self._pm = tool_plugin_manager([*plugins, *([tracer] if tracer else [])])
         self._frame_sent, self._frame_received, frame_filter = frame_hooks(self._pm)
         if self._frame_sent is not None:
             self._many = None
@@ -439,8 +441,10 @@ class Transport:
             now = self.now()
         if receive:
             self._receive(now)
-        if timer is None:
-            timer = engine.next_deadline()
+        if timer is None and now < self._timers_at + TIMER_SLACK:  # refreshed lately: the cached one will do
+            timer = engine.cached_deadline()
+        elif timer is None:
+            self._timers_at, timer = now, engine.next_deadline()
         if timer is not None and timer <= now:
             engine.handle_timer(now)
         if self._stats_interval and self._last_stats + self._stats_interval <= now:
@@ -459,8 +463,7 @@ class Transport:
         return n
 
     def _receive(self, now: float) -> None:
-        """Reap send completions, then take received datagrams (and, where the device
-        reports them, their sources) into the engine."""
+        """Reap send completions, take received datagrams (and their sources) into the engine."""
         if self._poll_completions is not None:
             self._poll_completions()
         sources: Sequence[Any] | None = None
@@ -468,7 +471,8 @@ class Transport:
             datagrams, sources = self._poll_from(self._recv_budget)
         else:
             datagrams = self._poll(self._recv_budget)
-        if self._path_errors is not None:
+        if self._path_errors is not None and now >= self._path_check_at:
+            self._path_check_at = now + PATH_ERROR_INTERVAL
             for dest in self._path_errors():  # (rare: the list is empty nearly always)
                 self.engine.path_error(dest, now)
         if not datagrams:

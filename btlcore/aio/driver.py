@@ -19,12 +19,11 @@ monotonic clocks for udp and verbs; a loop on the fabric's clock for the simulat
 readiness comes only from ``device.fds()``.  A device with no descriptor on a loop whose clock
 is not its own (the simulator under a real-time loop) is driven by :class:`Pump` instead.
 
-A loop on a device's own clock (a virtual-time loop for the simulator) says so with two
-attributes: ``loop.btl_clock`` (the device's ``now``: then deadlines go to ``loop.call_at``
-and no pump runs) and ``loop.btl_register_driver(driver)`` / ``btl_unregister_driver``: the
-loop keeps the drivers and calls ``driver.kick()`` for those whose device got input as it
-moved its clock.  Without the registration a descriptor-less device is polled every
-``POLL_INTERVAL`` of its clock.
+A loop on a device's own clock (``btlcore_sim.vloop``, on the simulator's) says so with
+``loop.btl_clock`` (the device's ``now``: deadlines then go to ``loop.call_at``, and no pump
+runs) and ``loop.btl_watch(device, run)`` / ``btl_unwatch(device)``: it runs the pass when
+frames land for that device as it moves its clock.  Without ``btl_watch`` a descriptor-less
+device is polled every ``POLL_INTERVAL`` of its clock.
 """
 
 from __future__ import annotations
@@ -71,7 +70,7 @@ class Driver:
     user's plain handler)."""
 
     __slots__ = ("transport", "loop", "now", "_after", "_on_error", "_fds", "_timer", "_timer_at",
-                 "_soon", "_stopped", "_passing", "_told", "_arming")
+                 "_soon", "_stopped", "_passing", "_watched", "_arming")
 
     def __init__(self, transport: Transport, loop: asyncio.AbstractEventLoop,
                  after_pass: Callable[[], bool], on_error: Callable[[BaseException], None]) -> None:
@@ -86,13 +85,12 @@ class Driver:
         self._stopped = False
         self._passing = False
         self._arming = False  # an _arm_now is scheduled
-        # a loop that brings input itself (one on the simulator's clock, which lands frames
-        # as it advances) registers us, and kicks us when input landed: no polling then
-        register = getattr(loop, "btl_register_driver", None)
-        self._told = register is not None
-        if register is not None:
-            register(self)
         self._fds = list(transport.device.fds())
+        # a loop on the device's own virtual clock (btlcore_sim.vloop) says when frames land
+        watch = None if self._fds else getattr(loop, "btl_watch", None)
+        self._watched = watch is not None
+        if watch is not None:
+            watch(transport.device, self._run)
         hint = transport.device.readable
         for fd in self._fds:
             if hint is None:
@@ -159,10 +157,10 @@ class Driver:
         if self._stopped:
             return
         self._stopped = True
-        if self._told:
-            self.loop.btl_unregister_driver(self)  # type: ignore[attr-defined]
         for fd in self._fds:
             self.loop.remove_reader(fd)
+        if self._watched:
+            self.loop.btl_unwatch(self.transport.device)  # type: ignore[attr-defined]
         if self._timer is not None:
             self._timer.cancel()
         if self._soon is not None:
@@ -228,8 +226,9 @@ class Driver:
         if deadline is None:
             return  # (a timer already armed stays: it fires early, harmlessly)
         now = self.now()
-        if deadline <= now or not (self._fds or self._told):
-            if not (self._fds or self._told) and deadline > now:  # no input to wake us: poll
+        woken = self._fds or self._watched  # input wakes a pass
+        if deadline <= now or not woken:
+            if not woken and deadline > now:  # no input to wake us: poll until then
                 deadline = min(deadline, now + POLL_INTERVAL)
                 self._set_timer(deadline, now)
                 return

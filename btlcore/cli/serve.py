@@ -20,7 +20,7 @@ from ..run import open as open_transport
 from ..transport import Transport
 from ..verify import TAG_DATA, TAG_FILE, TAG_FIN, TAG_REPORT, Verifier, decode_json, encode_json
 from . import backend_options
-from .args import add_common, build_config, tool_plugins
+from .args import TRACE_HELP, add_common, build_config, tool_plugins, trace_file
 
 
 def add_parser(sub: Any) -> None:
@@ -30,7 +30,7 @@ def add_parser(sub: Any) -> None:
     sp.add_argument("--option", action="append", metavar="NAME=VALUE", help="a backend option; repeatable")
     sp.add_argument("--count", type=int, default=0, help="stop after this many messages")
     sp.add_argument("--out", metavar="DIR", help="write received files into DIR")
-    sp.add_argument("--trace", metavar="FILE", help="pcap of every datagram sent and received")
+    sp.add_argument("--trace", metavar="FILE", help=TRACE_HELP)
     backend_options.add_groups(sp, "serve")
     sp.set_defaults(func=run)
 
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = build_config(args)
     backend_options.check_foreign(args)
     options = backend_options.device_options(args.backend, "serve", args)
-    t = open_transport(args.backend, config=cfg, plugins=tool_plugins(args), **options)
+    t = open_transport(args.backend, config=cfg, plugins=tool_plugins(args), trace=trace_file(args), **options)
     verifier = Verifier(ordered=cfg.ordered)
     server = _Server(args, t, verifier)
     signal.signal(signal.SIGTERM, lambda *_: setattr(server, "stop", True))

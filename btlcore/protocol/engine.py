@@ -28,7 +28,7 @@ it calls::
 
 Hot entry points with nothing to add are the parts' own bound methods, set on the engine at
 construction (no delegating call): ``receive_datagrams`` (the receiver's),
-``next_deadline`` and ``handle_timer`` (recovery's), ``enable_gather`` (the packetizer's).
+``next_deadline``, ``cached_deadline`` and ``handle_timer`` (recovery's), ``enable_gather`` (the packetizer's).
 The engine's public attributes (``config``, ``address``, ``incarnation``, ``data_mtu``,
 ``peers_by_addr``, ``peers_by_conn``, ``counters``, ``events``, ``regions``, ...) are the
 state's own objects, never rebound (``take_events`` empties the one events list); ``closed``
@@ -45,6 +45,7 @@ from typing import Any, Protocol
 
 from ..config import Config
 from ..errors import MessageTooLarge, PeerUnreachable, TransportClosed, WouldBlock
+from .congestion import CongestionControl
 from .events import Event, legacy
 from .guard import Guard
 from .handshake import Handshake
@@ -87,7 +88,7 @@ class Engine:
         "state", "packetizer", "recovery", "handshake", "receiver", "versions", "lifecycle", "guard",
         "config", "address", "incarnation", "data_mtu", "priority_mtu", "crc", "peers_by_addr",
         "peers_by_conn", "counters", "events", "regions",
-        "receive_datagrams", "next_deadline", "handle_timer", "enable_gather",
+        "receive_datagrams", "next_deadline", "cached_deadline", "handle_timer", "enable_gather",
         "_single_cap", "_resending", "_sending", "_acking", "_hello", "_timed", "_touched",
         "_deadlines", "_actions", "_resend_pass", "_send_pass", "_ack_pass", "_hello_pass",
         "_dispatch", "_new_peer", "_reset_peer", "_start_hello", "_fail_messages",
@@ -97,17 +98,20 @@ class Engine:
     # the parts' own bound methods (see the module docstring)
     receive_datagrams: _ReceiveDatagrams
     next_deadline: _NextDeadline
+    cached_deadline: Callable[[], float | None]
     handle_timer: Callable[[float], None]
     enable_gather: Callable[[], None]
 
     def __init__(self, config: Config, *, address: bytes, resolve: Callable[[bytes], Any],
                  data_mtu: int, priority_mtu: int, crc: bool, rng: random.Random, now: float,
-                 incarnation: int | None = None, reply_dest: Callable[[Any], Any] | None = None) -> None:
+                 incarnation: int | None = None, reply_dest: Callable[[Any], Any] | None = None,
+                 wrap_cc: Callable[[CongestionControl], CongestionControl] | None = None) -> None:
         # reply_dest: a datagram's observed source -> a dest (the device's reply_dest hook),
-        # so that handshake and VERSION replies go to where a datagram came from
+        # so that handshake and VERSION replies go to where a datagram came from; wrap_cc:
+        # the congestion controller -> an observed one (btlcore.trace; None: not traced)
         state = self.state = EngineState(
             config, address=address, resolve=resolve, data_mtu=data_mtu, priority_mtu=priority_mtu,
-            crc=crc, rng=rng, now=now, incarnation=incarnation, reply_dest=reply_dest)
+            crc=crc, rng=rng, now=now, incarnation=incarnation, reply_dest=reply_dest, wrap_cc=wrap_cc)
         packetizer = self.packetizer = Packetizer(state)
         recovery = self.recovery = Recovery(state, packetizer)
         handshake = self.handshake = Handshake(state, packetizer, recovery)
@@ -124,6 +128,7 @@ class Engine:
         self.counters, self.events, self.regions = state.counters, state.events, state.regions
         self.receive_datagrams = receiver.receive_datagrams
         self.next_deadline = recovery.next_deadline
+        self.cached_deadline = recovery.cached_deadline
         self.handle_timer = recovery.handle_timer
         self.enable_gather = packetizer.enable_gather
         self._single_cap = state.single_cap

@@ -25,7 +25,7 @@ log = logging.getLogger("btlcore.protocol")
 
 if TYPE_CHECKING:
     from .events import Event
-    from .recovery import RetransmitTimer
+    from .rtt import RetransmitTimer
 
 #: a datagram as handed to the device: one buffer, or [header, payload] (a gathered send)
 Frame = bytes | bytearray | list[Any]

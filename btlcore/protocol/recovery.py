@@ -1,7 +1,6 @@
 """Loss recovery: what the sender learns from acknowledgements.
 
-* RTT estimation and the retransmit timeout (:class:`RetransmitTimer`, RFC 6298 or usnic's
-  fixed timeout, with backoff);
+* RTT samples fed to each peer's :class:`~.rtt.RetransmitTimer` (its own module);
 * ACK processing (:meth:`Recovery.on_ack`, :meth:`Recovery.on_cum_ack`): completions, RTT
   samples, SACK ranges;
 * loss detection, RACK-style (:meth:`Recovery.detect_losses`: fast retransmit) and the
@@ -26,6 +25,7 @@ from ..errors import PeerUnreachable, PutError
 from .events import PeerFailed, PeerWritable, SendCompleted, _new
 from .packetizer import Packetizer
 from .peers import OutMessage, Peer, PeerEvent, PeerState, Segment
+from .rtt import GRANULARITY, RetransmitTimer  # noqa: F401  (re-exported: their old home)
 from .state import EngineState
 from .window import SEQ_HALF as _HALF
 from .window import SEQ_WRAP as _WRAP
@@ -55,78 +55,6 @@ TIMEOUT_PROBES = 2  # segments a retransmit timeout resends
 REO_PERSIST = 16  # loss episodes a widened reordering allowance lasts (RFC 8985's reo_wnd_persist)
 PERSISTENT_TIMEOUTS = 3  # timeouts in a row that mean persistent congestion: slow start again
 KEEPALIVE_FRACTION = 3  # a keepalive PING after peer_timeout / this of silence (lifecycle.py)
-
-
-#: clock granularity term of RFC 6298 (G); our clocks are far finer, so it is small
-GRANULARITY = 1e-6
-
-
-class RetransmitTimer:
-    """Computes the retransmit timeout of one peer.
-
-    Adaptive: ``srtt + max(G, 4 * rttvar) + max_ack_delay`` clamped to ``[rto_min, rto_max]``
-    (the samples have the peer's ACK delay taken out, so, as QUIC's PTO, the timeout adds the
-    longest the peer may hold an ACK back), doubled per
-    consecutive timeout (exponential backoff) and reset by fresh progress.  Fixed: always
-    ``retrans_timeout``, as usnic did; no backoff, so that a fixed-timeout run behaves like
-    usnic's hotel."""
-
-    __slots__ = ("adaptive", "rto_min", "rto_max", "fixed", "max_ack_delay", "srtt", "rttvar",
-                 "min_rtt", "backoff", "_base")
-
-    def __init__(self, adaptive: bool, initial: float, rto_min: float, rto_max: float,
-                 fixed: float, max_ack_delay: float = 0.0) -> None:
-        self.adaptive = adaptive
-        self.max_ack_delay = max_ack_delay
-        self.rto_min = rto_min
-        self.rto_max = rto_max
-        self.fixed = fixed
-        self.srtt: float | None = None
-        self.rttvar = 0.0
-        self.min_rtt: float | None = None
-        self.backoff = 1
-        self._base = min(max(initial, rto_min), rto_max) if adaptive else fixed
-
-    def sample(self, rtt: float) -> None:
-        """Feed one RTT sample (from a segment sent once: Karn's rule)."""
-        if rtt < 0:
-            return
-        if self.min_rtt is None or rtt < self.min_rtt:
-            self.min_rtt = rtt
-        if self.srtt is None:
-            self.srtt = rtt
-            self.rttvar = rtt / 2
-        else:
-            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
-            self.srtt = 0.875 * self.srtt + 0.125 * rtt
-        if self.adaptive:  # (max and min spelled out: this runs per sample)
-            var = 4 * self.rttvar
-            rto = self.srtt + (var if var > GRANULARITY else GRANULARITY) + self.max_ack_delay
-            if self.rto_min > rto:
-                rto = self.rto_min
-            self._base = self.rto_max if self.rto_max < rto else rto
-
-    def set_max_ack_delay(self, delay: float) -> None:
-        """The peer told us how long it may hold an ACK back (its HELLO)."""
-        self.max_ack_delay = delay
-        if self.adaptive and self.srtt is not None:
-            rto = self.srtt + max(GRANULARITY, 4 * self.rttvar) + delay
-            self._base = min(max(rto, self.rto_min), self.rto_max)
-
-    def progress(self) -> None:
-        """The peer acknowledged something new: end the backoff."""
-        self.backoff = 1
-
-    def expired(self) -> None:
-        """A timeout fired: back off (adaptive mode only)."""
-        if self.adaptive and self._base * self.backoff < self.rto_max:
-            self.backoff *= 2
-
-    @property
-    def rto(self) -> float:
-        if not self.adaptive:
-            return self.fixed
-        return min(self._base * self.backoff, self.rto_max)
 
 
 def _unwired(peer: Peer, now: float) -> None:
@@ -267,7 +195,7 @@ class Recovery:
         timer, end the backoff, reopen the window."""
         peer.last_progress = now
         peer.rto_base = now
-        peer.timer.backoff = 1
+        peer.timer.progress()
         peer.timeouts = 0
         if peer.probe_seq is not None and peer.snd_una >= peer.probe_seq:
             # A timeout's probes are acknowledged.  Had the originals arrived, the receiver
@@ -455,69 +383,84 @@ class Recovery:
         sent_at = front.sent_at
         return (sent_at if sent_at > peer.rto_base else peer.rto_base) + peer.timer.rto
 
-    def _loss_candidate(self, peer: Peer) -> Segment | None:
-        """The first segment :meth:`detect_losses` could declare lost without a new ACK once
-        enough time has passed (it meets the serial rule, not yet the time rule)."""
+    def _timed_segments(self, peer: Peer) -> tuple[Segment | None, Segment | None]:
+        """``(front, candidate)``, found in one walk from the oldest: the oldest segment not
+        queued for a resend (its retransmit timer runs), and the first segment
+        :meth:`detect_losses` could declare lost without a new ACK once enough time has
+        passed (it meets the serial rule, not yet the time rule).  ``unacked`` is in
+        transmission order, so the walk stops at the first segment sent after the newest
+        ACKed serial allows."""
         thr = self.config.fast_retransmit_threshold
         acked = peer.acked_serial
-        limits = (acked[0] - thr, acked[1] - thr)
-        top = limits[0] if limits[0] > limits[1] else limits[1]
-        if top < 0:
-            return None
+        lim0 = acked[0] - thr
+        lim1 = acked[1] - thr
+        top = lim0 if lim0 > lim1 else lim1
         seq_limit = peer.loss_seq_limit
+        front = None
         for seg in peer.unacked.values():
-            if seg.tx_serial > top:
-                return None
-            if not seg.lost and seg.tx_serial <= limits[seg.channel] and (seq_limit is None or seg.seq <= seq_limit):
-                return seg
-        return None
+            if seg.lost:
+                continue
+            if front is None:
+                front = seg
+            serial = seg.tx_serial
+            if serial > top:
+                return front, None
+            if serial <= (lim1 if seg.channel else lim0) and (seq_limit is None or seg.seq <= seq_limit):
+                return front, seg
+        return front, None
 
     def _timer_times(self, peer: Peer) -> tuple[float | None, float | None]:
         """``(deadline, act_at)`` of ``peer``: when the driver must call us again for it
         (the earliest of its retransmit timer, the loss check of its oldest segment, its death
         clock, a due ACK, its handshake), and when :meth:`handle_timer` would act on it (the
         same, or earlier when a later segment than the oldest may be declared lost)."""
-        cfg = self.config
-        t = act = None
         state = peer.state
         if state is _CLOSING:  # the CLOSE's resend and give-up (lifecycle.close_timer)
-            t = peer.close_until
-            if peer.close_next is not None and peer.close_next < t:
-                t = peer.close_next
-            return t, t
-        unacked = peer.unacked
-        if unacked:
+            until = peer.close_until
+            if peer.close_next is not None and peer.close_next < until:
+                until = peer.close_next
+            return until, until
+        t: float | None = None
+        act: float | None = None
+        if peer.unacked:
             # the loss check: the candidate's send time plus the reordering time, the very
             # expression detect_losses compares (no float rounding between the two)
-            candidate = self._loss_candidate(peer)
-            loss_at = None if candidate is None else candidate.sent_at + self._reorder_time(peer)
-            front = self._rto_front(peer)
+            front, candidate = self._timed_segments(peer)
+            if candidate is not None:
+                act = candidate.sent_at + self._reorder_time(peer)
             if front is not None:
                 t = self._rto_at(peer, front)
-                if candidate is front and loss_at is not None and loss_at < t:
-                    t = loss_at  # the oldest segment's loss check comes first
-            act = loss_at
+                if candidate is front and act is not None and act < t:
+                    t = act  # the oldest segment's loss check comes first
         if state is _ESTABLISHED:
             live = self._live_at(peer)
             if t is None or live < t:
                 t = live
         if peer.ack_now or peer.hello_reply:
             t = self._state.now
-        elif peer.ack_deadline is not None and (t is None or peer.ack_deadline < t):
-            t = peer.ack_deadline
-        if peer.hello_next is not None:
-            if t is None or peer.hello_next < t:
-                t = peer.hello_next
-            if peer.hello_started is not None:
-                give_up = peer.hello_started + cfg.handshake_timeout
-                if give_up < t:
-                    t = give_up
-        if peer.hello_started is not None and peer.state is _CONNECTING:
-            give_up = peer.hello_started + cfg.handshake_timeout
-            if act is None or give_up < act:
-                act = give_up
+        else:
+            ack_at = peer.ack_deadline
+            if ack_at is not None and (t is None or ack_at < t):
+                t = ack_at
+        if peer.hello_next is not None or peer.hello_started is not None:
+            t, act = self._handshake_times(peer, t, act)
         if t is not None and (act is None or t < act):
             act = t
+        return t, act
+
+    def _handshake_times(self, peer: Peer, t: float | None,
+                         act: float | None) -> tuple[float | None, float | None]:
+        """:meth:`_timer_times`'s ``(t, act)`` with a handshake's times folded in: the next
+        HELLO and the give-up."""
+        hello_next = peer.hello_next
+        give_up = None if peer.hello_started is None else peer.hello_started + self.config.handshake_timeout
+        if hello_next is not None:
+            if t is None or hello_next < t:
+                t = hello_next
+            if give_up is not None and give_up < t:
+                t = give_up
+        if give_up is not None and peer.state is _CONNECTING and (act is None or give_up < act):
+            act = give_up
         return t, act
 
     def _live_at(self, peer: Peer) -> float:
@@ -580,14 +523,19 @@ class Recovery:
         if not touched:
             return
         deadlines, actions = self._deadlines, self._actions
+        set_deadline = deadlines.set
         for peer in touched:
             if peer.timed:
                 t, act = self._timer_times(peer)
                 if t is None and forget_idle:
                     peer.timed = False
-                deadlines.set(peer, t)
-                # (only the rare peer that handle_timer acts on before its deadline)
-                actions.set(peer, act if act is not None and (t is None or act < t) else None)
+                set_deadline(peer, t)
+                # only the rare peer that handle_timer acts on before its deadline is in
+                # ``actions`` (the look first spares the call for every other one)
+                if act is not None and (t is None or act < t):
+                    actions.set(peer, act)
+                elif peer in actions.live:
+                    actions.discard(peer)
         touched.clear()
 
     def next_deadline(self, pending_work: bool = True) -> float | None:
@@ -598,6 +546,14 @@ class Recovery:
         if pending_work and (self._resending or self._sending or self._control):
             return self._state.now
         self._refresh_timers(True)
+        return self._deadlines.first()
+
+    def cached_deadline(self) -> float | None:
+        """The earliest deadline as of the last refresh (:meth:`next_deadline` or
+        :meth:`handle_timer`), recomputing nothing.  Datagrams taken in since never make a
+        timer due at once (``on_ack`` declares lost what already is; the death clock and the
+        RTO base move later), so a busy driver may look here between refreshes; a deadline
+        that input brought forward waits for the next refresh (Transport's TIMER_SLACK)."""
         return self._deadlines.first()
 
     def handle_timer(self, now: float) -> None:

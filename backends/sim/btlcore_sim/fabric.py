@@ -18,16 +18,19 @@ from __future__ import annotations
 
 import os
 import random
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from btlcore.errors import ConfigError
+from btlcore.faults import Faults, Rule, make_rule
 from btlcore.protocol import wire
 
 from .links import DROP_CAUSES, Link, LinkModel
 from .nic import MAX_NODES, SimNIC, check_options, parse_address
 from .pcap import PcapWriter
-from .rules import DropRule, Partition, normalise_fields
+from .queues import Bottleneck
+from .rules import Partition, normalise_fields
 from .scheduler import Scheduler
 
 NodeRef = Any
@@ -38,7 +41,7 @@ class Fabric(Scheduler):
     """Any number of simulated NICs on one virtual clock.  See the module docstring."""
 
     __slots__ = ("seed", "_opened", "nics", "names", "_default", "_models", "_links", "_partitions",
-                 "_rules", "_nth", "integrity")
+                 "faults", "_keys", "integrity", "_shared", "bottlenecks")
     seed: int
     integrity: bool
     """The fabric never corrupts a frame (see ``__init__``); its NICs report it."""
@@ -49,8 +52,13 @@ class Fabric(Scheduler):
     _models: dict[tuple[int, int], LinkModel]
     _links: dict[tuple[int, int], Link]
     _partitions: list[Partition]
-    _rules: list[DropRule]
-    _nth: dict[tuple[int, int], frozenset[int]]
+    faults: Faults
+    """The scripted faults of every link (:mod:`btlcore.faults`; ``src``, ``dst`` and
+    ``peer`` name NICs as ``node`` does).  Each link draws from its own random stream."""
+    _keys: dict[tuple[Any, ...], frozenset[bytes]]
+    _shared: dict[tuple[int, int], Bottleneck]
+    bottlenecks: list[Bottleneck]
+    """The shared bottlenecks, in the order they were made."""
 
     def __init__(self, seed: int = 0, default: LinkModel | None = None,
                  pcap: str | os.PathLike[str] | None = None, coalesce: float = 0.0,
@@ -83,8 +91,11 @@ class Fabric(Scheduler):
         self._models = {}
         self._links = {}
         self._partitions = []
-        self._rules = []
-        self._nth = {}
+        self.faults = Faults(seed)
+        self.faults.listeners.append(self._faults_changed)
+        self._keys = {}
+        self._shared = {}
+        self.bottlenecks = []
         if pcap is not None:
             self.open_pcap(pcap)
 
@@ -94,6 +105,7 @@ class Fabric(Scheduler):
         """Make a NIC from (already validated) device options; the backend's open hook."""
         if options.get("address") is not None:
             return self._reopen_nic(options)
+        self._keys.clear()
         node_id = len(self.nics) + 1
         if node_id > MAX_NODES:
             raise ConfigError(f"a sim fabric holds at most {MAX_NODES} NICs")
@@ -210,9 +222,17 @@ class Fabric(Scheduler):
         """Re-read everything the fabric imposes on ``link`` (model, partitions, scripts)."""
         key = (link.src.node_id, link.dst.node_id)
         link.partitions = tuple(sorted((p.start, p.end) for p in self._partitions if p.cuts(*key)))
-        link.nth = self._nth.get(key, frozenset())
-        link.rules = tuple(r for r in self._rules if r.applies(*key))
-        link.apply(self._models.get(key, self._default))
+        src, dst = link.src.address, link.dst.address
+        link.rules = tuple(r for r in self.faults.rules if r.on_path(src, dst, self.keys_of))
+        link.shared = self._shared.get(key)
+        link.apply(self._models.get(key, self._default), self.round_trip(*key))
+
+    def round_trip(self, src: int, dst: int) -> float:
+        """The fixed delay of ``src -> dst`` plus that of the way back: the round trip a
+        ``queue_bdp`` queue is sized with."""
+        there = self._models.get((src, dst), self._default)
+        back = self._models.get((dst, src), self._default)
+        return float(there.delay) + float(back.delay)
 
     def _rebuild_all(self) -> None:
         for link in self._links.values():
@@ -236,6 +256,7 @@ class Fabric(Scheduler):
             raise TypeError(f"expected a LinkModel, got {type(model).__name__}")
         self._default = self._allowed(model)
         self._rebuild_all()
+        self._size_bottlenecks()
 
     def set_link(self, src: NodeRef, dst: NodeRef, model: LinkModel | None, *,
                  both_ways: bool = False) -> None:
@@ -251,12 +272,49 @@ class Fabric(Scheduler):
                 self._models.pop(key, None)
             else:
                 self._models[key] = model
+        for key in ((a, b), (b, a)):  # the way back too: its round trip (a BDP queue) changed
             if key in self._links:
                 self._rebuild(self._links[key])
+        self._size_bottlenecks()
 
     def link_model(self, src: NodeRef, dst: NodeRef) -> LinkModel:
         key = (self.node(src).node_id, self.node(dst).node_id)
         return self._models.get(key, self._default)
+
+    # -- shared bottlenecks -----------------------------------------------------------------
+
+    def bottleneck(self, directions: Iterable[tuple[NodeRef, NodeRef]], rate_mbps: float, *,
+                   queue_limit: int = 0, queue_bdp: float = 0.0, aqm: str = "droptail",
+                   name: str | None = None) -> Bottleneck:
+        """One queue and rate limiter that every ``(src, dst)`` direction in ``directions``
+        feeds, so that flows between different node pairs compete for ``rate_mbps``; sized
+        ``queue_limit`` bytes or ``queue_bdp`` times rate x the longest round trip carried;
+        ``aqm`` ``droptail`` or ``codel`` (see :mod:`.queues`).  A direction feeds one
+        bottleneck at most; its own rate and queue are then unused."""
+        pairs = [(self.node(s).node_id, self.node(d).node_id) for s, d in directions]
+        if not pairs:
+            raise ValueError("a bottleneck needs at least one (src, dst) direction")
+        taken = [k for k in pairs if k in self._shared]
+        if taken:
+            raise ValueError(f"direction {self.nics[taken[0][0]].name}->{self.nics[taken[0][1]].name} "
+                             f"already feeds bottleneck {self._shared[taken[0]].name!r}")
+        bn = Bottleneck(name or f"bottleneck{len(self.bottlenecks) + 1}", rate_mbps, queue_limit, queue_bdp, aqm)
+        self.bottlenecks.append(bn)
+        for key in pairs:
+            self._shared[key] = bn
+            if key in self._links:
+                self._rebuild(self._links[key])
+        self._size_bottlenecks()
+        return bn
+
+    def _size_bottlenecks(self) -> None:
+        """Size each bottleneck's queue for the longest round trip and frame it carries."""
+        for bn in self.bottlenecks:
+            keys = [k for k, b in self._shared.items() if b is bn]
+            rtt = max(self.round_trip(*k) for k in keys)
+            frame = max(min(self._models.get(k, self._default).mtu or self.nics[k[0]].mtu,
+                            self.nics[k[0]].mtu) for k in keys)
+            bn.size(rtt, frame)
 
     # -- scripted faults ----------------------------------------------------------------
 
@@ -284,40 +342,68 @@ class Fabric(Scheduler):
             self._partitions.remove(partition)
         self._rebuild_all()
 
+    def keys_of(self, refs: tuple[Any, ...]) -> frozenset[bytes]:
+        """The addresses of the NICs ``refs`` names (how fault rules name nodes here)."""
+        keys = self._keys.get(refs)
+        if keys is None:
+            keys = self._keys[refs] = frozenset(self.node(r).address for r in refs)
+        return keys
+
+    def _faults_changed(self) -> None:
+        """``faults`` changed: refuse (and take back) a rule that cannot apply to this
+        fabric, then re-read every link."""
+        for rule in list(self.faults.rules):
+            try:
+                if rule.direction is not None:
+                    raise ValueError("a fault's 'direction' applies where the plan sits on one endpoint "
+                                     "(btlcore.open(..., faults=plan)); on a fabric name 'src' and 'dst'")
+                for refs in (rule.src, rule.dst, rule.peer, *(rule.cut or ())):
+                    if refs is not None:
+                        self.keys_of(refs)  # (a NIC it names must exist: ValueError)
+            except ValueError:
+                self.faults.rules.remove(rule)
+                self._rebuild_all()
+                raise
+        self._rebuild_all()
+
     def drop_nth(self, src: NodeRef, dst: NodeRef, n: int, *more: int) -> None:
-        """Drop the ``n``-th (and each of ``more``) frame offered to ``src -> dst``,
-        counting from 1 since the link was made (every frame posted to it counts)."""
+        """Deprecated: ``faults.drop(src=..., dst=..., nth=...)``.  Drop the ``n``-th (and
+        each of ``more``) frame offered to ``src -> dst``, counting from 1 since the link was
+        made (every frame posted to it counts); dropped under the cause ``nth``."""
+        warnings.warn("Fabric.drop_nth is deprecated: use fabric.faults.drop(src=..., dst=..., nth=...) "
+                      "(btlcore.faults)", DeprecationWarning, stacklevel=2)
         indices = (n, *more)
         if any(isinstance(i, bool) or not isinstance(i, int) or i < 1 for i in indices):
             raise ValueError(f"frame numbers count from 1, got {indices}")
-        key = (self.node(src).node_id, self.node(dst).node_id)
-        self._nth[key] = self._nth.get(key, frozenset()) | frozenset(indices)
-        if key in self._links:
-            self._rebuild(self._links[key])
+        a, b = self.node(src), self.node(dst)
+        link = self._links.get((a.node_id, b.node_id))
+        offered = 0 if link is None else link.offered + link.fast_frames
+        ahead = frozenset(i - offered for i in indices if i > offered)
+        if ahead:  # (first, before every other rule, as the old nth list was)
+            front = sum(1 for r in self.faults.rules if r.cause == "nth")
+            self.faults.add(make_rule("drop", src=a.address, dst=b.address, nth=ahead, cause="nth"), front)
 
     def drop_matching(self, src: NodeRef | None = None, dst: NodeRef | None = None,
                       where: Callable[[wire.Datagram], bool] | None = None, *,
-                      count: int | None = None, **fields: Any) -> DropRule:
-        """Drop frames from ``src`` to ``dst`` (None: any) whose decoded fields equal
-        ``fields`` (``type=wire.T_ACK`` or ``type="ACK"``, ``ack=7``, ...) and for which
-        ``where(datagram)`` holds; at most ``count`` of them (None: all).  Frames that do
-        not decode never match.  Returns the rule (``rule.matched`` counts its drops)."""
+                      count: int | None = None, **fields: Any) -> Rule:
+        """Deprecated: ``faults.drop(src=..., dst=..., where=..., count=..., **fields)``.
+        Drop frames from ``src`` to ``dst`` (None: any) whose decoded fields equal
+        ``fields`` and for which ``where(datagram)`` holds, at most ``count`` of them;
+        dropped under the cause ``rule``.  Returns the rule (``rule.matched`` counts)."""
+        warnings.warn("Fabric.drop_matching is deprecated: use fabric.faults.drop(src=..., dst=..., "
+                      "where=..., count=..., **fields) (btlcore.faults)", DeprecationWarning, stacklevel=2)
         if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
             raise ValueError(f"count must be None or an integer >= 1, got {count!r}")
         if where is None and not fields:
             raise ValueError("drop_matching needs fields to match or a 'where' predicate")
-        rule = DropRule(
-            None if src is None else self.node(src).node_id,
-            None if dst is None else self.node(dst).node_id,
-            normalise_fields(fields), where, count)
-        self._rules.append(rule)
-        self._rebuild_all()
-        return rule
+        return self.faults.add(make_rule(
+            "drop", src=None if src is None else self.node(src).address,
+            dst=None if dst is None else self.node(dst).address, where=where, count=count,
+            cause="rule", **normalise_fields(fields)))
 
-    def remove_rule(self, rule: DropRule) -> None:
-        if rule in self._rules:
-            self._rules.remove(rule)
-            self._rebuild_all()
+    def remove_rule(self, rule: Rule) -> None:
+        """Remove a fault rule (``faults.remove(rule)``)."""
+        self.faults.remove(rule)
 
     # -- capture ------------------------------------------------------------------------
 
@@ -339,6 +425,10 @@ class Fabric(Scheduler):
         """Per direction ``"src->dst"`` (in the order links were made): frames offered,
         delivered, dropped (total and by cause), duplicated, corrupted, and bytes."""
         return {link.name: link.stats() for link in self._links.values()}
+
+    def queue_stats(self) -> dict[str, dict[str, Any]]:
+        """Per shared bottleneck, by name: :meth:`Bottleneck.stats <.queues.Bottleneck.stats>`."""
+        return {bn.name: bn.stats() for bn in self.bottlenecks}
 
     def totals(self) -> dict[str, Any]:
         """The sums of :meth:`stats` over every link."""
