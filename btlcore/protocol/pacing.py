@@ -16,6 +16,7 @@ together cost the path nothing and save the host a wake-up each.
 from __future__ import annotations
 
 from .peers import Peer
+from .timers import DeadlineHeap
 
 BURST = 1  # datagrams released at once on a device that sends them one by one
 BURST_GATHER = 8  # ... on one that batches them (Packetizer.enable_gather)
@@ -24,12 +25,13 @@ BURST_GATHER = 8  # ... on one that batches them (Packetizer.enable_gather)
 class Pacer:
     """The token bucket of every peer of one engine (its state lives on the peers)."""
 
-    __slots__ = ("mtu", "burst", "_timed")
+    __slots__ = ("mtu", "burst", "_timed", "_deadlines")
 
-    def __init__(self, mtu: int, timed: dict[Peer, None]) -> None:
+    def __init__(self, mtu: int, timed: dict[Peer, None], deadlines: DeadlineHeap[Peer]) -> None:
         self.mtu = mtu
         self.burst = BURST
         self._timed = timed
+        self._deadlines = deadlines
 
     def room(self, peer: Peer, now: float, rate: float) -> int:
         """Datagrams ``peer`` may release now (0: it waits on the timer heap until
@@ -53,3 +55,7 @@ class Pacer:
         """``peer`` has something to send before ``pace_next``: time it (its deadline)."""
         peer.pace_wait = True
         self._timed[peer] = None
+        # and at once in the heap, if it comes first: a busy driver goes on the cached
+        # deadline between refreshes (Engine.cached_deadline), and a release is due within
+        # microseconds on a fast path
+        self._deadlines.lower(peer, peer.pace_next)

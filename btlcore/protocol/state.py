@@ -119,9 +119,9 @@ class EngineState:
         # (re)timed -- timed if the change may give them a deadline, touched otherwise
         # (counted only if they are timed already) -- and the heaps of their times
         self.timed: dict[Peer, None] = {}
-        self.pacer = Pacer(self.data_mtu, self.timed)  # (used only for peers with a pacing_rate)
         self.touched: dict[Peer, None] = {}
         self.deadlines: DeadlineHeap[Peer] = DeadlineHeap()  # what next_deadline() reports
+        self.pacer = Pacer(self.data_mtu, self.timed, self.deadlines)  # (peers with a pacing_rate)
         self.actions: DeadlineHeap[Peer] = DeadlineHeap()  # when handle_timer() acts on one
         # lifecycle (lifecycle.py): the peers owed a PING, CLOSE or CLOSE_ACK, and the
         # connection ids of closed connections, kept out of use until the time they map to

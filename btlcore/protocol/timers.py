@@ -64,6 +64,13 @@ class DeadlineHeap(Generic[T]):
             self._heap = [(t, k, i) for i, (t, k) in self.live.items()]
             heapify(self._heap)
 
+    def lower(self, item: T, deadline: float) -> None:
+        """Make ``deadline`` the item's if it has none or a later one (a time known to come
+        first, set without a full recompute)."""
+        live = self.live.get(item)
+        if live is None or deadline < live[0]:
+            self.set(item, deadline)
+
     def discard(self, item: T) -> None:
         self.live.pop(item, None)
 
