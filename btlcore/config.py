@@ -22,6 +22,7 @@ ENV_PREFIX = "BTL_"
 #: under a backend's own prefix (``BTL_SIM_...``, ``BTL_UDP_...``, ``BTL_VERBS_...``).
 RESERVED_ENV = ("BTL_BACKEND", "BTL_SEED", "BTL_PLUGINS", "BTL_PCAP")
 RESERVED_ENV_PREFIXES = ("BTL_SIM_", "BTL_UDP_", "BTL_VERBS_", "BTL_TEST_")
+_CC_DEFAULT = "aimd"  # the congestion control algorithm (Config.cc) unless told otherwise
 
 
 def _param(default: Any, doc: str, *, lo: float | None = None, hi: float | None = None,
@@ -117,9 +118,9 @@ class Config:
     crc: str = _param("auto", "end-to-end CRC32C: auto (when the device does not guarantee integrity), on, off", choices=("auto", "on", "off"))
     accept_peers: bool = _param(True, "accept handshakes from peers this side did not connect to")
     max_peers: int = _param(65536, "most peers a handshake from an unknown address may bring the peer table to (connect() is not limited)", lo=1, hi=1 << 30)
-    cwnd_max: int = _param(1024, "congestion window cap in segments (AIMD, as UCX UD); 0 disables congestion control", lo=0, hi=1 << 20)
+    cwnd_max: int = _param(1024, "congestion window cap in segments, under every algorithm; 0: no cap but the send window (with the default cc, deprecated: it selects cc=none)", lo=0, hi=1 << 20)
     cwnd_initial: int = _param(32, "congestion window at start and after persistent congestion (three timeouts in a row), segments", lo=2, hi=1 << 20)
-    cc: str = _param("aimd", "congestion control algorithm, by name (entry-point group btlcore.congestion)")
+    cc: str = _param(_CC_DEFAULT, "congestion control algorithm, by name (entry-point group btlcore.congestion): aimd, bbr, cubic, none (a fixed window of cwnd_max, paced), or a third party's")
     stats_interval: float = _param(0.0, "print the stats line every this many seconds of progress; 0 never", lo=0.0, hi=86400.0)
 
     def __attrs_post_init__(self) -> None:
@@ -127,6 +128,12 @@ class Config:
             warnings.warn("Config.max_retries is deprecated and has no effect: a peer is declared "
                           "dead only when nothing was heard from it for peer_timeout",
                           DeprecationWarning, stacklevel=3)
+        if self.cwnd_max == 0 and self.cc == _CC_DEFAULT:
+            # usnic's "no congestion control" is cc=none now: a fixed window, paced
+            warnings.warn("Config.cwnd_max=0 to turn congestion control off is deprecated: "
+                          "set cc='none' (cwnd_max=0 then leaves the window uncapped)",
+                          DeprecationWarning, stacklevel=3)
+            object.__setattr__(self, "cc", "none")
         if self.rto_min > self.rto_max:
             raise ConfigError(
                 f"parameter 'rto_min' ({self.rto_min}) must not exceed 'rto_max' ({self.rto_max})")

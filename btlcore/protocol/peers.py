@@ -225,6 +225,8 @@ class Peer:
         "counters",
         # timers (the engine's heap)
         "timed", "timed_order",
+        # the congestion controller's own per-connection state (congestion/; None until set)
+        "cc_state",
     )
 
     # liveness and close (lifecycle.py): when the last valid datagram from it arrived (the
@@ -318,6 +320,7 @@ class Peer:
         self.counters = PeerCounters()
         self.timed = False  # the engine keeps times for it (see Recovery._refresh_timers)
         self.timed_order = 0  # when it became timed: timers of peers due together run in this order
+        self.cc_state: Any = None  # the congestion controller's, set by its on_new_peer
 
     def __repr__(self) -> str:
         return f"<Peer {self.address.hex()} {self.state.value} conn={self.local_conn:#x}>"

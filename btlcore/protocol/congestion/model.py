@@ -1,0 +1,107 @@
+"""What the rate-driven algorithms (``bbr``, ``none``, and ``cubic``'s growth) share: a model of
+the path built from :class:`~.rate.RateSample` s.
+
+* **Round trips counted in data**, not time (the BBR drafts' round counting): a round ends
+  when everything in flight at its start has been delivered, so it stretches with the queue
+  and needs no clock.
+* **A windowed max filter** of the delivery rate over the last :data:`BW_ROUNDS` rounds: the
+  bottleneck bandwidth is the best rate recently seen, since a sample can only underestimate
+  it (a loss, a pause, an ACK held back).
+* **A windowed min filter** of the RTT over :data:`MIN_RTT_WINDOW` seconds: the propagation
+  delay is the best round trip recently seen, since a queue can only add to it.
+* **The mean segment size**: windows are counted in segments (what the send pass compares
+  with the segments in flight) and rates in bytes; a connection of small messages has small
+  segments, so a bandwidth-delay product in bytes becomes segments through the size actually
+  in flight, never through the MTU.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..peers import Peer
+    from .rate import RateSample
+
+BW_ROUNDS = 10  # rounds the bandwidth filter remembers (BBR's)
+MIN_RTT_WINDOW = 10.0  # seconds the min RTT filter remembers (BBR's)
+SEGMENT_GUESS = 1200  # bytes per segment before the engine told its payload size
+MIN_SEGMENTS = 4.0  # no window below this: a loss must still be detectable by later ACKs
+_SEG_EWMA = 0.25  # weight of a new mean-segment-size observation
+
+
+class PathModel:
+    """One connection's path as the samples show it (kept in ``peer.cc_state``, or inside
+    an algorithm's state)."""
+
+    __slots__ = ("seg", "rounds", "round_end", "round_acked", "round_lost", "bw", "_bw_ring",
+                 "min_rtt", "min_rtt_at", "rtt_expired")
+
+    def __init__(self, peer: Peer) -> None:
+        #: bytes per segment (as the device sends them: header included), mean of those in flight
+        self.seg = float((peer.chunk_cap or SEGMENT_GUESS) + 32)
+        self.rounds = 0  # round trips completed
+        self.round_end = 0  # the ``delivered`` count that ends the current round
+        self.round_acked = self.round_lost = 0  # bytes acknowledged / declared lost this round
+        self.bw = 0.0  # bottleneck bandwidth estimate, bytes/s (0.0: no sample yet)
+        self._bw_ring = [0.0] * BW_ROUNDS  # best rate of each of the last rounds
+        t = peer.timer
+        self.min_rtt = float(t.min_rtt) if t.min_rtt else 0.0  # (the handshake's sample, if any)
+        self.min_rtt_at = -1.0  # when it was measured (< 0: not by a sample yet)
+        #: the last sample found the min RTT older than MIN_RTT_WINDOW (and took its RTT as the
+        #: new one: a path whose delay grew for good is believed after that long)
+        self.rtt_expired = False
+
+    def update(self, peer: Peer, s: RateSample) -> bool:
+        """Take one sample in; True when it ended a round (the caller's once-a-round work).
+        Per ACK datagram: a handful of comparisons, a loop only once per round."""
+        n = len(peer.unacked) - len(peer.resend)
+        if n > 0 and s.in_flight > 0:
+            self.seg += (s.in_flight / n - self.seg) * _SEG_EWMA
+        self.round_acked += s.newly_acked
+        self.round_lost += s.newly_lost
+        rtt = s.rtt
+        at = self.min_rtt_at
+        self.rtt_expired = expired = at >= 0.0 and s.now - at > MIN_RTT_WINDOW
+        if rtt > 0.0 and (rtt <= self.min_rtt or at < 0.0 or expired):
+            self.min_rtt, self.min_rtt_at = rtt, s.now
+        ended = s.delivered >= self.round_end
+        if ended:
+            self.rounds += 1
+            self.round_end = s.delivered + s.in_flight
+            ring = self._bw_ring
+            ring[self.rounds % BW_ROUNDS] = 0.0
+            self.bw = max(ring)  # (the round that left the window no longer counts)
+        rate = s.delivery_rate
+        if rate > 0.0:
+            slot = self.rounds % BW_ROUNDS
+            ring = self._bw_ring
+            # an application-limited sample only ever raises the estimate (the draft's rule)
+            if rate > ring[slot] and (not s.app_limited or rate > self.bw):
+                ring[slot] = rate
+                if rate > self.bw:
+                    self.bw = rate
+        return ended
+
+    def new_round(self) -> tuple[int, int]:
+        """The bytes acknowledged and lost in the round that just ended; starts counting anew."""
+        acked, lost = self.round_acked, self.round_lost
+        self.round_acked = self.round_lost = 0
+        return acked, lost
+
+    def bdp(self) -> float:
+        """Bandwidth-delay product, bytes (0.0 until both are measured)."""
+        return self.bw * self.min_rtt
+
+    def reset_bw(self) -> None:
+        """Forget the bandwidth (after persistent congestion the path may have changed)."""
+        self._bw_ring = [0.0] * BW_ROUNDS
+        self.bw = 0.0
+
+
+def segments(nbytes: float, model: PathModel, cwnd_max: float) -> float:
+    """A window of ``nbytes`` in segments, within [MIN_SEGMENTS, cwnd_max]."""
+    w = nbytes / model.seg
+    if w < MIN_SEGMENTS:
+        w = MIN_SEGMENTS
+    return w if w < cwnd_max else cwnd_max
