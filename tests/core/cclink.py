@@ -64,11 +64,15 @@ class Run:
     """One flow over a :class:`Link` for ``duration`` seconds of virtual time."""
 
     def __init__(self, cc_name: str, link: Link, *, seg: int = 1500, isn: int = 12345,
-                 handshake_rtt: bool = True, app_rate: float | None = None,
+                 handshake_rtt: bool = True, app_rate: float | None = None, chunk_cap: int | None = None,
+                 algorithm: Any = None,
                  on_sample: Callable[[Run, RateSample], None] | None = None, **config: Any) -> None:
-        self.cc = congestion.load(cc_name)(Config(cc=cc_name, **config))
+        # (``algorithm``: a ready-made instance, e.g. a subclass with a feature turned off)
+        self.cc = algorithm or congestion.load(cc_name)(Config(cc=cc_name, **config))
         self.link, self.seg = link, seg
         self.peer = FakePeer(seg, isn)
+        if chunk_cap is not None:
+            self.peer.chunk_cap = chunk_cap  # (the payload the MTU allows, whatever the segments)
         if handshake_rtt:
             self.peer.timer.min_rtt = self.peer.timer.srtt = 2 * link.delay
         self.cc.on_new_peer(self.peer)  # type: ignore[arg-type]
