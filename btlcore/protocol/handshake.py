@@ -19,7 +19,8 @@ from ..errors import PeerRestarted as RestartError
 from .events import PeerRestarted, SendCompleted
 from .packetizer import Packetizer
 from .peers import OutMessage, Peer, PeerEvent, PeerState
-from .recovery import Recovery, RetransmitTimer
+from .recovery import Recovery
+from .rto import RetransmitTimer
 from .state import EngineState
 from .window import ReceiveWindow
 from .wire import (

@@ -15,6 +15,8 @@ import struct
 from math import ceil
 from typing import Any
 
+from .delivery import frame_size
+from .pacing import BURST_GATHER
 from .peers import Frame, Peer, Segment
 from .state import DATA, PRIORITY, EngineState
 from .wire import (
@@ -67,7 +69,7 @@ class Packetizer:
 
     __slots__ = ("_state", "config", "incarnation", "address", "crc", "priority_limit", "_chunk_cap",
                  "_ack_channel", "_max_sack", "_prefixes", "_sending", "_acking", "_touched", "_timed",
-                 "params", "hello_ack_len", "hello_room")
+                 "params", "hello_ack_len", "hello_room", "_pacer")
 
     def __init__(self, state: EngineState) -> None:
         self._state = state  # for gather_min, which enable_gather changes
@@ -84,6 +86,7 @@ class Packetizer:
         self._acking = state.acking
         self._touched = state.touched
         self._timed = state.timed
+        self._pacer = state.pacer
         cfg = self.config
         # the limits we advertise in every HELLO and HELLO_ACK (the peer obeys them)
         self.params = TransportParameters(
@@ -102,6 +105,7 @@ class Packetizer:
         copied (at 65000 B the copy was about 4 us of the sender's ~15 us per datagram);
         every other datagram stays one buffer.  The message must stay unchanged until its
         callback, as :meth:`send` already asks.  A no-op when no chunk can be that large."""
+        self._pacer.burst = BURST_GATHER  # (the device batches: paced peers may send a few at once)
         if self._chunk_cap >= GATHER_MIN:
             self._state.gather_min = GATHER_MIN
 
@@ -135,7 +139,13 @@ class Packetizer:
         credits_per_peer = cfg.send_credits
         window = cfg.window
         sending = self._sending
+        sampler, pacer = self._state.sampler, self._pacer
         for peer in list(sending):
+            rate = peer.pacing_rate  # (0.0: unpaced, the bucket never looked at)
+            if rate and peer.pace_next > now:
+                del sending[peer]
+                pacer.wait(peer)  # back when the bucket allows (the timer heap)
+                continue
             limit = peer.snd_una + min(window, peer.remote_window)
             unacked, resend, cwnd = peer.unacked, peer.resend, peer.cwnd
             # how many segments this peer may send now: credits, flow and congestion window
@@ -143,11 +153,23 @@ class Packetizer:
             in_flight = len(unacked) - len(resend)
             if cwnd < in_flight + room:
                 room = ceil(cwnd - in_flight)  # (exact: an int below a float is subtracted exactly)
+            if rate:
+                paced = pacer.room(peer, now, rate)
+                if paced < room:
+                    room = paced
             if room > 0 and peer.queue:
+                first, start = peer.next_seq, len(out)
                 self._cut_segments(peer, now, out, room)
+                if sampler is not None:  # (an algorithm that takes rate samples)
+                    sampler.sent(peer, first, now, not peer.queue and len(unacked) - len(resend) < cwnd)
+                if rate:
+                    pacer.spent(peer, sum(frame_size(d[2]) for d in out[start:]), now, rate)
             del sending[peer]  # re-added by a new send or an ACK that opens the window ...
             if peer.queue and peer.next_seq <= limit and len(unacked) - len(resend) < cwnd:
-                sending[peer] = None  # ... or, still able to send: round robin, to the back
+                if rate and peer.pace_next > now:
+                    pacer.wait(peer)  # ... or by the pacing timer
+                else:
+                    sending[peer] = None  # ... or, still able to send: round robin, to the back
             if len(out) >= budget:
                 break
             depth = peer.next_seq - 1 - peer.snd_una

@@ -25,7 +25,7 @@ log = logging.getLogger("btlcore.protocol")
 
 if TYPE_CHECKING:
     from .events import Event
-    from .recovery import RetransmitTimer
+    from .rto import RetransmitTimer
 
 #: a datagram as handed to the device: one buffer, or [header, payload] (a gathered send)
 Frame = bytes | bytearray | list[Any]
@@ -115,7 +115,13 @@ class Segment:
     """One sequenced datagram held until acknowledged.  ``buf`` is the whole datagram; a
     retransmission re-stamps its ACK and CRC fields in a copy."""
 
-    __slots__ = ("seq", "buf", "channel", "msg", "sent_at", "tx_count", "tx_serial", "lost")
+    __slots__ = ("seq", "buf", "channel", "msg", "sent_at", "tx_count", "tx_serial", "lost", "rs", "size")
+
+    # set only when the engine samples delivery rates (delivery.py), at every transmission:
+    # the connection's (delivered, delivered_time, first_sent_time, app_limited) then, and
+    # the datagram's size in bytes
+    rs: tuple[int, float, float, bool]
+    size: int
 
     def __init__(self, seq: int, buf: Frame, channel: int, msg: OutMessage,
                  sent_at: float = 0.0, tx_count: int = 0, tx_serial: int = 0) -> None:
@@ -214,6 +220,9 @@ class Peer:
         "tx_serial", "acked_serial", "reo_mult", "reo_persist", "loss_seq_limit", "cwnd", "ssthresh", "pacing_rate",
         "recovery_serial", "timeouts", "probe_seq", "probe_serial", "probe_dup", "timer",
         "last_progress", "rto_base", "msg_counter", "puts",
+        # delivery-rate sampling (delivery.py) and pacing (pacing.py)
+        "delivered", "delivered_time", "first_sent_time", "app_limited_at", "inflight_bytes",
+        "rs_acked", "rs_lost", "rs_seg", "delivery_rate", "pace_next", "pace_wait",
         "remote_window", "send_queued", "send_blocked",
         # liveness and close (lifecycle.py): the death clock, keepalive and zero-window probes
         "last_heard", "ping_at", "ping_due", "persist", "close_reason", "close_next",
@@ -285,6 +294,7 @@ class Peer:
         self.cwnd = 0.0  # congestion window, segments (set by the engine)
         self.ssthresh = float("inf")
         self.pacing_rate = 0.0  # bytes/s the congestion controller wants sends spread at (0: unpaced)
+        self.new_flight()
         self.recovery_serial = 0  # losses of segments sent before this serial: same episode
         # timeouts in a row without progress; the first one's probes, judged when acknowledged
         self.timeouts = 0
@@ -321,6 +331,15 @@ class Peer:
         self.timed = False  # the engine keeps times for it (see Recovery._refresh_timers)
         self.timed_order = 0  # when it became timed: timers of peers due together run in this order
         self.cc_state: Any = None  # the congestion controller's, set by its on_new_peer
+
+    def new_flight(self) -> None:
+        """Delivery-rate sampling's state (delivery.py, only for an algorithm that takes
+        samples: its docstring says what each is) and pacing's (pacing.py: the bucket's next
+        empty moment, whether sends wait for it on the timer heap) start over."""
+        self.delivered = self.app_limited_at = self.inflight_bytes = self.rs_acked = self.rs_lost = 0
+        self.delivered_time = self.first_sent_time = self.delivery_rate = self.pace_next = 0.0
+        self.rs_seg: Segment | None = None
+        self.pace_wait = False
 
     def __repr__(self) -> str:
         return f"<Peer {self.address.hex()} {self.state.value} conn={self.local_conn:#x}>"

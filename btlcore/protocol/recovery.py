@@ -1,7 +1,6 @@
 """Loss recovery: what the sender learns from acknowledgements.
 
-* RTT estimation and the retransmit timeout (:class:`RetransmitTimer`, RFC 6298 or usnic's
-  fixed timeout, with backoff);
+* RTT estimation and the retransmit timeout (:class:`~.rto.RetransmitTimer`, in rto.py);
 * ACK processing (:meth:`Recovery.on_ack`, :meth:`Recovery.on_cum_ack`): completions, RTT
   samples, SACK ranges;
 * loss detection, RACK-style (:meth:`Recovery.detect_losses`: fast retransmit) and the
@@ -23,9 +22,12 @@ from operator import attrgetter
 from typing import Any
 
 from ..errors import PeerUnreachable, PutError
+from .delivery import frame_size
 from .events import PeerFailed, PeerWritable, SendCompleted, _new
 from .packetizer import Packetizer
 from .peers import OutMessage, Peer, PeerEvent, PeerState, Segment
+from .rto import GRANULARITY as GRANULARITY  # (re-exported: their home was here)
+from .rto import RetransmitTimer as RetransmitTimer
 from .state import EngineState
 from .window import SEQ_HALF as _HALF
 from .window import SEQ_WRAP as _WRAP
@@ -57,78 +59,6 @@ PERSISTENT_TIMEOUTS = 3  # timeouts in a row that mean persistent congestion: sl
 KEEPALIVE_FRACTION = 3  # a keepalive PING after peer_timeout / this of silence (lifecycle.py)
 
 
-#: clock granularity term of RFC 6298 (G); our clocks are far finer, so it is small
-GRANULARITY = 1e-6
-
-
-class RetransmitTimer:
-    """Computes the retransmit timeout of one peer.
-
-    Adaptive: ``srtt + max(G, 4 * rttvar) + max_ack_delay`` clamped to ``[rto_min, rto_max]``
-    (the samples have the peer's ACK delay taken out, so, as QUIC's PTO, the timeout adds the
-    longest the peer may hold an ACK back), doubled per
-    consecutive timeout (exponential backoff) and reset by fresh progress.  Fixed: always
-    ``retrans_timeout``, as usnic did; no backoff, so that a fixed-timeout run behaves like
-    usnic's hotel."""
-
-    __slots__ = ("adaptive", "rto_min", "rto_max", "fixed", "max_ack_delay", "srtt", "rttvar",
-                 "min_rtt", "backoff", "_base")
-
-    def __init__(self, adaptive: bool, initial: float, rto_min: float, rto_max: float,
-                 fixed: float, max_ack_delay: float = 0.0) -> None:
-        self.adaptive = adaptive
-        self.max_ack_delay = max_ack_delay
-        self.rto_min = rto_min
-        self.rto_max = rto_max
-        self.fixed = fixed
-        self.srtt: float | None = None
-        self.rttvar = 0.0
-        self.min_rtt: float | None = None
-        self.backoff = 1
-        self._base = min(max(initial, rto_min), rto_max) if adaptive else fixed
-
-    def sample(self, rtt: float) -> None:
-        """Feed one RTT sample (from a segment sent once: Karn's rule)."""
-        if rtt < 0:
-            return
-        if self.min_rtt is None or rtt < self.min_rtt:
-            self.min_rtt = rtt
-        if self.srtt is None:
-            self.srtt = rtt
-            self.rttvar = rtt / 2
-        else:
-            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
-            self.srtt = 0.875 * self.srtt + 0.125 * rtt
-        if self.adaptive:  # (max and min spelled out: this runs per sample)
-            var = 4 * self.rttvar
-            rto = self.srtt + (var if var > GRANULARITY else GRANULARITY) + self.max_ack_delay
-            if self.rto_min > rto:
-                rto = self.rto_min
-            self._base = self.rto_max if self.rto_max < rto else rto
-
-    def set_max_ack_delay(self, delay: float) -> None:
-        """The peer told us how long it may hold an ACK back (its HELLO)."""
-        self.max_ack_delay = delay
-        if self.adaptive and self.srtt is not None:
-            rto = self.srtt + max(GRANULARITY, 4 * self.rttvar) + delay
-            self._base = min(max(rto, self.rto_min), self.rto_max)
-
-    def progress(self) -> None:
-        """The peer acknowledged something new: end the backoff."""
-        self.backoff = 1
-
-    def expired(self) -> None:
-        """A timeout fired: back off (adaptive mode only)."""
-        if self.adaptive and self._base * self.backoff < self.rto_max:
-            self.backoff *= 2
-
-    @property
-    def rto(self) -> float:
-        if not self.adaptive:
-            return self.fixed
-        return min(self._base * self.backoff, self.rto_max)
-
-
 def _unwired(peer: Peer, now: float) -> None:
     raise RuntimeError("Recovery.wire() was not called")
 
@@ -141,7 +71,7 @@ class Recovery:
     __slots__ = ("_state", "config", "events", "counters", "_cc", "_cc_on_ack", "_cwnd_max",
                  "_granularity", "_resending", "_sending", "_touched", "_timed", "_deadlines",
                  "_actions", "_timed_order", "_stamp", "_unschedule", "_confirm", "_close_timer",
-                 "_control")
+                 "_control", "_sampler", "_on_acked", "_pacer")
 
     def __init__(self, state: EngineState, packetizer: Packetizer) -> None:
         self._state = state  # for now
@@ -164,6 +94,11 @@ class Recovery:
         self._confirm: Callable[[Peer, float], None] = _unwired
         self._close_timer: Callable[[Peer, float], None] = _unwired
         self._control = state.control
+        self._sampler = state.sampler  # (None: the algorithm takes no rate samples)
+        self._pacer = state.pacer
+        # what an acknowledged segment costs: _acked, or, when sampling, the sampler first
+        self._on_acked: Callable[[Peer, Segment], None] = \
+            self._acked if self._sampler is None else self._acked_sampled
 
     def wire(self, confirm: Callable[[Peer, float], None],
              close_timer: Callable[[Peer, float], None] = _unwired) -> None:
@@ -185,9 +120,9 @@ class Recovery:
         if cum == una + 1:  # one segment (each ping-pong reply): no loop to set up
             top = peer.unacked.pop(cum, None)
             if top is not None:
-                self._acked(peer, top)
+                self._on_acked(peer, top)
         else:
-            pop, acked = peer.unacked.pop, self._acked  # (once per ACK: the loop runs per segment)
+            pop, acked = peer.unacked.pop, self._on_acked  # (once per ACK: the loop runs per segment)
             top = None
             for s in range(una + 1, cum + 1):
                 seg = pop(s, None)
@@ -203,6 +138,16 @@ class Recovery:
         if top is None or top.seq != cum:
             return None
         return top
+
+    def rate_sample(self, peer: Peer, now: float) -> None:
+        """An ACK datagram that acknowledged something new is processed: its delivery-rate
+        sample to the algorithm (called only while sampling: ``peer.rs_acked`` is set)."""
+        self._sampler.finish(peer, now)  # type: ignore[union-attr]
+
+    def _acked_sampled(self, peer: Peer, seg: Segment) -> None:
+        """:meth:`_acked`, the delivery-rate sampler told first."""
+        self._sampler.acked(peer, seg, self._state.now)  # type: ignore[union-attr]
+        self._acked(peer, seg)
 
     def _acked(self, peer: Peer, seg: Segment) -> None:
         """``seg`` is acknowledged: count it against its message, complete the message."""
@@ -331,7 +276,7 @@ class Recovery:
                     for s in range(a, b + 1):
                         seg = unacked.pop(s, None)
                         if seg is not None:
-                            self._acked(peer, seg)
+                            self._on_acked(peer, seg)
                             sacked_new = True
                             sample = seg
             if sacked_new and at_cum is None:
@@ -345,6 +290,8 @@ class Recovery:
             c.num_dup_acks += 1
         if peer.unacked:  # (with nothing unacked it has nothing to do)
             self.detect_losses(peer)
+        if peer.rs_acked:  # (only ever set when sampling): this ACK's rate sample
+            self.rate_sample(peer, now)
         self._touched[peer] = None
 
     def detect_losses(self, peer: Peer) -> None:
@@ -381,10 +328,13 @@ class Recovery:
                 self._loss_episode(peer)
             unacked = peer.unacked
             resend = peer.resend or peer.new_resend()
+            sampler = self._sampler
             for seg in lost:
                 seg.lost = LOST_FAST
                 unacked.move_to_end(seg.seq)
                 resend.append(seg)
+                if sampler is not None:
+                    sampler.lost(peer, seg)
             self._resending[peer] = None
             self._touched[peer] = None
 
@@ -426,6 +376,8 @@ class Recovery:
                 if msg.callback is not None:
                     self.events.append(SendCompleted(msg.callback, exc))
         peer.unacked.clear()
+        peer.inflight_bytes = peer.rs_acked = peer.rs_lost = 0
+        peer.rs_seg = None
         peer.queue = ()
         peer.puts.clear()
         peer.resend = ()
@@ -501,6 +453,8 @@ class Recovery:
             live = self._live_at(peer)
             if t is None or live < t:
                 t = live
+        if peer.pace_wait and (t is None or peer.pace_next < t):
+            t = peer.pace_next  # sends wait for the pacing bucket (pacing.py)
         if peer.ack_now or peer.hello_reply:
             t = self._state.now
         elif peer.ack_deadline is not None and (t is None or peer.ack_deadline < t):
@@ -621,6 +575,12 @@ class Recovery:
         retransmit timer; a closing peer's timer is the lifecycle's."""
         cfg = self.config
         state = peer.state
+        if peer.pace_wait and peer.pace_next <= now:  # the pacing bucket lets it send again
+            peer.pace_wait = False
+            if peer.resend:
+                self._resending[peer] = None
+            if peer.queue and state is _ESTABLISHED:
+                self._sending[peer] = None
         if state is _CLOSING:
             self._close_timer(peer, now)
             return
@@ -656,6 +616,8 @@ class Recovery:
             seg.lost = LOST_TIMEOUT
             peer.unacked.move_to_end(seg.seq)
             resend.append(seg)
+            if self._sampler is not None:
+                self._sampler.lost(peer, seg)
         peer.timer.expired()
         peer.rto_base = now  # the next timeout counts from this one
         # A timeout alone says little: lost ACKs cause it as well as lost data. The first
@@ -675,11 +637,20 @@ class Recovery:
         self._resending[peer] = None
 
     def resend_pass(self, out: list[Any], now: float, cap: int) -> None:
+        """Resend what was declared lost, up to ``cap`` datagrams, paced like new sends."""
         sent = 0
+        sampler, pacer = self._sampler, self._pacer
         for peer in list(self._resending):
             resend = peer.resend
             c = peer.counters
-            while resend and sent < cap:
+            room = cap - sent
+            rate = peer.pacing_rate
+            if rate:
+                paced = pacer.room(peer, now, rate)
+                if paced < room:
+                    room = paced
+                start = len(out)
+            while resend and room > 0:
                 seg = resend.popleft()
                 if not seg.lost or peer.unacked.get(seg.seq) is not seg:
                     continue  # acknowledged meanwhile
@@ -690,10 +661,20 @@ class Recovery:
                 seg.lost = 0
                 peer.unacked.move_to_end(seg.seq)
                 self._stamp(peer, seg, now, out)
+                if sampler is not None:
+                    sampler.resent(peer, seg, now)
                 c.num_resends += 1
                 c.num_total_sends += 1
                 sent += 1
+                room -= 1
             self._touched[peer] = None
+            if rate:
+                if len(out) > start:
+                    pacer.spent(peer, sum(frame_size(d[2]) for d in out[start:]), now, rate)
+                if resend and peer.pace_next > now:
+                    del self._resending[peer]  # back when the bucket allows (the timer heap)
+                    pacer.wait(peer)
+                    continue
             if not resend:
                 self._resending.pop(peer, None)
             if sent >= cap:

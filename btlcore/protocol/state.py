@@ -21,7 +21,9 @@ from typing import Any
 from ..config import Config
 from . import congestion
 from .congestion import CongestionControl
+from .delivery import DeliverySampler
 from .events import Event
+from .pacing import Pacer
 from .peers import Peer
 from .stats import ModuleCounters
 from .timers import DeadlineHeap
@@ -44,7 +46,7 @@ class EngineState:
     __slots__ = (
         "config", "address", "resolve", "rng", "incarnation", "data_mtu", "priority_mtu",
         "priority_limit", "crc", "ack_channel", "max_sack", "granularity", "ack_frequency",
-        "ack_delay", "cc", "cwnd_max", "single_cap", "chunk_cap", "gather_min", "prefixes",
+        "ack_delay", "cc", "cwnd_max", "sampler", "pacer", "single_cap", "chunk_cap", "gather_min", "prefixes",
         "peers_by_addr", "peers_by_conn", "counters", "events", "regions", "next_region",
         "closed", "now", "resending", "sending", "acking", "hello", "timed", "touched",
         "deadlines", "actions", "control", "quarantine", "rx_held",
@@ -95,6 +97,8 @@ class EngineState:
         # congestion control, by name (resolved once)
         self.cc: CongestionControl = congestion.load(config.cc)(config)
         self.cwnd_max: float = self.cc.cwnd_max
+        # delivery-rate samples for an algorithm with an on_rate_sample (None: nothing sampled)
+        self.sampler = DeliverySampler(f) if (f := getattr(self.cc, "on_rate_sample", None)) is not None else None
         self.single_cap = self.data_mtu - HEADER_LEN  # payload of an unchunked message
         self.chunk_cap = self.data_mtu - HEADER_LEN - CHUNK_LEN
         self.gather_min: int | None = None  # chunk size from which payloads stay uncopied
@@ -118,6 +122,7 @@ class EngineState:
         # (re)timed -- timed if the change may give them a deadline, touched otherwise
         # (counted only if they are timed already) -- and the heaps of their times
         self.timed: dict[Peer, None] = {}
+        self.pacer = Pacer(self.data_mtu, self.timed)  # (used only for peers with a pacing_rate)
         self.touched: dict[Peer, None] = {}
         self.deadlines: DeadlineHeap[Peer] = DeadlineHeap()  # what next_deadline() reports
         self.actions: DeadlineHeap[Peer] = DeadlineHeap()  # when handle_timer() acts on one
@@ -140,6 +145,6 @@ class EngineState:
         for table in (self.resending, self.sending, self.acking, self.hello, self.timed, self.touched,
                       self.control):
             table.pop(peer, None)
-        peer.timed = False
+        peer.timed = peer.pace_wait = False
         self.deadlines.discard(peer)
         self.actions.discard(peer)

@@ -1,0 +1,55 @@
+"""Pacing: a peer's sends released no faster than ``Peer.pacing_rate`` (bytes per second,
+set by its congestion control; ``0.0``: unpaced, and none of this runs).
+
+A token bucket kept as one time per peer, ``Peer.pace_next``: the moment the bucket is
+empty again.  At or after it, a send pass may release ``1 + credit // mtu`` segments, the
+credit being what accrued since (capped at ``burst - 1`` datagrams: a driver that comes
+late catches up by that much, never more); each datagram moves ``pace_next`` on by its
+size over the rate.  Before it, the peer leaves the send lists and waits on the timer heap
+(``Peer.pace_wait``; :meth:`Recovery._timer_times <.recovery.Recovery._timer_times>` makes
+``pace_next`` its deadline, so ``next_deadline()`` reports it and ``handle_timer()`` puts
+it back).  ``burst`` is one datagram, or :data:`BURST_GATHER` on a device that batches
+sends (``Capabilities.gather_sends``: the udp backend's GSO), where a few datagrams leaving
+together cost the path nothing and save the host a wake-up each.
+"""
+
+from __future__ import annotations
+
+from .peers import Peer
+
+BURST = 1  # datagrams released at once on a device that sends them one by one
+BURST_GATHER = 8  # ... on one that batches them (Packetizer.enable_gather)
+
+
+class Pacer:
+    """The token bucket of every peer of one engine (its state lives on the peers)."""
+
+    __slots__ = ("mtu", "burst", "_timed")
+
+    def __init__(self, mtu: int, timed: dict[Peer, None]) -> None:
+        self.mtu = mtu
+        self.burst = BURST
+        self._timed = timed
+
+    def room(self, peer: Peer, now: float, rate: float) -> int:
+        """Datagrams ``peer`` may release now (0: it waits on the timer heap until
+        ``pace_next``, see :meth:`wait`)."""
+        wait = peer.pace_next - now
+        if wait > 0:
+            return 0
+        burst = self.burst
+        if burst == 1:
+            return 1
+        n = int(-wait * rate / self.mtu + 1e-9)  # whole datagrams of credit (rounding forgiven)
+        return 1 + (n if n < burst - 1 else burst - 1)
+
+    def spent(self, peer: Peer, nbytes: int, now: float, rate: float) -> None:
+        """``nbytes`` left for ``peer`` now: the bucket's next empty moment moves on."""
+        start = now - (self.burst - 1) * self.mtu / rate  # the most credit kept from before
+        base = peer.pace_next
+        peer.pace_next = (base if base > start else start) + nbytes / rate
+
+    def wait(self, peer: Peer) -> None:
+        """``peer`` has something to send before ``pace_next``: time it (its deadline)."""
+        peer.pace_wait = True
+        self._timed[peer] = None

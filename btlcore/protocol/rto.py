@@ -1,0 +1,75 @@
+"""RTT estimation and the retransmit timeout of one peer (RFC 6298 and RFC 9002's PTO, or
+usnic's fixed timeout), with backoff.  :mod:`.recovery` drives it."""
+
+from __future__ import annotations
+
+#: clock granularity term of RFC 6298 (G); our clocks are far finer, so it is small
+GRANULARITY = 1e-6
+
+
+class RetransmitTimer:
+    """Computes the retransmit timeout of one peer.
+
+    Adaptive: ``srtt + max(G, 4 * rttvar) + max_ack_delay`` clamped to ``[rto_min, rto_max]``
+    (the samples have the peer's ACK delay taken out, so, as QUIC's PTO, the timeout adds the
+    longest the peer may hold an ACK back), doubled per
+    consecutive timeout (exponential backoff) and reset by fresh progress.  Fixed: always
+    ``retrans_timeout``, as usnic did; no backoff, so that a fixed-timeout run behaves like
+    usnic's hotel."""
+
+    __slots__ = ("adaptive", "rto_min", "rto_max", "fixed", "max_ack_delay", "srtt", "rttvar",
+                 "min_rtt", "backoff", "_base")
+
+    def __init__(self, adaptive: bool, initial: float, rto_min: float, rto_max: float,
+                 fixed: float, max_ack_delay: float = 0.0) -> None:
+        self.adaptive = adaptive
+        self.max_ack_delay = max_ack_delay
+        self.rto_min = rto_min
+        self.rto_max = rto_max
+        self.fixed = fixed
+        self.srtt: float | None = None
+        self.rttvar = 0.0
+        self.min_rtt: float | None = None
+        self.backoff = 1
+        self._base = min(max(initial, rto_min), rto_max) if adaptive else fixed
+
+    def sample(self, rtt: float) -> None:
+        """Feed one RTT sample (from a segment sent once: Karn's rule)."""
+        if rtt < 0:
+            return
+        if self.min_rtt is None or rtt < self.min_rtt:
+            self.min_rtt = rtt
+        if self.srtt is None:
+            self.srtt = rtt
+            self.rttvar = rtt / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+        if self.adaptive:  # (max and min spelled out: this runs per sample)
+            var = 4 * self.rttvar
+            rto = self.srtt + (var if var > GRANULARITY else GRANULARITY) + self.max_ack_delay
+            if self.rto_min > rto:
+                rto = self.rto_min
+            self._base = self.rto_max if self.rto_max < rto else rto
+
+    def set_max_ack_delay(self, delay: float) -> None:
+        """The peer told us how long it may hold an ACK back (its HELLO)."""
+        self.max_ack_delay = delay
+        if self.adaptive and self.srtt is not None:
+            rto = self.srtt + max(GRANULARITY, 4 * self.rttvar) + delay
+            self._base = min(max(rto, self.rto_min), self.rto_max)
+
+    def progress(self) -> None:
+        """The peer acknowledged something new: end the backoff."""
+        self.backoff = 1
+
+    def expired(self) -> None:
+        """A timeout fired: back off (adaptive mode only)."""
+        if self.adaptive and self._base * self.backoff < self.rto_max:
+            self.backoff *= 2
+
+    @property
+    def rto(self) -> float:
+        if not self.adaptive:
+            return self.fixed
+        return min(self._base * self.backoff, self.rto_max)
