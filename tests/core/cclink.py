@@ -149,7 +149,8 @@ class Run:
             self.cc.on_ack(peer)  # type: ignore[arg-type]
         lost = self._detect_losses(seq)
         if self._on_rate_sample is not None:
-            s = RateSample(now, rate, interval, self.delivered, seg, lost, self.inflight, rtt, app_limited)
+            s = RateSample(now, rate, interval, self.delivered, seg, lost, self.inflight, rtt, app_limited,
+                           p_delivered)
             self._on_rate_sample(peer, s)
             if self.on_sample is not None:
                 self.on_sample(self, s)

@@ -51,7 +51,7 @@ PROBE_RTT_GAIN = 0.5  # PROBE_RTT's window, in BDPs (BBRv2's: keeps half the thr
 LOSS_THRESH = 0.2  # a round losing more than this fraction of its bytes saw congestion
 LOSS_MIN_SEGMENTS = 3  # ... and at least this many segments' worth
 LOSS_BETA = 0.7  # inflight_hi after such a round: the flight then, times this
-HI_GROWTH = 1.25  # inflight_hi per round without high loss (it lets go, then is dropped)
+HI_GROWTH = 2.0  # inflight_hi per round without high loss (it lets go fast, then is dropped)
 
 
 class BbrState(PathModel):
@@ -59,7 +59,7 @@ class BbrState(PathModel):
 
     __slots__ = ("mode", "pacing_gain", "cwnd_gain", "cwnd_bytes", "filled", "full_bw",
                  "full_bw_rounds", "cycle", "cycle_at", "probe_rtt_until", "probe_rtt_round",
-                 "prior_cwnd", "inflight_hi", "undo_hi")
+                 "prior_cwnd", "inflight_hi", "undo_hi", "loss_exit")
 
     def __init__(self, peer: Peer, cwnd_initial: float) -> None:
         super().__init__(peer)
@@ -77,6 +77,7 @@ class BbrState(PathModel):
         self.prior_cwnd = 0.0  # the window before PROBE_RTT or persistent congestion, bytes
         self.inflight_hi = float("inf")  # upper bound on the flight, bytes (set by high loss)
         self.undo_hi = float("inf")  # inflight_hi before the last cut (on_spurious restores it)
+        self.loss_exit = False  # STARTUP ended on a high-loss round (on_spurious resumes it)
 
     @property
     def mode_name(self) -> str:
@@ -122,6 +123,10 @@ class Bbr:
         st: BbrState = peer.cc_state
         if st.undo_hi > st.inflight_hi:
             st.inflight_hi = st.undo_hi
+        if st.loss_exit and st.mode != PROBE_RTT:  # the losses that ended STARTUP were not
+            st.loss_exit = st.filled = False
+            st.full_bw_rounds = 0
+            st.mode, st.pacing_gain, st.cwnd_gain = STARTUP, STARTUP_GAIN, STARTUP_GAIN
         if st.prior_cwnd > st.cwnd_bytes and st.mode != PROBE_RTT:
             st.cwnd_bytes, st.prior_cwnd = st.prior_cwnd, 0.0
         peer.cwnd = segments(st.cwnd_bytes, st, self.cwnd_max)
@@ -158,6 +163,9 @@ class Bbr:
                 cwnd = min(cwnd, target)
             elif st.cwnd_bytes >= target:  # STARTUP grows only while below the target
                 cwnd = st.cwnd_bytes
+        if not st.filled and cwnd < self.cwnd_initial * st.seg:
+            cwnd = self.cwnd_initial * st.seg  # (STARTUP: never below the initial window)
+        if bdp > 0.0:
             if cwnd > st.inflight_hi:  # (a cut applies at once; it is never below the BDP)
                 cwnd = st.inflight_hi
             if st.mode == PROBE_RTT:
@@ -168,7 +176,10 @@ class Bbr:
     def _round(self, peer: Peer, st: BbrState, s: RateSample) -> None:
         """Once a round: STARTUP's full-bandwidth test and the loss-rate response."""
         acked, lost = st.new_round()
-        high_loss = lost >= LOSS_MIN_SEGMENTS * st.seg and lost > LOSS_THRESH * (acked + lost)
+        # (losses before any RTT was measured are the retransmit timer's guesses, not a
+        # queue's overflow: an initial timeout shorter than the path's round trip)
+        high_loss = (lost >= LOSS_MIN_SEGMENTS * st.seg and lost > LOSS_THRESH * (acked + lost)
+                     and st.min_rtt > 0.0)
         bdp_floor = st.bdp() + self.ack_allowance * st.seg
         if high_loss:
             st.undo_hi = st.inflight_hi
@@ -184,7 +195,7 @@ class Bbr:
                 else:
                     st.full_bw_rounds += 1
             if st.full_bw_rounds >= FULL_BW_ROUNDS or high_loss:
-                st.filled = True
+                st.filled, st.loss_exit = True, high_loss
                 st.mode, st.pacing_gain, st.cwnd_gain = DRAIN, DRAIN_GAIN, CWND_GAIN
         elif high_loss and st.mode == PROBE_BW and CYCLE[st.cycle] > 1.0:
             st.cycle, st.cycle_at = 1, s.now  # stop probing: go to the phase that drains

@@ -34,14 +34,15 @@ class PathModel:
     """One connection's path as the samples show it (kept in ``peer.cc_state``, or inside
     an algorithm's state)."""
 
-    __slots__ = ("seg", "rounds", "round_end", "round_acked", "round_lost", "bw", "_bw_ring",
+    __slots__ = ("seg", "rounds", "round_end", "round_at", "round_acked", "round_lost", "bw", "_bw_ring",
                  "min_rtt", "min_rtt_at", "rtt_expired")
 
     def __init__(self, peer: Peer) -> None:
         #: bytes per segment (as the device sends them: header included), mean of those in flight
         self.seg = float((peer.chunk_cap or SEGMENT_GUESS) + 32)
         self.rounds = 0  # round trips completed
-        self.round_end = 0  # the ``delivered`` count that ends the current round
+        self.round_end = 0  # the ``delivered`` mark that ends the current round
+        self.round_at = 0.0  # when it began
         self.round_acked = self.round_lost = 0  # bytes acknowledged / declared lost this round
         self.bw = 0.0  # bottleneck bandwidth estimate, bytes/s (0.0: no sample yet)
         self._bw_ring = [0.0] * BW_ROUNDS  # best rate of each of the last rounds
@@ -57,7 +58,10 @@ class PathModel:
         Per ACK datagram: a handful of comparisons, a loop only once per round."""
         n = len(peer.unacked) - len(peer.resend)
         if n > 0 and s.in_flight > 0:
-            self.seg += (s.in_flight / n - self.seg) * _SEG_EWMA
+            if self.rounds:
+                self.seg += (s.in_flight / n - self.seg) * _SEG_EWMA
+            else:  # (the first round: the guess, made before the handshake set the MTU, goes)
+                self.seg = s.in_flight / n
         self.round_acked += s.newly_acked
         self.round_lost += s.newly_lost
         rtt = s.rtt
@@ -65,10 +69,17 @@ class PathModel:
         self.rtt_expired = expired = at >= 0.0 and s.now - at > MIN_RTT_WINDOW
         if rtt > 0.0 and (rtt <= self.min_rtt or at < 0.0 or expired):
             self.min_rtt, self.min_rtt_at = rtt, s.now
-        ended = s.delivered >= self.round_end
+        prior = s.prior_delivered
+        # a round ends when a segment sent after it began is acknowledged (the draft's rule);
+        # without that mark, when what was in flight at its start has been delivered.  And
+        # not before half a min RTT: resends after a timeout, each stamped a little later,
+        # would otherwise end a "round" per ACK (and STARTUP see three flat ones at once)
+        ended = ((prior >= self.round_end if prior >= 0 else s.delivered >= self.round_end)
+                 and s.now - self.round_at >= 0.5 * self.min_rtt)
         if ended:
             self.rounds += 1
-            self.round_end = s.delivered + s.in_flight
+            self.round_at = s.now
+            self.round_end = s.delivered if prior >= 0 else s.delivered + s.in_flight
             ring = self._bw_ring
             ring[self.rounds % BW_ROUNDS] = 0.0
             self.bw = max(ring)  # (the round that left the window no longer counts)
