@@ -46,6 +46,7 @@ CWND_GAIN = 2.0  # window, in BDPs (room for delayed and batched ACKs, and for p
 CYCLE = (1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)  # PROBE_BW's pacing gains, one per min RTT
 FULL_BW_GROWTH = 1.25  # STARTUP goes on while the bandwidth grows this much ...
 FULL_BW_ROUNDS = 3  # ... within this many rounds
+DRAIN_ROUNDS = 3  # DRAIN ends after this many rounds even if the flight is still above a BDP
 PROBE_RTT_TIME = 0.2  # seconds PROBE_RTT holds its small window
 PROBE_RTT_GAIN = 0.5  # PROBE_RTT's window, in BDPs (BBRv2's: keeps half the throughput)
 LOSS_THRESH = 0.2  # a round losing more than this fraction of its bytes saw congestion
@@ -59,7 +60,7 @@ class BbrState(PathModel):
 
     __slots__ = ("mode", "pacing_gain", "cwnd_gain", "cwnd_bytes", "filled", "full_bw",
                  "full_bw_rounds", "cycle", "cycle_at", "probe_rtt_until", "probe_rtt_round",
-                 "prior_cwnd", "inflight_hi", "undo_hi", "loss_exit")
+                 "prior_cwnd", "inflight_hi", "undo_hi", "loss_exit", "drain_round")
 
     def __init__(self, peer: Peer, cwnd_initial: float) -> None:
         super().__init__(peer)
@@ -78,6 +79,7 @@ class BbrState(PathModel):
         self.inflight_hi = float("inf")  # upper bound on the flight, bytes (set by high loss)
         self.undo_hi = float("inf")  # inflight_hi before the last cut (on_spurious restores it)
         self.loss_exit = False  # STARTUP ended on a high-loss round (on_spurious resumes it)
+        self.drain_round = 0  # the round DRAIN began in
 
     @property
     def mode_name(self) -> str:
@@ -140,7 +142,9 @@ class Bbr:
         if mode == PROBE_BW:
             self._cycle(peer, st, s)
         elif mode == DRAIN:
-            if s.in_flight <= st.bdp():
+            # (a flight that stays up, losses not yet declared, must not hold DRAIN's low pace
+            # for long: the rates it delivers would pull the bandwidth estimate down with it)
+            if s.in_flight <= st.bdp() or st.rounds - st.drain_round >= DRAIN_ROUNDS:
                 self._enter_probe_bw(peer, st, s.now)
         if st.rtt_expired and mode != PROBE_RTT and self.probe_rtt:
             st.mode, st.pacing_gain = PROBE_RTT, 1.0
@@ -196,6 +200,7 @@ class Bbr:
                     st.full_bw_rounds += 1
             if st.full_bw_rounds >= FULL_BW_ROUNDS or high_loss:
                 st.filled, st.loss_exit = True, high_loss
+                st.drain_round = st.rounds
                 st.mode, st.pacing_gain, st.cwnd_gain = DRAIN, DRAIN_GAIN, CWND_GAIN
         elif high_loss and st.mode == PROBE_BW and CYCLE[st.cycle] > 1.0:
             st.cycle, st.cycle_at = 1, s.now  # stop probing: go to the phase that drains
