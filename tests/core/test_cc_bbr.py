@@ -169,3 +169,22 @@ def test_small_segments_make_a_window_of_more_segments() -> None:
     assert st.seg == pytest.approx(300, rel=0.01)
     assert small.peer.cwnd >= bbr.CWND_GAIN * link.bdp / 300
     assert small.goodput(since=0.5) >= 0.9 * link.rate
+
+
+def test_an_application_pause_does_not_age_the_bandwidth_estimate() -> None:
+    """Rounds in which the application, not the path, set the pace (request/response, a
+    trickle) do not age the filter: the next burst starts at the path's rate."""
+    link = Link(50 * MBPS, 0.010)
+    run = Run("bbr", link, seg=SEG).run(1.0)
+    st = run.peer.cc_state
+    assert st.bw == pytest.approx(link.rate, rel=0.05)
+    run.app_rate = 0.02 * link.rate  # a trickle for 3 s: 150 rounds
+    rounds = st.rounds
+    run.run(3.0)
+    assert st.rounds > rounds + 100
+    assert st.bw == pytest.approx(link.rate, rel=0.05)
+    assert run.peer.pacing_rate >= 0.7 * link.rate
+    run.app_rate = None  # bulk again: at the path's rate from the first round
+    n = len(run.trace)
+    run.run(0.1)
+    assert (len(run.trace) - n) * SEG / 0.1 >= 0.7 * link.rate  # (the first RTT delivers nothing)

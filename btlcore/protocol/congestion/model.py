@@ -4,9 +4,9 @@ the path built from :class:`~.rate.RateSample` s.
 * **Round trips counted in data**, not time (the BBR drafts' round counting): a round ends
   when everything in flight at its start has been delivered, so it stretches with the queue
   and needs no clock.
-* **A windowed max filter** of the delivery rate over the last :data:`BW_ROUNDS` rounds: the
-  bottleneck bandwidth is the best rate recently seen, since a sample can only underestimate
-  it (a loss, a pause, an ACK held back).
+* **A windowed max filter** of the delivery rate over the last :data:`BW_ROUNDS` rounds that
+  used the path (not application-limited): the bottleneck bandwidth is the best rate recently
+  seen, since a sample can only underestimate it (a loss, a pause, an ACK held back).
 * **A windowed min filter** of the RTT over :data:`MIN_RTT_WINDOW` seconds: the propagation
   delay is the best round trip recently seen, since a queue can only add to it.
 * **The mean segment size**: windows are counted in segments (what the send pass compares
@@ -35,6 +35,7 @@ class PathModel:
     an algorithm's state)."""
 
     __slots__ = ("seg", "rounds", "round_end", "round_at", "round_acked", "round_lost", "bw", "_bw_ring",
+                 "_bw_round", "_bw_full",
                  "min_rtt", "min_rtt_at", "rtt_expired")
 
     def __init__(self, peer: Peer) -> None:
@@ -46,6 +47,8 @@ class PathModel:
         self.round_acked = self.round_lost = 0  # bytes acknowledged / declared lost this round
         self.bw = 0.0  # bottleneck bandwidth estimate, bytes/s (0.0: no sample yet)
         self._bw_ring = [0.0] * BW_ROUNDS  # best rate of each of the last rounds
+        self._bw_round = 0  # rounds that used the path (had a sample not application-limited)
+        self._bw_full = False  # this round has one
         t = peer.timer
         self.min_rtt = float(t.min_rtt) if t.min_rtt else 0.0  # (the handshake's sample, if any)
         self.min_rtt_at = -1.0  # when it was measured (< 0: not by a sample yet)
@@ -80,12 +83,20 @@ class PathModel:
             self.rounds += 1
             self.round_at = s.now
             self.round_end = s.delivered if prior >= 0 else s.delivered + s.in_flight
-            ring = self._bw_ring
-            ring[self.rounds % BW_ROUNDS] = 0.0
-            self.bw = max(ring)  # (the round that left the window no longer counts)
+            if self._bw_full:
+                # the filter ages by rounds that used the path: an application that paused
+                # (request/response, idle) leaves the estimate as its last bulk measured it,
+                # not as small as its trickle, so a new burst starts at the path's rate
+                self._bw_full = False
+                self._bw_round += 1
+                ring = self._bw_ring
+                ring[self._bw_round % BW_ROUNDS] = 0.0
+                self.bw = max(ring)  # (the round that left the window no longer counts)
         rate = s.delivery_rate
         if rate > 0.0:
-            slot = self.rounds % BW_ROUNDS
+            if not s.app_limited:
+                self._bw_full = True
+            slot = self._bw_round % BW_ROUNDS
             ring = self._bw_ring
             # an application-limited sample only ever raises the estimate (the draft's rule)
             if rate > ring[slot] and (not s.app_limited or rate > self.bw):
@@ -104,10 +115,6 @@ class PathModel:
         """Bandwidth-delay product, bytes (0.0 until both are measured)."""
         return self.bw * self.min_rtt
 
-    def reset_bw(self) -> None:
-        """Forget the bandwidth (after persistent congestion the path may have changed)."""
-        self._bw_ring = [0.0] * BW_ROUNDS
-        self.bw = 0.0
 
 
 def segments(nbytes: float, model: PathModel, cwnd_max: float) -> float:
