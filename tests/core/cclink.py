@@ -54,6 +54,7 @@ class Link:
         self.rate, self.delay, self.loss = rate, delay, loss
         self.queue = queue if queue is not None else rate * 2 * delay
         self.rng = random.Random(seed)
+        self.free = 0.0  # when the bottleneck finishes what it holds (flows may share it)
 
     @property
     def bdp(self) -> float:
@@ -83,7 +84,6 @@ class Run:
         self.seq = 0
         self.events: list[tuple[float, int, int]] = []  # (ack arrival, seq, 0)
         self.sent: dict[int, tuple[float, int, float, float, bool]] = {}
-        self.link_free = 0.0  # when the bottleneck finishes what it holds
         self.delivered, self.delivered_time, self.first_sent = 0, 0.0, 0.0
         self.inflight = 0
         self.next_send = 0.0
@@ -112,15 +112,15 @@ class Run:
         self.next_send = max(self.next_send, now) + (seg / rate if rate > 0 else 0.0)
         if self.app_rate is not None:
             self.app_credit -= seg
-        queued = max(0.0, self.link_free - now) * link.rate
+        queued = max(0.0, link.free - now) * link.rate
         self.max_queue = max(self.max_queue, queued)
         if link.rng.random() < link.loss:
             return  # random loss (before the queue)
         if queued + seg > link.queue:
             self.dropped_queue += 1
             return  # drop-tail
-        self.link_free = max(self.link_free, now) + seg / link.rate
-        heapq.heappush(self.events, (self.link_free + 2 * link.delay, seq, 0))
+        link.free = max(link.free, now) + seg / link.rate
+        heapq.heappush(self.events, (link.free + 2 * link.delay, seq, 0))
 
     def _can_send(self) -> bool:
         if len(self.peer.unacked) >= self.peer.cwnd:
@@ -178,27 +178,39 @@ class Run:
 
     # -- the loop --------------------------------------------------------------------------
 
+    @property
+    def link_free(self) -> float:
+        return self.link.free
+
     def run(self, duration: float) -> Run:
         end = self.now + duration
-        events = self.events
-        last = self.now
         while self.now < end:
-            if self.app_rate is not None:
-                self.app_credit = min(self.app_credit + self.app_rate * (self.now - last), 64 * self.seg)
-                last = self.now
-            while self._can_send():
-                self._send()
-            nxt = events[0][0] if events else end
-            if len(self.peer.unacked) < self.peer.cwnd and self.next_send > self.now:
-                nxt = min(nxt, self.next_send)
-            if self.app_rate is not None:
-                nxt = min(nxt, self.now + 1e-4)
-            self.now = max(self.now, min(nxt, end))
-            while events and events[0][0] <= self.now:
-                _, seq, _ = heapq.heappop(events)
-                if seq in self.sent:
-                    self._ack(seq)
+            self._send_all()
+            self._advance(self._next(end))
         return self
+
+    def _send_all(self) -> None:
+        while self._can_send():
+            self._send()
+
+    def _next(self, end: float) -> float:
+        """When something happens next (an ACK, the pacer, the application), at most ``end``."""
+        nxt = self.events[0][0] if self.events else end
+        if len(self.peer.unacked) < self.peer.cwnd and self.next_send > self.now:
+            nxt = min(nxt, self.next_send)
+        if self.app_rate is not None:
+            nxt = min(nxt, self.now + 1e-4)
+        return max(self.now, min(nxt, end))
+
+    def _advance(self, t: float) -> None:
+        if self.app_rate is not None:
+            self.app_credit = min(self.app_credit + self.app_rate * (t - self.now), 64 * self.seg)
+        self.now = t
+        events = self.events
+        while events and events[0][0] <= t:
+            _, seq, _ = heapq.heappop(events)
+            if seq in self.sent:
+                self._ack(seq)
 
     def goodput(self, since: float = 0.0) -> float:
         """Bytes/s delivered since ``since`` (from the trace of delivered counts)."""
@@ -207,3 +219,22 @@ class Run:
     def _delivered_since(self, since: float) -> float:
         n = sum(1 for t, _, _ in self.trace if t >= since)
         return n * self.seg / (self.now - since)
+
+
+def share(runs: list[Run], duration: float) -> None:
+    """Run several flows over one :class:`Link` (each made with it), in time order."""
+    now = min(r.now for r in runs)
+    end = max(r.now for r in runs) + duration
+    while now < end:
+        for r in runs:
+            r.now = max(r.now, now)
+            r._send_all()
+        now = min(r._next(end) for r in runs)
+        for r in runs:
+            if now >= r.now:
+                r._advance(now)
+
+
+def jain(rates: list[float]) -> float:
+    """Jain's fairness index: 1.0 when all are equal, 1/n when one takes everything."""
+    return sum(rates) ** 2 / (len(rates) * sum(x * x for x in rates))

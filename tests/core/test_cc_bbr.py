@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from cclink import FakePeer, Link, Run
+from cclink import FakePeer, Link, Run, jain, share
 
 from btlcore import Config
 from btlcore.protocol.congestion import bbr
@@ -89,11 +89,13 @@ def test_no_window_cut_on_one_percent_random_loss() -> None:
     assert run.peer.cwnd == cwnds[-1]
 
 
-@pytest.mark.parametrize("loss", [0.05, 0.10])
-def test_heavy_random_loss_keeps_the_link_busy(loss: float) -> None:
+@pytest.mark.parametrize("loss, floor", [(0.05, 0.9), (0.10, 0.75)])
+def test_heavy_random_loss_keeps_the_link_busy(loss: float, floor: float) -> None:
+    """(At 10%, a round of 80 segments loses more than LOSS_THRESH about every other round:
+    the flight is then bounded, never below a BDP, which costs some of the link.)"""
     link = Link(50 * MBPS, 0.010, loss=loss)
     run = Run("bbr", link, seg=SEG).run(2.5)
-    assert run.goodput(since=0.5) >= 0.9 * link.rate * (1 - loss)
+    assert run.goodput(since=0.5) >= floor * link.rate * (1 - loss)
 
 
 def test_probe_rtt_after_ten_seconds_without_a_new_min_rtt() -> None:
@@ -188,3 +190,15 @@ def test_an_application_pause_does_not_age_the_bandwidth_estimate() -> None:
     n = len(run.trace)
     run.run(0.1)
     assert (len(run.trace) - n) * SEG / 0.1 >= 0.7 * link.rate  # (the first RTT delivers nothing)
+
+
+@pytest.mark.parametrize("flows", [2, 8])
+def test_flows_sharing_a_queue_converge_to_equal_shares(flows: int) -> None:
+    """A round's loss rate above LOSS_THRESH bounds the flight: without that, the flow that
+    got ahead in STARTUP keeps its lead (at a 20% threshold one of 8 kept 27% of the link)."""
+    link = Link(20 * MBPS, 0.010)  # a queue of one BDP
+    runs = [Run("bbr", link, seg=SEG, isn=1000 + 17 * i) for i in range(flows)]
+    share(runs, 10.0)
+    rates = [r.goodput(since=5.0) for r in runs]
+    assert sum(rates) >= 0.95 * link.rate
+    assert jain(rates) >= 0.95
