@@ -22,7 +22,6 @@ ENV_PREFIX = "BTL_"
 #: under a backend's own prefix (``BTL_SIM_...``, ``BTL_UDP_...``, ``BTL_VERBS_...``).
 RESERVED_ENV = ("BTL_BACKEND", "BTL_SEED", "BTL_PLUGINS", "BTL_PCAP")
 RESERVED_ENV_PREFIXES = ("BTL_SIM_", "BTL_UDP_", "BTL_VERBS_", "BTL_TEST_")
-_CC_DEFAULT = "aimd"  # the congestion control algorithm (Config.cc) unless told otherwise
 
 
 def _param(default: Any, doc: str, *, lo: float | None = None, hi: float | None = None,
@@ -101,9 +100,10 @@ class Config:
     ack_frequency: int = _param(8, "send a standalone ACK at once after this many unacknowledged segments", lo=1, hi=1 << 16)
     fast_retransmit_threshold: int = _param(3, "a segment is declared lost once this many later transmissions were ACKed", lo=1, hi=1024)
     rto_mode: str = _param("adaptive", "retransmit timeout: adaptive (RTT-based, backoff) or fixed (usnic's retrans_timeout)", choices=("adaptive", "fixed"))
-    rto_initial: float = _param(0.02, "retransmit timeout before any RTT sample, seconds", lo=1e-6, hi=60.0)
+    rto_initial: float = _param(1.0, "retransmit timeout before any RTT sample, seconds (RFC 6298's 1 s: an initial RTT of a third of it, 333 ms, as RFC 9002); the handshake's RTT sample usually replaces it at once", lo=1e-6, hi=60.0)
     rto_min: float = _param(0.005, "lower bound of the adaptive retransmit timeout, seconds (usnic's later fixed timeout; lower fires spuriously when a busy host deschedules its peer)", lo=1e-6, hi=60.0)
     rto_max: float = _param(1.0, "upper bound of the retransmit timeout after backoff, seconds", lo=1e-6, hi=600.0)
+    tlp: bool = _param(True, "send a tail-loss probe (RFC 8985) when nothing is heard for two round trips after the last send: a lost tail is found without waiting for the retransmit timeout")
     retrans_timeout: float = _param(0.005, "the fixed retransmit timeout (rto_mode=fixed), seconds", lo=1e-6, hi=60.0)
     max_resends_per_pass: int = _param(16, "cap on retransmissions per progress pass (usnic's storm fix)", lo=1, hi=1 << 20)
     max_retries: int = _param(20, "deprecated, no effect: liveness is peer_timeout's alone (setting it warns)", lo=1, hi=1 << 20)
@@ -118,9 +118,9 @@ class Config:
     crc: str = _param("auto", "end-to-end CRC32C: auto (when the device does not guarantee integrity), on, off", choices=("auto", "on", "off"))
     accept_peers: bool = _param(True, "accept handshakes from peers this side did not connect to")
     max_peers: int = _param(65536, "most peers a handshake from an unknown address may bring the peer table to (connect() is not limited)", lo=1, hi=1 << 30)
-    cwnd_max: int = _param(1024, "congestion window cap in segments, under every algorithm; 0: no cap but the send window (with the default cc, deprecated: it selects cc=none)", lo=0, hi=1 << 20)
+    cwnd_max: int = _param(1024, "congestion window cap in segments, under every algorithm; 0 (deprecated) is an alias of cc=none", lo=0, hi=1 << 20)
     cwnd_initial: int = _param(32, "congestion window at start and after persistent congestion (three timeouts in a row), segments", lo=2, hi=1 << 20)
-    cc: str = _param(_CC_DEFAULT, "congestion control algorithm, by name (entry-point group btlcore.congestion): aimd, bbr, cubic, none (a fixed window of cwnd_max, paced), or a third party's")
+    cc: str = _param("aimd", "congestion control algorithm, by name (entry-point group btlcore.congestion): aimd, bbr, cubic, none (a fixed window of cwnd_max, paced), or a third party's")
     stats_interval: float = _param(0.0, "print the stats line every this many seconds of progress; 0 never", lo=0.0, hi=86400.0)
 
     def __attrs_post_init__(self) -> None:
@@ -128,18 +128,24 @@ class Config:
             warnings.warn("Config.max_retries is deprecated and has no effect: a peer is declared "
                           "dead only when nothing was heard from it for peer_timeout",
                           DeprecationWarning, stacklevel=3)
-        if self.cwnd_max == 0 and self.cc == _CC_DEFAULT:
-            # usnic's "no congestion control" is cc=none now: a fixed window, paced
-            warnings.warn("Config.cwnd_max=0 to turn congestion control off is deprecated: "
-                          "set cc='none' (cwnd_max=0 then leaves the window uncapped)",
-                          DeprecationWarning, stacklevel=3)
-            object.__setattr__(self, "cc", "none")
+        if self.cwnd_max == 0:
+            self._cwnd_max_alias()
         if self.rto_min > self.rto_max:
             raise ConfigError(
                 f"parameter 'rto_min' ({self.rto_min}) must not exceed 'rto_max' ({self.rto_max})")
         if 0 < self.mtu < 128:
             raise ConfigError(f"bad value {self.mtu!r} for parameter 'mtu' (BTL_MTU): "
                               "allowed is 0 or an integer from 128 to 65507")
+
+    def _cwnd_max_alias(self) -> None:
+        """``cwnd_max=0``, the last release's "no congestion control", is ``cc=none`` now."""
+        warnings.warn("Config(cwnd_max=0) is deprecated: use cc=none (a fixed window, paced at the "
+                      "measured delivery rate)", DeprecationWarning, stacklevel=4)
+        default = attrs.fields(Config).cc.default
+        if self.cc not in (default, "none"):
+            raise ConfigError(f"parameter 'cwnd_max' is 0, the deprecated alias of cc=none, but 'cc' "
+                              f"is {self.cc!r}: set cc=none, or a cwnd_max from 1")
+        object.__setattr__(self, "cc", "none")  # (frozen: set once, while being built)
 
     # -- building from strings ----------------------------------------------------------
 

@@ -1,11 +1,11 @@
-"""Deprecated: moved to :mod:`btlcore.protocol.recovery` (this re-export goes in the next release)."""
+"""Deprecated: moved to :mod:`btlcore.protocol.rtt` (this re-export goes in the next release)."""
 
 import warnings as _warnings
 
-import btlcore.protocol.recovery as _m0
+import btlcore.protocol.rtt as _m0
 
 for _m in (_m0,):
     globals().update({k: v for k, v in vars(_m).items() if not k.startswith("__")})
 del _m
 
-_warnings.warn("btlcore.rtt is deprecated: import from btlcore.protocol.recovery", DeprecationWarning, stacklevel=2)
+_warnings.warn("btlcore.rtt is deprecated: import from btlcore.protocol.rtt", DeprecationWarning, stacklevel=2)

@@ -21,8 +21,7 @@ Threads: a transport belongs to one thread, the first that drives it (any call b
 threads, before touching any state.  :meth:`Transport.wake` is the one call any thread may
 make: it returns a ``progress(timeout)`` blocked in the owner thread.
 
-Logging: connection events go to the ``btlcore.transport`` logger (nothing per packet above
-DEBUG); see docs/api.md.
+Logging: connection events go to the ``btlcore.transport`` logger, nothing per packet above DEBUG.
 """
 
 from __future__ import annotations
@@ -47,7 +46,7 @@ from .protocol.events import Event, MessageReceived, PeerFailed, PeerWritable, P
 from .protocol.events import PeerClosed as PeerClosedEvent
 from .protocol.events import PeerRestarted as PeerRestartedEvent
 from .protocol.peers import Callback, Peer, PeerState
-from .protocol.stats import stats_json, stats_line
+from .protocol.stats import path_state, stats_json, stats_line
 from .registry import tool_plugin_manager
 from .taps import filtered_post, frame_hooks
 
@@ -62,6 +61,8 @@ log = logging.getLogger("btlcore.transport")
 
 #: how soon to post again after the device refused a datagram (its send queue was full)
 BACKLOG_RETRY = 50e-6
+TIMER_SLACK = 100e-6  # passes this close to a refresh go on Engine.cached_deadline (timers run this late at most)
+PATH_ERROR_INTERVAL = 1e-3  # ICMP unreachables are asked for this often (they only hasten a silent peer's failure)
 _INF = float("inf")
 
 
@@ -110,11 +111,12 @@ class Transport:
             self.config, address=self.address, resolve=device.resolve,
             data_mtu=data_info.mtu, priority_mtu=prio_info.mtu, crc=use_crc,
             rng=rng, now=self.now(), incarnation=incarnation, reply_dest=device.reply_dest)
-        # the device's hooks the engine's guard uses besides reply_dest (protocol/guard.py):
-        # a peer's exact sources, and ICMP unreachables (``_receive`` passes them on)
+        # the device's hooks the guard uses besides reply_dest: a peer's sources, ICMP unreachables
         if caps.reports_source:
             self.engine.guard.peer_sources = device.peer_sources
         self._path_errors = device.path_errors
+        self._path_check_at = 0.0  # the next pass at or after this time asks for them
+        self._timers_at = -_INF  # when a pass last refreshed the engine's timers
         if device.post_send_many is not None and caps.gather_sends:
             # the device sends a datagram given as [header, payload]: bulk payloads stay
             # views of the user's message (no copy); _flush_sends joins them for anyone who
@@ -432,8 +434,10 @@ class Transport:
             now = self.now()
         if receive:
             self._receive(now)
-        if timer is None:
-            timer = engine.next_deadline()
+        if timer is None and now < self._timers_at + TIMER_SLACK:  # refreshed lately: the cached one will do
+            timer = engine.cached_deadline()
+        elif timer is None:
+            self._timers_at, timer = now, engine.next_deadline()
         if timer is not None and timer <= now:
             engine.handle_timer(now)
         if self._stats_interval and self._last_stats + self._stats_interval <= now:
@@ -452,8 +456,7 @@ class Transport:
         return n
 
     def _receive(self, now: float) -> None:
-        """Reap send completions, then take received datagrams (and, where the device
-        reports them, their sources) into the engine."""
+        """Reap send completions, take received datagrams (and their sources) into the engine."""
         if self._poll_completions is not None:
             self._poll_completions()
         sources: Sequence[Any] | None = None
@@ -461,7 +464,8 @@ class Transport:
             datagrams, sources = self._poll_from(self._recv_budget)
         else:
             datagrams = self._poll(self._recv_budget)
-        if self._path_errors is not None:
+        if self._path_errors is not None and now >= self._path_check_at:
+            self._path_check_at = now + PATH_ERROR_INTERVAL
             for dest in self._path_errors():  # (rare: the list is empty nearly always)
                 self.engine.path_error(dest, now)
         if not datagrams:
@@ -581,10 +585,10 @@ class Transport:
         """The transport's counters by name (usnic's names; see docs/api.md)."""
         return self.engine.stats()
 
-    def peer_stats(self, peer: Peer) -> dict[str, int]:
+    def peer_stats(self, peer: Peer) -> dict[str, Any]:
         if type(peer) is not Peer or self.engine.peers_by_addr.get(peer.address) is not peer:
             self._check_peer(peer)
-        return peer.counters.as_dict()
+        return {**peer.counters.as_dict(), **path_state(peer)}
 
     def stats_line(self) -> str:
         return stats_line(f"btlcore[{self.backend} {self.address.hex()}]", self.stats())

@@ -88,6 +88,18 @@ def test_serve_json_report_carries_the_counters() -> None:
         stop(server)
 
 
+def test_transfer_whose_messages_fill_the_send_buffer_still_sends_its_fin() -> None:
+    # two 32 KiB messages fill a 64 KiB send buffer exactly: the FIN must wait for room, not fail
+    server, address = start_server()
+    try:
+        r = btl("transfer", "--backend", "udp", "--peer", address, "--messages", "4", "--size", "32768",
+                "--set", "send_buffer=65536", "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert json.loads(r.stdout)["verified"] is True
+    finally:
+        stop(server)
+
+
 def test_verifier_look_without_reset_keeps_the_run() -> None:
     # what the count-reached summary does: a later FIN is still judged on the same counts
     v = Verifier()

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from . import regimes_report
 from . import report as R
 
 MD = "benchmarks.md"
@@ -147,8 +148,9 @@ def write(rep: Mapping[str, Any], root: str = ".") -> tuple[str, str]:
     os.makedirs(d, exist_ok=True)
     md, png = os.path.join(d, MD), os.path.join(d, PNG)
     plot(rep, png)
+    kept = regimes_report.kept_section(md)  # (the regime sweep's section: its own command writes it)
     with open(md, "w") as f:
-        f.write(markdown(rep))
+        f.write(markdown(rep) + ("\n" + kept + "\n" if kept else ""))
     return md, png
 
 

@@ -262,6 +262,17 @@ def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
     ap.add_argument("--cprofile", metavar="DIR", default=None,
                     help="write cProfile stats of every btlcore side to DIR (figures are then slower)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    rg = ap.add_argument_group("the regime sweep (btl bench --regimes [--quick]; see btlcore.bench.regimes)")
+    rg.add_argument("--regimes", action="store_true",
+                    help="sweep rate, delay, loss, queue and flow count on the simulator instead "
+                    "(--quick: the quick grid, about a minute); --docs writes its section and heatmap")
+    rg.add_argument("--set", action="append", metavar="NAME=VALUE",
+                    help="a protocol parameter for every btlcore flow of the sweep (cc=NAME ...); repeatable")
+    rg.add_argument("--compete", action="append", metavar="NAME=VALUE[,...]",
+                    help="one flow of the sweep's compete slice, with its own parameters; repeat per flow "
+                    "(default: --compete cc=bbr --compete cc=cubic, where both are installed)")
+    rg.add_argument("--no-kernel", action="store_true",
+                    help="leave out kernel TCP and btlcore over UDP on a veth pair (root, ip netns, tc, nft)")
     return ap
 
 
@@ -272,6 +283,10 @@ def parser() -> argparse.ArgumentParser:
 def run_args(args: argparse.Namespace) -> int:
     """Run from parsed options (see :func:`add_arguments`); the exit status: 0, 1 if a
     measurement failed (an error, not a skip and not a missed target), 2 on bad options."""
+    if args.regimes:
+        from . import regimes
+
+        return regimes.run_args(args)
     try:
         sections = select_sections(args.only)
     except ValueError as exc:

@@ -152,6 +152,8 @@ def run_local(backend: str, pair: LocalPair, messages: list[bytes], cfg: Config,
         rep["errors"].append(f"{len(errors)} sends failed: {errors[0]}")
     sim_time = a.now() if a.capabilities.virtual_time else None
     stats, rstats = a.stats(), b.stats()
+    path = {k: v for k, v in a.peer_stats(peer).items() if not k.startswith(("num_", "max_"))}
+    path["num_spurious_retrans"] = stats.get("num_spurious_retrans", 0)
     lines = [a.stats_line(), b.stats_line()]
     a.close()
     b.close()
@@ -166,6 +168,7 @@ def run_local(backend: str, pair: LocalPair, messages: list[bytes], cfg: Config,
         "goodput_mbps": _goodput(rep["bytes_delivered"], elapsed),
         "errors": rep["errors"], **extra,
         "stats": stats, "receiver_stats": rstats, "stats_line": lines,
+        "path": path,  # what the sender knew of the path at the end (Transport.peer_stats)
     }
 
 
@@ -244,7 +247,7 @@ def run_remote(args: argparse.Namespace, options: dict[str, Any], cfg: Config, s
             if failed:
                 break
         if not failed:
-            t.send(peer, TAG_FIN, encode_json(fin), done.append)
+            _send_fin(t, peer, fin, done, deadline)
             sent[1] += 1
         acked_at: list[float] = []
 
@@ -281,6 +284,15 @@ def run_remote(args: argparse.Namespace, options: dict[str, Any], cfg: Config, s
         result["errors"].insert(0, failed[0])
         result["verified"] = False
     return result
+
+
+def _send_fin(t: Transport, peer: Any, fin: dict[str, Any], done: list[BaseException | None],
+              deadline: float) -> None:
+    """The FIN, waiting for room as the messages do (they may have filled the send buffer)."""
+    try:
+        t.send(peer, TAG_FIN, encode_json(fin), done.append, timeout=max(0.0, deadline - time.monotonic()))
+    except WouldBlock:
+        raise TimeoutError from None
 
 
 def _remote_result(args: argparse.Namespace, seed: int, cfg: Config, fin: dict[str, Any],

@@ -20,6 +20,13 @@ module              what it owns
 ``recovery``        **a loss is noticed**: ACKs (``on_ack``), RTT and the retransmit timer,
                     fast retransmit (``detect_losses``), timeouts and peer death
                     (``handle_timer``), the timers' heaps (``next_deadline``)
+``rtt``             the RTT estimator and the retransmit timeout (RFC 6298, with backoff)
+``tlp``             the tail-loss probe (RFC 8985): a lost tail found in two round trips
+``undo``            spurious retransmissions detected, and their window decrease undone
+``delivery``        delivery-rate samples for algorithms that take them (``sampled``: the
+                    recovery that feeds them)
+``pacing``          sends released no faster than ``Peer.pacing_rate`` (a token bucket)
+``lifecycle``       liveness (death rule, keepalive, zero-window probe) and CLOSE
 ``congestion/``     the window's size, behind an interface; ``aimd`` is the default
 ``handshake``       HELLO / HELLO_ACK, connection ids, incarnations, restarts and resets; the
                     peer's transport parameters (its limits) obeyed; replies to the source

@@ -43,7 +43,7 @@ class DeliverySampler:
         self._on_rate_sample = on_rate_sample
 
     @staticmethod
-    def _stamp(peer: Peer, now: float) -> tuple[int, float, float, bool]:
+    def stamp(peer: Peer, now: float) -> tuple[int, float, float, bool]:
         if peer.inflight_bytes <= 0:  # nothing in flight: intervals start from this send
             peer.first_sent_time = peer.delivered_time = now
         return (peer.delivered, peer.delivered_time, peer.first_sent_time, peer.app_limited_at != 0)
@@ -54,7 +54,7 @@ class DeliverySampler:
         set the pace)."""
         if app_limited:
             peer.app_limited_at = max(peer.delivered + peer.inflight_bytes, 1)
-        stamp = self._stamp(peer, now)
+        stamp = self.stamp(peer, now)
         unacked = peer.unacked
         total = 0
         for seq in range(first_seq, peer.next_seq):
@@ -66,7 +66,7 @@ class DeliverySampler:
 
     def resent(self, peer: Peer, seg: Segment, now: float) -> None:
         """``seg`` (declared lost, so out of the flight) was sent again."""
-        seg.rs = self._stamp(peer, now)
+        seg.rs = self.stamp(peer, now)
         peer.inflight_bytes += seg.size
 
     @staticmethod

@@ -20,7 +20,8 @@ it calls::
     packetizer = Packetizer(state)                # uses nothing else
     recovery   = Recovery(state, packetizer)      # resends with packetizer.stamp
     handshake  = Handshake(state, packetizer, recovery)   # fail_messages, build_hello
-    recovery.wire(confirm=handshake.confirm, close_timer=lifecycle.close_timer)  # an ACK confirms
+    recovery.wire(confirm=handshake.confirm, close_timer=lifecycle.close_timer,  # an ACK confirms
+                  live_at=lifecycle.live_at, liveness=lifecycle.liveness)
     guard      = Guard(state, handshake._restart_peer, recovery.fail_peer)  # notices, challenges, sources
     versions   = Versions(state, recovery.fail_peer)  # VERSION replies, in and out
     lifecycle  = Lifecycle(state, recovery)       # keepalive, CLOSE, disconnect
@@ -28,7 +29,7 @@ it calls::
 
 Hot entry points with nothing to add are the parts' own bound methods, set on the engine at
 construction (no delegating call): ``receive_datagrams`` (the receiver's),
-``next_deadline`` and ``handle_timer`` (recovery's), ``enable_gather`` (the packetizer's).
+``next_deadline``, ``cached_deadline`` and ``handle_timer`` (recovery's), ``enable_gather`` (the packetizer's).
 The engine's public attributes (``config``, ``address``, ``incarnation``, ``data_mtu``,
 ``peers_by_addr``, ``peers_by_conn``, ``counters``, ``events``, ``regions``, ...) are the
 state's own objects, never rebound (``take_events`` empties the one events list); ``closed``
@@ -53,6 +54,7 @@ from .packetizer import Packetizer
 from .peers import Callback, Frame, OutMessage, Peer, PeerEvent, PeerState
 from .receive import Receiver
 from .recovery import Recovery
+from .sampled import SamplingRecovery
 from .state import EngineState
 from .stats import aggregate
 from .versions import Versions
@@ -87,7 +89,7 @@ class Engine:
         "state", "packetizer", "recovery", "handshake", "receiver", "versions", "lifecycle", "guard",
         "config", "address", "incarnation", "data_mtu", "priority_mtu", "crc", "peers_by_addr",
         "peers_by_conn", "counters", "events", "regions",
-        "receive_datagrams", "next_deadline", "handle_timer", "enable_gather",
+        "receive_datagrams", "next_deadline", "cached_deadline", "handle_timer", "enable_gather",
         "_single_cap", "_resending", "_sending", "_acking", "_hello", "_timed", "_touched",
         "_deadlines", "_actions", "_resend_pass", "_send_pass", "_ack_pass", "_hello_pass",
         "_dispatch", "_new_peer", "_reset_peer", "_start_hello", "_fail_messages",
@@ -97,6 +99,7 @@ class Engine:
     # the parts' own bound methods (see the module docstring)
     receive_datagrams: _ReceiveDatagrams
     next_deadline: _NextDeadline
+    cached_deadline: Callable[[], float | None]
     handle_timer: Callable[[float], None]
     enable_gather: Callable[[], None]
 
@@ -109,10 +112,11 @@ class Engine:
             config, address=address, resolve=resolve, data_mtu=data_mtu, priority_mtu=priority_mtu,
             crc=crc, rng=rng, now=now, incarnation=incarnation, reply_dest=reply_dest)
         packetizer = self.packetizer = Packetizer(state)
-        recovery = self.recovery = Recovery(state, packetizer)
+        recovery = self.recovery = (Recovery if state.sampler is None else SamplingRecovery)(state, packetizer)
         handshake = self.handshake = Handshake(state, packetizer, recovery)
         lifecycle = self.lifecycle = Lifecycle(state, recovery)
-        recovery.wire(confirm=handshake.confirm, close_timer=lifecycle.close_timer)
+        recovery.wire(confirm=handshake.confirm, close_timer=lifecycle.close_timer,
+                      live_at=lifecycle.live_at, liveness=lifecycle.liveness)
         guard = self.guard = Guard(state, handshake._restart_peer, recovery.fail_peer)
         guard.wire(on_hello=handshake.on_hello)
         handshake.wire_guard(guard.challenge, guard.learn_remote)
@@ -124,6 +128,7 @@ class Engine:
         self.counters, self.events, self.regions = state.counters, state.events, state.regions
         self.receive_datagrams = receiver.receive_datagrams
         self.next_deadline = recovery.next_deadline
+        self.cached_deadline = recovery.cached_deadline
         self.handle_timer = recovery.handle_timer
         self.enable_gather = packetizer.enable_gather
         self._single_cap = state.single_cap

@@ -20,7 +20,7 @@ from .events import PeerRestarted, SendCompleted
 from .packetizer import Packetizer
 from .peers import OutMessage, Peer, PeerEvent, PeerState
 from .recovery import Recovery
-from .rto import RetransmitTimer
+from .rtt import RetransmitTimer
 from .state import EngineState
 from .window import ReceiveWindow
 from .wire import (

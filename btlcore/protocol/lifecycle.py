@@ -29,11 +29,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import PeerClosed as PeerClosedError
-from ..errors import TransportClosed
+from ..errors import PeerUnreachable, TransportClosed
 from .events import PeerClosed
 from .handshake import QUARANTINE_TIMEOUTS as QUARANTINE_TIMEOUTS  # (kept by reset_peer)
 from .peers import Peer, PeerEvent, PeerState
-from .recovery import Recovery
+from .recovery import KEEPALIVE_FRACTION, Recovery
 from .state import EngineState
 from .wire import (
     CLOSE_BODY,
@@ -63,7 +63,7 @@ class Lifecycle:
 
     __slots__ = ("_state", "config", "incarnation", "counters", "events", "peers_by_conn",
                  "_control", "_timed", "_touched", "_acking", "_sending", "_resending",
-                 "_ack_channel", "_fail_messages", "_unschedule")
+                 "_ack_channel", "_fail_messages", "_unschedule", "_fail_peer")
 
     def __init__(self, state: EngineState, recovery: Recovery) -> None:
         self._state = state
@@ -80,7 +80,51 @@ class Lifecycle:
         self._resending = state.resending
         self._ack_channel = state.ack_channel
         self._fail_messages = recovery.fail_messages
+        self._fail_peer = recovery.fail_peer
         self._unschedule = state.unschedule
+
+    # -- liveness (recovery's timers call these: Recovery.wire) --------------------------
+
+    def live_at(self, peer: Peer) -> float:
+        """The earliest of an established peer's death clock (nothing heard for
+        peer_timeout), its keepalive PING (a third of it) and its zero-window probe: the
+        expressions :meth:`liveness` compares with now, spelled the same."""
+        heard = peer.last_heard
+        timeout = peer.peer_timeout
+        t = heard + timeout
+        if self.config.keepalive:
+            keep = (heard if heard > peer.ping_at else peer.ping_at) + timeout / KEEPALIVE_FRACTION
+            if keep < t:
+                t = keep
+        if peer.remote_window == 0 and peer.queue and not peer.unacked:
+            probe = peer.ping_at + (peer.persist or peer.timer.rto)
+            if probe < t:
+                t = probe
+        return t
+
+    def liveness(self, peer: Peer, now: float) -> bool:
+        """An established peer is due: dead (True), or a keepalive / zero-window PING due."""
+        heard = peer.last_heard
+        timeout = peer.peer_timeout
+        if heard + timeout <= now:
+            self._fail_peer(peer, PeerUnreachable(
+                f"peer {peer.address.hex()}: nothing heard from it for {timeout:g} s"))
+            return True
+        ping = False
+        if self.config.keepalive and \
+                (heard if heard > peer.ping_at else peer.ping_at) + timeout / KEEPALIVE_FRACTION <= now:
+            ping = True
+        if peer.remote_window == 0 and peer.queue and not peer.unacked:
+            interval = peer.persist or peer.timer.rto
+            if peer.ping_at + interval <= now:
+                ping = True
+                # the persist timer backs off, up to the keepalive's pace
+                peer.persist = min(2 * interval, timeout / KEEPALIVE_FRACTION)
+        if ping:
+            peer.ping_at = now
+            peer.ping_due = True
+            self._control[peer] = None
+        return False
 
     # -- close ------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ log = logging.getLogger("btlcore.protocol")
 
 if TYPE_CHECKING:
     from .events import Event
-    from .rto import RetransmitTimer
+    from .rtt import RetransmitTimer
 
 #: a datagram as handed to the device: one buffer, or [header, payload] (a gathered send)
 Frame = bytes | bytearray | list[Any]
@@ -223,6 +223,7 @@ class Peer:
         # delivery-rate sampling (delivery.py) and pacing (pacing.py)
         "delivered", "delivered_time", "first_sent_time", "app_limited_at", "inflight_bytes",
         "rs_acked", "rs_lost", "rs_seg", "delivery_rate", "pace_next", "pace_wait",
+        "undo_cwnd", "undo_ssthresh", "undo_retrans", "probe_sent", "tlp_progress", "tlp_seg",
         "remote_window", "send_queued", "send_blocked",
         # liveness and close (lifecycle.py): the death clock, keepalive and zero-window probes
         "last_heard", "ping_at", "ping_due", "persist", "close_reason", "close_next",
@@ -334,12 +335,20 @@ class Peer:
 
     def new_flight(self) -> None:
         """Delivery-rate sampling's state (delivery.py, only for an algorithm that takes
-        samples: its docstring says what each is) and pacing's (pacing.py: the bucket's next
-        empty moment, whether sends wait for it on the timer heap) start over."""
+        samples: its docstring says what each is), pacing's (pacing.py: the bucket's next
+        empty moment, whether sends wait for it on the timer heap), undo's and the tail-loss
+        probe's start over."""
         self.delivered = self.app_limited_at = self.inflight_bytes = self.rs_acked = self.rs_lost = 0
         self.delivered_time = self.first_sent_time = self.delivery_rate = self.pace_next = 0.0
         self.rs_seg: Segment | None = None
         self.pace_wait = False
+        # undo (undo.py): the window and threshold before the last decrease (0.0: nothing to
+        # undo), that episode's retransmissions not yet proven spurious, and the original send
+        # time of the last timeout's oldest probe
+        self.undo_cwnd = self.undo_ssthresh = self.probe_sent = 0.0
+        self.undo_retrans = 0
+        self.tlp_progress = -1.0  # tlp.py: last_progress when the tail's probe was sent ...
+        self.tlp_seg: Segment | None = None  # ... and this segment waits to go as one
 
     def __repr__(self) -> str:
         return f"<Peer {self.address.hex()} {self.state.value} conn={self.local_conn:#x}>"

@@ -76,7 +76,7 @@ class Receiver:
     __slots__ = ("_state", "config", "crc", "counters", "events", "peers_by_conn", "regions", "_acking",
                  "_timed", "_sending", "_ack_frequency", "_ack_delay", "_on_cum_ack", "_detect_losses",
                  "_on_ack", "_put_done", "_confirm", "_on_hello", "_min_hello", "_on_foreign",
-                 "_rx_limit", "_lifecycle", "_guard", "_source_ok", "_rate_sample")
+                 "_rx_limit", "_lifecycle", "_guard", "_source_ok")
 
     def __init__(self, state: EngineState, recovery: Recovery, handshake: Handshake,
                  versions: Versions, lifecycle: Lifecycle, guard: Guard) -> None:
@@ -94,8 +94,6 @@ class Receiver:
         self._ack_delay = state.ack_delay
         self._on_cum_ack = recovery.on_cum_ack
         self._detect_losses = recovery.detect_losses
-        # the sampler's (never called without one: Peer.rs_acked stays 0)
-        self._rate_sample = recovery.rate_sample
         self._on_ack = recovery.on_ack
         self._put_done = recovery.put_done
         self._confirm = handshake.confirm
@@ -109,7 +107,8 @@ class Receiver:
         self._guard = guard  # notices, challenges, source checks (guard.py)
         self._source_ok = guard.source_ok
 
-    def receive_datagrams(self, batch: Iterable[Any], now: float, sources: Sequence[Any] | None = None) -> None:
+    def receive_datagrams(self, batch: Iterable[Any], now: float,
+                          sources: Sequence[Any] | None = None) -> None:
         """A poll's datagrams (``sources``: where each came from, or None); first, the common case: the next segment."""
         (st := self._state).now = now  # (st.rx_held: what reassembly holds, every peer)
         if st.closed:
@@ -146,13 +145,12 @@ class Receiver:
             (c := peer.counters).num_total_recvs += 1
             peer.last_heard = now  # the death rule's clock: heard from
             if flags & F_ACK and ack_w != peer.snd_una & SEQ_MASK:  # _on_piggyback_ack inline (4% of a ping-pong)
-                if (at_cum := self._on_cum_ack(peer, ack_w, now)) is not None:
+                at_cum = self._on_cum_ack(peer, ack_w, now)
+                if at_cum is not None:
                     if at_cum.tx_count == 1 and at_cum.seq == peer.next_seq - 1:
                         peer.timer.sample(now - at_cum.sent_at)
                     if peer.unacked:
                         self._detect_losses(peer)
-                if peer.rs_acked:  # (only when sampling) this ACK's delivery-rate sample
-                    self._rate_sample(peer, now)
             cum = (w := peer.window).cum
             # in order, whole or a middle chunk of a message in reassembly (not its first nor last) within the
             # transport's budget (the peer's: see _over_budget); else (out of order, ...) the general handler
@@ -294,8 +292,6 @@ class Receiver:
                 peer.timer.sample(now - at_cum.sent_at)
             if peer.unacked:  # (with nothing unacked it has nothing to do)
                 self._detect_losses(peer)
-        if peer.rs_acked:  # (only when sampling) this ACK's delivery-rate sample
-            self._rate_sample(peer, now)
 
     def _on_segment(self, peer: Peer, data: memoryview, n: int, flags: int, seq_w: int,
                     tag: int, plen: int, now: float) -> None:

@@ -1,6 +1,6 @@
 """Loss recovery: what the sender learns from acknowledgements.
 
-* RTT estimation and the retransmit timeout (:class:`~.rto.RetransmitTimer`, in rto.py);
+* RTT samples fed to each peer's :class:`~.rtt.RetransmitTimer` (its own module);
 * ACK processing (:meth:`Recovery.on_ack`, :meth:`Recovery.on_cum_ack`): completions, RTT
   samples, SACK ranges;
 * loss detection, RACK-style (:meth:`Recovery.detect_losses`: fast retransmit) and the
@@ -26,9 +26,10 @@ from .delivery import frame_size
 from .events import PeerFailed, PeerWritable, SendCompleted, _new
 from .packetizer import Packetizer
 from .peers import OutMessage, Peer, PeerEvent, PeerState, Segment
-from .rto import GRANULARITY as GRANULARITY  # (re-exported: their home was here)
-from .rto import RetransmitTimer as RetransmitTimer
+from .rtt import GRANULARITY, RetransmitTimer  # noqa: F401  (re-exported: their old home)
 from .state import EngineState
+from .tlp import TailLossProbe, tlp_at
+from .undo import Undo
 from .window import SEQ_HALF as _HALF
 from .window import SEQ_WRAP as _WRAP
 from .wire import (
@@ -71,7 +72,8 @@ class Recovery:
     __slots__ = ("_state", "config", "events", "counters", "_cc", "_cc_on_ack", "_cwnd_max",
                  "_granularity", "_resending", "_sending", "_touched", "_timed", "_deadlines",
                  "_actions", "_timed_order", "_stamp", "_unschedule", "_confirm", "_close_timer",
-                 "_control", "_sampler", "_on_acked", "_pacer")
+                 "_live_at", "_liveness",
+                 "_control", "_sampler", "_pacer", "_undo", "_tlp", "_tlp_at")
 
     def __init__(self, state: EngineState, packetizer: Packetizer) -> None:
         self._state = state  # for now
@@ -93,18 +95,19 @@ class Recovery:
         self._unschedule = state.unschedule
         self._confirm: Callable[[Peer, float], None] = _unwired
         self._close_timer: Callable[[Peer, float], None] = _unwired
+        self._live_at: Callable[[Peer], float] = _unwired  # type: ignore[assignment]
+        self._liveness: Callable[[Peer, float], bool] = _unwired  # type: ignore[assignment]
         self._control = state.control
         self._sampler = state.sampler  # (None: the algorithm takes no rate samples)
         self._pacer = state.pacer
-        # what an acknowledged segment costs: _acked, or, when sampling, the sampler first
-        self._on_acked: Callable[[Peer, Segment], None] = \
-            self._acked if self._sampler is None else self._acked_sampled
+        self._undo = Undo(getattr(state.cc, "on_spurious", None))  # (undo.py)
+        self._tlp = TailLossProbe(state, packetizer.stamp)  # (tlp.py; Config.tlp off: never due)
+        self._tlp_at: Callable[[Peer], float | None] = tlp_at if state.config.tlp else lambda peer: None
 
-    def wire(self, confirm: Callable[[Peer, float], None],
-             close_timer: Callable[[Peer, float], None] = _unwired) -> None:
-        """The handshake's ``confirm`` (an ACK confirms) and the lifecycle's ``close_timer``."""
-        self._confirm = confirm
-        self._close_timer = close_timer
+    def wire(self, confirm: Callable[[Peer, float], None], close_timer: Callable[[Peer, float], None],
+             live_at: Callable[[Peer], float], liveness: Callable[[Peer, float], bool]) -> None:
+        """The handshake's ``confirm`` (an ACK confirms); the lifecycle's timers (lifecycle.py)."""
+        self._confirm, self._close_timer, self._live_at, self._liveness = confirm, close_timer, live_at, liveness
 
     def on_cum_ack(self, peer: Peer, ack_w: int, now: float) -> Segment | None:
         """Apply a cumulative ACK (piggy-backed or standalone).  Returns the segment at the
@@ -120,9 +123,9 @@ class Recovery:
         if cum == una + 1:  # one segment (each ping-pong reply): no loop to set up
             top = peer.unacked.pop(cum, None)
             if top is not None:
-                self._on_acked(peer, top)
+                self._acked(peer, top)
         else:
-            pop, acked = peer.unacked.pop, self._on_acked  # (once per ACK: the loop runs per segment)
+            pop, acked = peer.unacked.pop, self._acked  # (once per ACK: the loop runs per segment)
             top = None
             for s in range(una + 1, cum + 1):
                 seg = pop(s, None)
@@ -139,16 +142,6 @@ class Recovery:
             return None
         return top
 
-    def rate_sample(self, peer: Peer, now: float) -> None:
-        """An ACK datagram that acknowledged something new is processed: its delivery-rate
-        sample to the algorithm (called only while sampling: ``peer.rs_acked`` is set)."""
-        self._sampler.finish(peer, now)  # type: ignore[union-attr]
-
-    def _acked_sampled(self, peer: Peer, seg: Segment) -> None:
-        """:meth:`_acked`, the delivery-rate sampler told first."""
-        self._sampler.acked(peer, seg, self._state.now)  # type: ignore[union-attr]
-        self._acked(peer, seg)
-
     def _acked(self, peer: Peer, seg: Segment) -> None:
         """``seg`` is acknowledged: count it against its message, complete the message."""
         acked_serial = peer.acked_serial
@@ -161,6 +154,7 @@ class Recovery:
             if min_rtt is not None and self._state.now - seg.sent_at < min_rtt * 0.5 and peer.reo_mult < 16:
                 peer.reo_mult += 1
                 peer.reo_persist = REO_PERSIST
+            self._undo.resend_acked(peer, seg, self._state.now)  # spurious? then undo (undo.py)
         if peer.cwnd < self._cwnd_max:  # (the congestion controller's on_ack, bound once)
             self._cc_on_ack(peer)
         msg = seg.msg
@@ -212,7 +206,7 @@ class Recovery:
         timer, end the backoff, reopen the window."""
         peer.last_progress = now
         peer.rto_base = now
-        peer.timer.backoff = 1
+        peer.timer.progress()
         peer.timeouts = 0
         if peer.probe_seq is not None and peer.snd_una >= peer.probe_seq:
             # A timeout's probes are acknowledged.  Had the originals arrived, the receiver
@@ -276,7 +270,7 @@ class Recovery:
                     for s in range(a, b + 1):
                         seg = unacked.pop(s, None)
                         if seg is not None:
-                            self._on_acked(peer, seg)
+                            self._acked(peer, seg)
                             sacked_new = True
                             sample = seg
             if sacked_new and at_cum is None:
@@ -290,8 +284,6 @@ class Recovery:
             c.num_dup_acks += 1
         if peer.unacked:  # (with nothing unacked it has nothing to do)
             self.detect_losses(peer)
-        if peer.rs_acked:  # (only ever set when sampling): this ACK's rate sample
-            self.rate_sample(peer, now)
         self._touched[peer] = None
 
     def detect_losses(self, peer: Peer) -> None:
@@ -341,6 +333,7 @@ class Recovery:
     def _loss_episode(self, peer: Peer) -> None:
         """A loss episode begins: the congestion controller decreases, once; losses of what
         was sent before now count against this same episode."""
+        self._undo.arm(peer)  # (what the decrease replaces, should it prove spurious)
         self._cc.on_loss_episode(peer)
         peer.recovery_serial = peer.tx_serial + 1
         if peer.reo_persist:
@@ -354,8 +347,8 @@ class Recovery:
     def _reorder_time(self, peer: Peer) -> float:
         """How long after its send a segment may still arrive late rather than be lost."""
         srtt = peer.timer.srtt
-        if srtt is None:
-            return self.config.rto_initial
+        if srtt is None:  # the initial RTT (RFC 9002's 333 ms, a third of rto_initial), and a quarter
+            return self.config.rto_initial * (1 / 3 + 1 / 12 * peer.reo_mult) + self._granularity
         return srtt + srtt * 0.25 * peer.reo_mult + self._granularity
 
     def fail_messages(self, peer: Peer, exc: BaseException) -> None:
@@ -407,48 +400,57 @@ class Recovery:
         sent_at = front.sent_at
         return (sent_at if sent_at > peer.rto_base else peer.rto_base) + peer.timer.rto
 
-    def _loss_candidate(self, peer: Peer) -> Segment | None:
-        """The first segment :meth:`detect_losses` could declare lost without a new ACK once
-        enough time has passed (it meets the serial rule, not yet the time rule)."""
+    def _timed_segments(self, peer: Peer) -> tuple[Segment | None, Segment | None]:
+        """``(front, candidate)``, found in one walk from the oldest: the oldest segment not
+        queued for a resend (its retransmit timer runs), and the first segment
+        :meth:`detect_losses` could declare lost without a new ACK once enough time has
+        passed (it meets the serial rule, not yet the time rule).  ``unacked`` is in
+        transmission order, so the walk stops at the first segment sent after the newest
+        ACKed serial allows."""
         thr = self.config.fast_retransmit_threshold
         acked = peer.acked_serial
-        limits = (acked[0] - thr, acked[1] - thr)
-        top = limits[0] if limits[0] > limits[1] else limits[1]
-        if top < 0:
-            return None
+        lim0 = acked[0] - thr
+        lim1 = acked[1] - thr
+        top = lim0 if lim0 > lim1 else lim1
         seq_limit = peer.loss_seq_limit
+        front = None
         for seg in peer.unacked.values():
-            if seg.tx_serial > top:
-                return None
-            if not seg.lost and seg.tx_serial <= limits[seg.channel] and (seq_limit is None or seg.seq <= seq_limit):
-                return seg
-        return None
+            if seg.lost:
+                continue
+            if front is None:
+                front = seg
+            serial = seg.tx_serial
+            if serial > top:
+                return front, None
+            if serial <= (lim1 if seg.channel else lim0) and (seq_limit is None or seg.seq <= seq_limit):
+                return front, seg
+        return front, None
 
     def _timer_times(self, peer: Peer) -> tuple[float | None, float | None]:
         """``(deadline, act_at)`` of ``peer``: when the driver must call us again for it
         (the earliest of its retransmit timer, the loss check of its oldest segment, its death
         clock, a due ACK, its handshake), and when :meth:`handle_timer` would act on it (the
         same, or earlier when a later segment than the oldest may be declared lost)."""
-        cfg = self.config
-        t = act = None
         state = peer.state
         if state is _CLOSING:  # the CLOSE's resend and give-up (lifecycle.close_timer)
-            t = peer.close_until
-            if peer.close_next is not None and peer.close_next < t:
-                t = peer.close_next
-            return t, t
-        unacked = peer.unacked
-        if unacked:
+            until = peer.close_until
+            if peer.close_next is not None and peer.close_next < until:
+                until = peer.close_next
+            return until, until
+        t: float | None = None
+        act: float | None = None
+        if peer.unacked:
             # the loss check: the candidate's send time plus the reordering time, the very
             # expression detect_losses compares (no float rounding between the two)
-            candidate = self._loss_candidate(peer)
-            loss_at = None if candidate is None else candidate.sent_at + self._reorder_time(peer)
-            front = self._rto_front(peer)
+            front, candidate = self._timed_segments(peer)
+            if candidate is not None:
+                act = candidate.sent_at + self._reorder_time(peer)
             if front is not None:
                 t = self._rto_at(peer, front)
-                if candidate is front and loss_at is not None and loss_at < t:
-                    t = loss_at  # the oldest segment's loss check comes first
-            act = loss_at
+                if candidate is front and act is not None and act < t:
+                    t = act  # the oldest segment's loss check comes first
+                if (tlp := self._tlp_at(peer)) is not None and tlp < t:
+                    t = tlp  # the tail-loss probe (tlp.py)
         if state is _ESTABLISHED:
             live = self._live_at(peer)
             if t is None or live < t:
@@ -457,63 +459,30 @@ class Recovery:
             t = peer.pace_next  # sends wait for the pacing bucket (pacing.py)
         if peer.ack_now or peer.hello_reply:
             t = self._state.now
-        elif peer.ack_deadline is not None and (t is None or peer.ack_deadline < t):
-            t = peer.ack_deadline
-        if peer.hello_next is not None:
-            if t is None or peer.hello_next < t:
-                t = peer.hello_next
-            if peer.hello_started is not None:
-                give_up = peer.hello_started + cfg.handshake_timeout
-                if give_up < t:
-                    t = give_up
-        if peer.hello_started is not None and peer.state is _CONNECTING:
-            give_up = peer.hello_started + cfg.handshake_timeout
-            if act is None or give_up < act:
-                act = give_up
+        else:
+            ack_at = peer.ack_deadline
+            if ack_at is not None and (t is None or ack_at < t):
+                t = ack_at
+        if peer.hello_next is not None or peer.hello_started is not None:
+            t, act = self._handshake_times(peer, t, act)
         if t is not None and (act is None or t < act):
             act = t
         return t, act
 
-    def _live_at(self, peer: Peer) -> float:
-        """The earliest of an established peer's death clock (nothing heard for
-        peer_timeout), its keepalive PING (a third of it) and its zero-window probe: the
-        expressions :meth:`_liveness` compares with now, spelled the same."""
-        heard = peer.last_heard
-        timeout = peer.peer_timeout
-        t = heard + timeout
-        if self.config.keepalive:
-            keep = (heard if heard > peer.ping_at else peer.ping_at) + timeout / KEEPALIVE_FRACTION
-            if keep < t:
-                t = keep
-        if peer.remote_window == 0 and peer.queue and not peer.unacked:
-            probe = peer.ping_at + (peer.persist or peer.timer.rto)
-            if probe < t:
-                t = probe
-        return t
-
-    def _liveness(self, peer: Peer, now: float) -> bool:
-        """An established peer is due: dead (True), or a keepalive / zero-window PING due."""
-        heard = peer.last_heard
-        timeout = peer.peer_timeout
-        if heard + timeout <= now:
-            self._fail_peer(peer, PeerUnreachable(
-                f"peer {peer.address.hex()}: nothing heard from it for {timeout:g} s"))
-            return True
-        ping = False
-        if self.config.keepalive and \
-                (heard if heard > peer.ping_at else peer.ping_at) + timeout / KEEPALIVE_FRACTION <= now:
-            ping = True
-        if peer.remote_window == 0 and peer.queue and not peer.unacked:
-            interval = peer.persist or peer.timer.rto
-            if peer.ping_at + interval <= now:
-                ping = True
-                # the persist timer backs off, up to the keepalive's pace
-                peer.persist = min(2 * interval, timeout / KEEPALIVE_FRACTION)
-        if ping:
-            peer.ping_at = now
-            peer.ping_due = True
-            self._control[peer] = None
-        return False
+    def _handshake_times(self, peer: Peer, t: float | None,
+                         act: float | None) -> tuple[float | None, float | None]:
+        """:meth:`_timer_times`'s ``(t, act)`` with a handshake's times folded in: the next
+        HELLO and the give-up."""
+        hello_next = peer.hello_next
+        give_up = None if peer.hello_started is None else peer.hello_started + self.config.handshake_timeout
+        if hello_next is not None:
+            if t is None or hello_next < t:
+                t = hello_next
+            if give_up is not None and give_up < t:
+                t = give_up
+        if give_up is not None and peer.state is _CONNECTING and (act is None or give_up < act):
+            act = give_up
+        return t, act
 
     def _refresh_timers(self, forget_idle: bool) -> None:
         """Recompute the times of the peers that changed since the last call (and only
@@ -534,14 +503,19 @@ class Recovery:
         if not touched:
             return
         deadlines, actions = self._deadlines, self._actions
+        set_deadline = deadlines.set
         for peer in touched:
             if peer.timed:
                 t, act = self._timer_times(peer)
                 if t is None and forget_idle:
                     peer.timed = False
-                deadlines.set(peer, t)
-                # (only the rare peer that handle_timer acts on before its deadline)
-                actions.set(peer, act if act is not None and (t is None or act < t) else None)
+                set_deadline(peer, t)
+                # only the rare peer that handle_timer acts on before its deadline is in
+                # ``actions`` (the look first spares the call for every other one)
+                if act is not None and (t is None or act < t):
+                    actions.set(peer, act)
+                elif peer in actions.live:
+                    actions.discard(peer)
         touched.clear()
 
     def next_deadline(self, pending_work: bool = True) -> float | None:
@@ -552,6 +526,14 @@ class Recovery:
         if pending_work and (self._resending or self._sending or self._control):
             return self._state.now
         self._refresh_timers(True)
+        return self._deadlines.first()
+
+    def cached_deadline(self) -> float | None:
+        """The earliest deadline as of the last refresh (:meth:`next_deadline` or
+        :meth:`handle_timer`), recomputing nothing.  Datagrams taken in since never make a
+        timer due at once (``on_ack`` declares lost what already is; the death clock and the
+        RTO base move later), so a busy driver may look here between refreshes; a deadline
+        that input brought forward waits for the next refresh (Transport's TIMER_SLACK)."""
         return self._deadlines.first()
 
     def handle_timer(self, now: float) -> None:
@@ -577,7 +559,7 @@ class Recovery:
         state = peer.state
         if peer.pace_wait and peer.pace_next <= now:  # the pacing bucket lets it send again
             peer.pace_wait = False
-            if peer.resend:
+            if peer.resend or peer.tlp_seg is not None:
                 self._resending[peer] = None
             if peer.queue and state is _ESTABLISHED:
                 self._sending[peer] = None
@@ -591,6 +573,8 @@ class Recovery:
             front = self._rto_front(peer)
             if front is not None and self._rto_at(peer, front) <= now:
                 self._timeout(peer, now)
+            elif front is not None and (tlp := self._tlp_at(peer)) is not None and tlp <= now:
+                self._tlp.fire(peer)
         if peer.hello_started is not None and peer.state is _CONNECTING \
                 and peer.hello_started + cfg.handshake_timeout <= now:
             self._fail_peer(peer, PeerUnreachable(
@@ -611,6 +595,7 @@ class Recovery:
         the burst for many timeouts in a row."""
         probes = [seg for seg in islice(
             (g for g in peer.unacked.values() if not g.lost), TIMEOUT_PROBES)]
+        peer.probe_sent = probes[0].sent_at  # (its original's send: undo.py's RTT sample)
         resend = peer.resend or peer.new_resend()
         for seg in probes:
             seg.lost = LOST_TIMEOUT
@@ -627,6 +612,7 @@ class Recovery:
         peer.timeouts += 1
         if peer.timeouts >= PERSISTENT_TIMEOUTS:
             if peer.tx_serial >= peer.recovery_serial:
+                self._undo.arm(peer)
                 self._cc.on_persistent_congestion(peer)
                 peer.recovery_serial = peer.tx_serial + 1
             peer.probe_seq = None
@@ -650,6 +636,9 @@ class Recovery:
                 if paced < room:
                     room = paced
                 start = len(out)
+            if peer.tlp_seg is not None and room > 0:  # a tail-loss probe (tlp.py)
+                n = self._tlp.send(peer, now, out)
+                room, sent = room - n, sent + n
             while resend and room > 0:
                 seg = resend.popleft()
                 if not seg.lost or peer.unacked.get(seg.seq) is not seg:
@@ -667,11 +656,13 @@ class Recovery:
                 c.num_total_sends += 1
                 sent += 1
                 room -= 1
+                if peer.undo_cwnd:
+                    peer.undo_retrans += 1  # (a retransmission of the episode undo.py may undo)
             self._touched[peer] = None
             if rate:
                 if len(out) > start:
                     pacer.spent(peer, sum(frame_size(d[2]) for d in out[start:]), now, rate)
-                if resend and peer.pace_next > now:
+                if (resend or peer.tlp_seg is not None) and peer.pace_next > now:
                     del self._resending[peer]  # back when the bucket allows (the timer heap)
                     pacer.wait(peer)
                     continue

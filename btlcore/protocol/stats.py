@@ -7,10 +7,14 @@ an unknown connection id, CRC failures, malformed datagrams)."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
+
+if TYPE_CHECKING:
+    from .peers import Peer
 
 
 @attrs.define(slots=True)
@@ -21,6 +25,9 @@ class PeerCounters:
     num_resends: int = 0
     num_timeout_retrans: int = 0
     num_fast_retrans: int = 0
+    num_spurious_retrans: int = 0
+    num_undos: int = 0
+    num_tail_probes: int = 0
     num_chunk_sends: int = 0
     num_frag_sends: int = 0
     num_ack_sends: int = 0
@@ -96,6 +103,28 @@ def aggregate(module: ModuleCounters, peers: Iterable[PeerCounters]) -> dict[str
                 total[name] += value
     total.update(attrs.asdict(module))
     return total
+
+
+def path_state(peer: Peer) -> dict[str, float | None]:
+    """What the sender knows of the path to ``peer`` now: the RTT estimator's ``srtt``,
+    ``rttvar``, ``min_rtt`` and ``rto`` (seconds; None before a sample), the congestion window
+    ``cwnd`` and ``ssthresh`` (segments; None: unbounded), ``pacing_rate`` and the last valid
+    ``delivery_rate`` (bytes/s; 0.0: unpaced, or an algorithm that takes no rate samples),
+    ``bytes_in_flight`` (datagram bytes sent, neither acknowledged nor declared lost).  Read on
+    demand (the in-flight sum walks the unacknowledged segments): not for a hot loop."""
+    t = peer.timer
+    in_flight = 0
+    for seg in peer.unacked.values():
+        if not seg.lost:
+            buf = seg.buf
+            in_flight += sum(len(part) for part in buf) if type(buf) is list else len(buf)
+    return {
+        "srtt": t.srtt, "rttvar": t.rttvar if t.srtt is not None else None, "min_rtt": t.min_rtt,
+        "rto": t.rto, "cwnd": None if math.isinf(peer.cwnd) else peer.cwnd,
+        "ssthresh": None if math.isinf(peer.ssthresh) else peer.ssthresh,
+        "pacing_rate": peer.pacing_rate, "delivery_rate": peer.delivery_rate,
+        "bytes_in_flight": in_flight,
+    }
 
 
 def stats_line(label: str, counters: dict[str, Any]) -> str:

@@ -9,7 +9,7 @@ per progress pass; see :meth:`btlcore.protocol.recovery.Recovery._refresh_timers
 
 from __future__ import annotations
 
-from heapq import heapify, heappop, heappush
+from heapq import heapify, heappop, heappush, heapreplace
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -20,51 +20,60 @@ _SLACK = 64  # stale entries tolerated beyond the live ones before a rebuild
 class DeadlineHeap(Generic[T]):
     """At most one live deadline per item; ``first()`` is the earliest of them."""
 
-    __slots__ = ("_heap", "_live", "_count")
+    __slots__ = ("_heap", "live", "_count")
 
     def __init__(self) -> None:
         # (deadline, serial, item): the serial breaks ties (insertion order) and names the
         # entry, so items themselves are never compared
         self._heap: list[tuple[float, int, T]] = []
-        self._live: dict[T, tuple[float, int]] = {}
+        #: item -> (deadline, serial) of its live entry; read-only outside this class (a
+        #: look in it spares a method call on hot paths)
+        self.live: dict[T, tuple[float, int]] = {}
         self._count = 0
 
     def __len__(self) -> int:
-        return len(self._live)
+        return len(self.live)
 
     def __contains__(self, item: T) -> bool:
-        return item in self._live
+        return item in self.live
 
     def get(self, item: T) -> float | None:
-        live = self._live.get(item)
+        live = self.live.get(item)
         return None if live is None else live[0]
 
     def set(self, item: T, deadline: float | None) -> None:
         """Make ``deadline`` the item's (None: it has none)."""
-        live = self._live.get(item)
+        live = self.live.get(item)
         if deadline is None:
             if live is not None:
-                del self._live[item]
+                del self.live[item]
             return
         if live is not None and live[0] == deadline:
             return  # unchanged: no new entry
-        self._count += 1
-        self._live[item] = (deadline, self._count)
-        heappush(self._heap, (deadline, self._count, item))
-        if len(self._heap) > 2 * len(self._live) + _SLACK:
-            self._heap = [(t, n, i) for i, (t, n) in self._live.items()]
+        heap = self._heap
+        n = self._count = self._count + 1
+        if live is not None and heap[0][1] == live[1]:
+            # its entry is the top (always, for a lone item): replace it in place, so the
+            # heap keeps its size and first() has no stale entry to skip
+            self.live[item] = (deadline, n)
+            heapreplace(heap, (deadline, n, item))
+            return
+        self.live[item] = (deadline, n)
+        heappush(heap, (deadline, n, item))
+        if len(heap) > 2 * len(self.live) + _SLACK:
+            self._heap = [(t, k, i) for i, (t, k) in self.live.items()]
             heapify(self._heap)
 
     def discard(self, item: T) -> None:
-        self._live.pop(item, None)
+        self.live.pop(item, None)
 
     def clear(self) -> None:
         self._heap.clear()
-        self._live.clear()
+        self.live.clear()
 
     def first(self) -> float | None:
         """The earliest live deadline (None: there is none)."""
-        heap, live = self._heap, self._live
+        heap, live = self._heap, self.live
         while heap:
             t, n, item = heap[0]
             entry = live.get(item)
@@ -76,7 +85,7 @@ class DeadlineHeap(Generic[T]):
     def pop_due(self, now: float) -> list[T]:
         """The items whose deadline is ``now`` or earlier, earliest first; they have no
         deadline afterwards."""
-        heap, live = self._heap, self._live
+        heap, live = self._heap, self.live
         due: list[T] = []
         while heap and heap[0][0] <= now:
             t, n, item = heappop(heap)

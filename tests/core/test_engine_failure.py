@@ -149,7 +149,7 @@ def test_restart_stale_segments_dropped_and_counted() -> None:
     p.add_hook(lambda s, d, raw, k: ("delay", 0.05) if s == 1 and safe_decode(raw).type == T_DATA else None)
     for i in range(3):
         p.send(1, 0, 7, b"stale%d" % i, key=("stale", i))
-    p.step()
+    p.advance(p.now + 0.01)  # (sent, not arrived: they land at +50 ms)
     p.hooks.clear()
     nb = p.restart(1)
     nb.connect(b"A", p.now)

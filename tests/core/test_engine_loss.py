@@ -69,7 +69,7 @@ def test_fast_retransmit_threshold_respected() -> None:
 
 
 def test_timeout_retransmit_backoff_and_two_probes() -> None:
-    p = pair()
+    p = pair(tlp=False)  # (the retransmit timeout alone: test_tlp.py has the tail-loss probe)
     mark = len(p.log)
     p.drop_where(lambda d: d.type == T_DATA, count=6)
     for i in range(3):
@@ -94,7 +94,7 @@ def test_timeout_retransmit_backoff_and_two_probes() -> None:
 
 
 def test_backoff_capped_at_rto_max() -> None:
-    p = pair(rto_max=0.05, peer_timeout=100.0)
+    p = pair(rto_max=0.05, peer_timeout=100.0, tlp=False)
     mark = len(p.log)
     p.drop_where(lambda d: d.type == T_DATA, count=8)
     p.send(0, 1, 1, b"x", key=0)
@@ -293,8 +293,9 @@ def test_cwnd_decreases_again_in_a_later_episode() -> None:
 
 def test_timeout_over_real_loss_is_one_loss_episode() -> None:
     # the three segments are lost; the timeout's probes come back acknowledged without a
-    # duplicate report, so the originals were lost: one decrease, no slow start
-    p = pair(cwnd_initial=32)
+    # duplicate report, so the originals were lost: one decrease, no slow start (the
+    # retransmit timeout alone: test_tlp.py has the tail-loss probe)
+    p = pair(cwnd_initial=32, tlp=False)
     p.drop_where(lambda d: d.type == T_DATA, count=3)
     for i in range(3):
         p.send(0, 1, 1, b"x", key=i)
@@ -320,8 +321,8 @@ def test_timeout_from_lost_acks_keeps_the_window() -> None:
 
 def test_persistent_timeouts_restart_slow_start() -> None:
     # the originals and the probes of two timeouts lost: the third timeout in a row, with
-    # nothing acknowledged, is persistent congestion
-    p = pair(cwnd_initial=32)
+    # nothing acknowledged, is persistent congestion (no tail-loss probe: timeouts only)
+    p = pair(cwnd_initial=32, tlp=False)
     p.drop_where(lambda d: d.type == T_DATA, count=3 + 2 + 2)
     for i in range(3):
         p.send(0, 1, 1, b"x", key=i)

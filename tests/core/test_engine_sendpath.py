@@ -37,6 +37,10 @@ def _reference_timer(eng: Engine) -> float | None:
                 if front.tx_serial <= peer.acked_serial[front.channel] - cfg.fast_retransmit_threshold \
                         and (peer.loss_seq_limit is None or front.seq <= peer.loss_seq_limit):
                     t = min(t, front.sent_at + eng.recovery._reorder_time(peer))
+                newest = list(peer.unacked.values())[-1]  # the tail-loss probe (RFC 8985), once per tail
+                if cfg.tlp and peer.tlp_progress != peer.last_progress and peer.timer.srtt is not None \
+                        and not peer.resend and peer.probe_seq is None and peer.timer.adaptive:
+                    t = min(t, max(newest.sent_at, peer.rto_base) + 2 * peer.timer.srtt + peer.timer.max_ack_delay)
         if peer.state is PeerState.ESTABLISHED:  # the death rule, keepalive, zero-window probe
             heard = peer.last_heard
             live = heard + peer.peer_timeout
@@ -45,6 +49,8 @@ def _reference_timer(eng: Engine) -> float | None:
             if peer.remote_window == 0 and peer.queue and not peer.unacked:
                 live = min(live, peer.ping_at + (peer.persist or peer.timer.rto))
             t = live if t is None else min(t, live)
+        if peer.pace_wait:  # sends held back by pacing
+            t = peer.pace_next if t is None else min(t, peer.pace_next)
         if peer.ack_now or peer.hello_reply:
             t = eng.state.now
         elif peer.ack_deadline is not None and (t is None or peer.ack_deadline < t):

@@ -8,7 +8,7 @@ import pytest
 
 from btlcore import Config
 from btlcore.protocol.peers import TRANSITIONS, InvalidTransition, Peer, PeerEvent, PeerState
-from btlcore.protocol.recovery import RetransmitTimer
+from btlcore.protocol.rtt import RetransmitTimer
 from btlcore.testing.enginepair import EnginePair
 
 S, E = PeerState, PeerEvent

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from btlcore.protocol.recovery import GRANULARITY, RetransmitTimer
+from btlcore.protocol.rtt import GRANULARITY, RetransmitTimer
 
 
 def adaptive(initial: float = 0.02, lo: float = 0.001, hi: float = 2.0) -> RetransmitTimer:

@@ -239,7 +239,7 @@ def test_worked_examples_are_accepted_by_an_engine() -> None:
 
 def test_engine_constants_quoted_in_protocol_md() -> None:
     from btlcore.protocol import handshake as engine
-    from btlcore.protocol import recovery as rtt
+    from btlcore.protocol import rtt
     from btlcore.transport import Transport
 
     text = read("protocol.md")

@@ -10,7 +10,8 @@ impairments, scripted faults, pcapng capture and per-link statistics.
     fabric.set_link("a", "b", LinkModel(delay=10e-6, loss=0.01))
 
 Modules, one concept each: ``scheduler`` (virtual time), ``links`` (link models and
-impairments), ``nic`` (the device object), ``rules`` (scripted faults), ``pcap``
+impairments), ``nic`` (the device object), ``queues`` (queue sizes, the shared
+bottleneck and its AQM), ``rules`` (scripted faults), ``pcap``
 (capture), ``fabric`` (putting them together), ``plugin`` (the hooks), ``layers`` (scapy
 layers; imported only on demand, scapy is slow to load), ``selftest`` (raw speed).
 """
@@ -18,7 +19,8 @@ layers; imported only on demand, scapy is slow to load), ``selftest`` (raw speed
 from .fabric import Fabric, default_fabric, reset_default_fabric
 from .links import DROP_CAUSES, Link, LinkModel
 from .nic import SimNIC
+from .queues import Bottleneck, parse_queue
 from .rules import DropRule, Partition
 
-__all__ = ["DROP_CAUSES", "DropRule", "Fabric", "Link", "LinkModel", "Partition", "SimNIC",
-           "default_fabric", "reset_default_fabric"]
+__all__ = ["DROP_CAUSES", "Bottleneck", "DropRule", "Fabric", "Link", "LinkModel", "Partition", "SimNIC",
+           "default_fabric", "parse_queue", "reset_default_fabric"]

@@ -27,6 +27,7 @@ from btlcore.protocol import wire
 from .links import DROP_CAUSES, Link, LinkModel
 from .nic import MAX_NODES, SimNIC, check_options, parse_address
 from .pcap import PcapWriter
+from .queues import Bottleneck
 from .rules import DropRule, Partition, normalise_fields
 from .scheduler import Scheduler
 
@@ -38,7 +39,7 @@ class Fabric(Scheduler):
     """Any number of simulated NICs on one virtual clock.  See the module docstring."""
 
     __slots__ = ("seed", "_opened", "nics", "names", "_default", "_models", "_links", "_partitions",
-                 "_rules", "_nth", "integrity")
+                 "_rules", "_nth", "integrity", "_shared", "bottlenecks")
     seed: int
     integrity: bool
     """The fabric never corrupts a frame (see ``__init__``); its NICs report it."""
@@ -51,6 +52,9 @@ class Fabric(Scheduler):
     _partitions: list[Partition]
     _rules: list[DropRule]
     _nth: dict[tuple[int, int], frozenset[int]]
+    _shared: dict[tuple[int, int], Bottleneck]
+    bottlenecks: list[Bottleneck]
+    """The shared bottlenecks, in the order they were made."""
 
     def __init__(self, seed: int = 0, default: LinkModel | None = None,
                  pcap: str | os.PathLike[str] | None = None, coalesce: float = 0.0,
@@ -85,6 +89,8 @@ class Fabric(Scheduler):
         self._partitions = []
         self._rules = []
         self._nth = {}
+        self._shared = {}
+        self.bottlenecks = []
         if pcap is not None:
             self.open_pcap(pcap)
 
@@ -212,7 +218,15 @@ class Fabric(Scheduler):
         link.partitions = tuple(sorted((p.start, p.end) for p in self._partitions if p.cuts(*key)))
         link.nth = self._nth.get(key, frozenset())
         link.rules = tuple(r for r in self._rules if r.applies(*key))
-        link.apply(self._models.get(key, self._default))
+        link.shared = self._shared.get(key)
+        link.apply(self._models.get(key, self._default), self.round_trip(*key))
+
+    def round_trip(self, src: int, dst: int) -> float:
+        """The fixed delay of ``src -> dst`` plus that of the way back: the round trip a
+        ``queue_bdp`` queue is sized with."""
+        there = self._models.get((src, dst), self._default)
+        back = self._models.get((dst, src), self._default)
+        return float(there.delay) + float(back.delay)
 
     def _rebuild_all(self) -> None:
         for link in self._links.values():
@@ -236,6 +250,7 @@ class Fabric(Scheduler):
             raise TypeError(f"expected a LinkModel, got {type(model).__name__}")
         self._default = self._allowed(model)
         self._rebuild_all()
+        self._size_bottlenecks()
 
     def set_link(self, src: NodeRef, dst: NodeRef, model: LinkModel | None, *,
                  both_ways: bool = False) -> None:
@@ -251,12 +266,49 @@ class Fabric(Scheduler):
                 self._models.pop(key, None)
             else:
                 self._models[key] = model
+        for key in ((a, b), (b, a)):  # the way back too: its round trip (a BDP queue) changed
             if key in self._links:
                 self._rebuild(self._links[key])
+        self._size_bottlenecks()
 
     def link_model(self, src: NodeRef, dst: NodeRef) -> LinkModel:
         key = (self.node(src).node_id, self.node(dst).node_id)
         return self._models.get(key, self._default)
+
+    # -- shared bottlenecks -----------------------------------------------------------------
+
+    def bottleneck(self, directions: Iterable[tuple[NodeRef, NodeRef]], rate_mbps: float, *,
+                   queue_limit: int = 0, queue_bdp: float = 0.0, aqm: str = "droptail",
+                   name: str | None = None) -> Bottleneck:
+        """One queue and rate limiter that every ``(src, dst)`` direction in ``directions``
+        feeds, so that flows between different node pairs compete for ``rate_mbps``; sized
+        ``queue_limit`` bytes or ``queue_bdp`` times rate x the longest round trip carried;
+        ``aqm`` ``droptail`` or ``codel`` (see :mod:`.queues`).  A direction feeds one
+        bottleneck at most; its own rate and queue are then unused."""
+        pairs = [(self.node(s).node_id, self.node(d).node_id) for s, d in directions]
+        if not pairs:
+            raise ValueError("a bottleneck needs at least one (src, dst) direction")
+        taken = [k for k in pairs if k in self._shared]
+        if taken:
+            raise ValueError(f"direction {self.nics[taken[0][0]].name}->{self.nics[taken[0][1]].name} "
+                             f"already feeds bottleneck {self._shared[taken[0]].name!r}")
+        bn = Bottleneck(name or f"bottleneck{len(self.bottlenecks) + 1}", rate_mbps, queue_limit, queue_bdp, aqm)
+        self.bottlenecks.append(bn)
+        for key in pairs:
+            self._shared[key] = bn
+            if key in self._links:
+                self._rebuild(self._links[key])
+        self._size_bottlenecks()
+        return bn
+
+    def _size_bottlenecks(self) -> None:
+        """Size each bottleneck's queue for the longest round trip and frame it carries."""
+        for bn in self.bottlenecks:
+            keys = [k for k, b in self._shared.items() if b is bn]
+            rtt = max(self.round_trip(*k) for k in keys)
+            frame = max(min(self._models.get(k, self._default).mtu or self.nics[k[0]].mtu,
+                            self.nics[k[0]].mtu) for k in keys)
+            bn.size(rtt, frame)
 
     # -- scripted faults ----------------------------------------------------------------
 
@@ -339,6 +391,10 @@ class Fabric(Scheduler):
         """Per direction ``"src->dst"`` (in the order links were made): frames offered,
         delivered, dropped (total and by cause), duplicated, corrupted, and bytes."""
         return {link.name: link.stats() for link in self._links.values()}
+
+    def queue_stats(self) -> dict[str, dict[str, Any]]:
+        """Per shared bottleneck, by name: :meth:`Bottleneck.stats <.queues.Bottleneck.stats>`."""
+        return {bn.name: bn.stats() for bn in self.bottlenecks}
 
     def totals(self) -> dict[str, Any]:
         """The sums of :meth:`stats` over every link."""

@@ -10,7 +10,10 @@ What happens to a frame offered to a link, in this order (each stage counted by 
 1. ``mtu``: longer than the link MTU: dropped.
 2. ``queue``: the rate limiter.  Frames are serialised one after another at ``rate_mbps``;
    the backlog is the bytes waiting for the wire (including the one being sent).  A frame
-   that would push the backlog over ``queue_limit`` is tail-dropped.  The sending NIC's
+   that would push the backlog over the queue's size (``queue_limit`` bytes, or
+   ``queue_bdp`` times the path's bandwidth-delay product: see :mod:`.queues`) is
+   tail-dropped.  A direction that feeds a shared :class:`~.queues.Bottleneck` is
+   serialised by it instead (causes ``queue`` and ``aqm``).  The sending NIC's
    send-queue slot stays taken until the frame's last bit left, which is what makes
    ``post_send`` return False on a full send queue.
 3. ``partition``: the fabric is partitioned between the two ends when the frame finishes
@@ -52,16 +55,19 @@ import attrs
 
 from btlcore.errors import ConfigError
 
+from .queues import queue_bytes
+
 if TYPE_CHECKING:
     from .fabric import Fabric
     from .nic import SimNIC
+    from .queues import Bottleneck
 
 JITTER_DISTS = ("normal", "uniform", "pareto")
 PARETO_SHAPE = 3.0
 """Shape of the Pareto jitter: heavy tail, finite variance."""
 NO_LIMIT = 1 << 62
 
-DROP_CAUSES = ("mtu", "queue", "partition", "nth", "rule", "loss", "burst", "rx_mtu",
+DROP_CAUSES = ("mtu", "queue", "aqm", "partition", "nth", "rule", "loss", "burst", "rx_mtu",
                "rx_queue", "closed")
 
 
@@ -133,11 +139,18 @@ class LinkModel:
     rate_mbps: float = attrs.field(default=0.0, validator=_nonneg)
     """Serialisation rate in megabits per second (10**6); 0 is unlimited."""
     queue_limit: int = attrs.field(default=0, validator=_queue_limit)
-    """Bytes the rate limiter may hold before it tail-drops; 0 is unlimited."""
+    """Bytes the rate limiter may hold before it tail-drops; 0 is unlimited (unless
+    ``queue_bdp`` is set)."""
+    queue_bdp: float = attrs.field(default=0.0, validator=_nonneg)
+    """The queue as a multiple of the path's bandwidth-delay product (rate x this delay plus
+    the reverse direction's), never under a few frames (:mod:`.queues`); 0: not used."""
     mtu: int | None = attrs.field(default=None, validator=_mtu)
     """Largest frame the link carries (longer ones are dropped); None: no link limit."""
 
     def __attrs_post_init__(self) -> None:
+        if self.queue_limit and self.queue_bdp:
+            raise ConfigError("link parameters 'queue_limit' (bytes) and 'queue_bdp' (a multiple of the "
+                              "bandwidth-delay product) size the same queue: give one of them")
         if self.reorder and not self.delay:
             raise ConfigError(
                 "link parameter 'reorder' needs 'delay' > 0: a reordered frame skips the delay "
@@ -207,6 +220,9 @@ class Link:
     corrupt: float = 0.0
     bytes_per_s: float = 0.0
     queue_limit: int = 0
+    """The byte limit in force (``queue_bdp`` resolved by the fabric); 0: unlimited."""
+    shared: Bottleneck | None = None
+    """The bottleneck that serialises this direction's frames instead of its own limiter."""
     busy_until: float = 0.0
     partitions: tuple[tuple[float, float], ...] = ()
     nth: frozenset[int] = frozenset()
@@ -223,8 +239,9 @@ class Link:
     corrupted: int = 0
     drops: dict[str, int] = attrs.Factory(dict)
 
-    def apply(self, model: LinkModel) -> None:
-        """Take ``model``'s numbers; the random stream and the counters carry on."""
+    def apply(self, model: LinkModel, rtt: float | None = None) -> None:
+        """Take ``model``'s numbers; the random stream and the counters carry on.  ``rtt``:
+        the path's round trip, which sizes a ``queue_bdp`` queue (default twice the delay)."""
         self.model = model
         self.mtu = model.mtu if model.mtu is not None else NO_LIMIT
         self.loss = float(model.loss)
@@ -238,7 +255,12 @@ class Link:
         self.duplicate = float(model.duplicate)
         self.corrupt = float(model.corrupt)
         self.bytes_per_s = model.rate_mbps * 1e6 / 8.0
-        self.queue_limit = model.queue_limit
+        frame = min(self.mtu, self.src.mtu)
+        self.queue_limit = queue_bytes(model.queue_limit, model.queue_bdp, self.bytes_per_s,
+                                       2 * self.delay if rtt is None else rtt, frame)
+        if self.shared is not None:
+            self.bytes_per_s = self.shared.bytes_per_s  # (it serialises; the own limiter is unused)
+            self.queue_limit = 0
         self.refresh()
 
     def refresh(self) -> None:
@@ -247,6 +269,7 @@ class Link:
                           or self.duplicate or self.corrupt or self.jitter or self.reorder)
         self.ideal = (
             self.model.ideal
+            and self.shared is None
             and not self.partitions
             and not self.nth
             and not self.rules
@@ -268,17 +291,21 @@ class Link:
         self.bytes_offered += n
         # Every accepted post completes once: at once, or when its last bit left (rate).
         if n > self.mtu:
-            self.src.completed += 1
-            return self.drop("mtu", data, now)
+            return self.refuse("mtu", data, now)
         t = now
         if self.bytes_per_s:
-            start = self.busy_until if self.busy_until > now else now
-            # backlog in bytes; the 1e-6 forgives float error in the accumulated busy time
-            if self.queue_limit and (start - now) * self.bytes_per_s + n > self.queue_limit + 1e-6:
-                self.src.completed += 1
-                return self.drop("queue", data, now)
-            t = start + n / self.bytes_per_s
-            self.busy_until = t
+            shared = self.shared
+            if shared is None:
+                start = self.busy_until if self.busy_until > now else now
+                # backlog in bytes; the 1e-6 forgives float error in the accumulated busy time
+                if self.queue_limit and (start - now) * self.bytes_per_s + n > self.queue_limit + 1e-6:
+                    return self.refuse("queue", data, now)
+                t = start + n / self.bytes_per_s
+                self.busy_until = t
+            else:
+                t = shared.admit(n, now)
+                if t < 0.0:
+                    return self.refuse(shared.cause, data, now)
             infl = self.src.inflight[channel]
             if not infl or t >= infl[-1]:
                 infl.append(t)  # the usual case: after every slot taken before
@@ -378,7 +405,8 @@ class Link:
         rest join its FIFO with the link's state held in locals, as a bulk sender's frames
         do.  The same frames, serials and times as one :meth:`transmit` per frame."""
         head = self.head
-        if head is None or not (self.plain and self.bytes_per_s and self.delay and not self.queue_limit):
+        if head is None or not (self.plain and self.bytes_per_s and self.delay and not self.queue_limit
+                                and self.shared is None):
             return i
         src = self.src
         infl = src.inflight[channel]
@@ -429,6 +457,11 @@ class Link:
             if d < 0.0:
                 d = 0.0
         return d
+
+    def refuse(self, cause: str, data: bytes | bytearray | memoryview, now: float) -> bool:
+        """A frame dropped before it took the wire: its post completes now."""
+        self.src.completed += 1
+        return self.drop(cause, data, now)
 
     def drop(self, cause: str, data: bytes | bytearray | memoryview, now: float) -> bool:
         """Count (and capture) a frame this link lost.  Returns True: the post succeeded."""

@@ -34,6 +34,7 @@ from btlcore.device import Capabilities, Channel, ChannelInfo, LocalPair, Probe,
 from .fabric import Fabric, open_nic
 from .links import Link, LinkModel
 from .nic import SimNIC
+from .queues import CLI_DEFAULT_QUEUE, MIN_QUEUE_FRAMES, parse_queue
 
 _EMPTY: tuple[Any, ...] = ()
 
@@ -209,7 +210,7 @@ def btl_device_close(device: SimNIC) -> None:
 CLI_COALESCE = 20e-6
 """20 us of interrupt coalescing, as a real NIC: receivers handle frames in batches."""
 CLI_MTU = 9000
-LINK_FLAGS = ("loss", "burst", "reorder", "duplicate", "corrupt", "delay", "rate", "mtu")
+LINK_FLAGS = ("loss", "burst", "reorder", "duplicate", "corrupt", "delay", "rate", "queue", "mtu")
 """The flags a run's ``link`` (in ``btl transfer --json``) reports, as given."""
 DEMO_LINK: dict[str, Any] = {"loss": "0.02", "burst": None, "reorder": "0.01", "duplicate": "0.005",
                              "corrupt": "0.002", "delay": "0.5,0.05", "rate": 1000.0, "mtu": CLI_MTU}
@@ -226,7 +227,12 @@ def btl_cli_add_options(command: str, group: argparse._ArgumentGroup) -> None:
         group.add_argument("--duplicate", help="duplicate probability")
         group.add_argument("--corrupt", help="bit-flip probability")
         group.add_argument("--delay", metavar="MS[,JITTER_MS]", help="one-way delay and jitter")
-        group.add_argument("--rate", type=float, metavar="MBPS", help="link rate, Mbit/s (10 ms queue)")
+        group.add_argument("--rate", type=float, metavar="MBPS",
+                           help=f"link rate, Mbit/s, behind a drop-tail queue (--queue; default {CLI_DEFAULT_QUEUE})")
+        group.add_argument("--queue", metavar="SIZE",
+                           help="the --rate link's queue: bytes (65536, 64K, 1M) or a multiple of the path's "
+                           f"bandwidth-delay product, rate x round trip (2bdp, 0.5bdp; at least {MIN_QUEUE_FRAMES} "
+                           f"datagrams); default {CLI_DEFAULT_QUEUE}")
     if command in ("transfer", "demo"):
         group.add_argument("--pcap", metavar="FILE", help="write every frame (and every drop) to FILE")
 
@@ -246,7 +252,10 @@ def btl_cli_local_pair(command: str, args: argparse.Namespace, options: Mapping[
     def finish() -> dict[str, Any]:
         if pcap:
             fabric.close_pcap()
-        return {"link": {k: v for k, v in given.items() if v is not None}, "fabric": fabric.stats()}
+        out: dict[str, Any] = {"link": {k: v for k, v in given.items() if v is not None}, "fabric": fabric.stats()}
+        if given.get("rate") is not None:  # the queue in force, bytes (a multiple of the BDP resolved)
+            out["queue_bytes"] = fabric.link(fabric.node("a"), fabric.node("b")).queue_limit
+        return out
 
     return LocalPair(ends, finish, DEMO_DESCRIPTION if command == "demo" else "the simulator")
 
@@ -299,7 +308,9 @@ def cli_link_model(given: Mapping[str, Any]) -> LinkModel:
         if rate <= 0:
             raise ValueError(f"--rate: expected a positive Mbit/s figure, got {rate}")
         kw["rate_mbps"] = rate
-        kw["queue_limit"] = max(1 << 20, int(rate * 1e6 / 8 * 0.01))  # 10 ms of queue
+        kw["queue_limit"], kw["queue_bdp"] = parse_queue(given.get("queue") or CLI_DEFAULT_QUEUE)
+    elif given.get("queue") is not None:
+        raise ValueError("--queue: the queue is the --rate link's; give --rate MBPS too")
     if kw.get("reorder") and not kw.get("delay"):
         kw["delay"] = 0.001  # netem's reorder needs a delay to overtake
     return LinkModel(**kw)

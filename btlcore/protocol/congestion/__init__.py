@@ -19,6 +19,9 @@ Optional, looked up once per engine (an algorithm that lacks one is never called
   with a :class:`~btlcore.protocol.congestion.rate.RateSample` (delivery rate, RTT, bytes
   acknowledged, lost and in flight) -- what model-based algorithms (``bbr``) steer by;
 * ``on_spurious(peer)``: the last loss episode (or timeout) proved spurious: undo its decrease.
+  Before each ``on_loss_episode`` and ``on_persistent_congestion`` the engine keeps
+  ``peer.undo_cwnd`` and ``peer.undo_ssthresh`` (the values the decrease replaces), which it
+  may restore; an algorithm with more state keeps its own (see :mod:`..undo`).
 
 Pacing: an algorithm that wants its sends spread sets ``peer.pacing_rate`` (bytes per second;
 ``0.0``, the default, means unpaced) and the engine releases segments no faster, keeping small

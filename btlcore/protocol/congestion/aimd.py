@@ -42,6 +42,14 @@ class Aimd:
             beta = CWND_BETA_RANDOM
         peer.ssthresh = peer.cwnd = max(peer.cwnd * beta, 2.0)
 
+    def on_spurious(self, peer: Peer) -> None:
+        """The last decrease was for nothing (undo.py): back to the window and threshold it
+        replaced, or what grew since."""
+        if peer.undo_cwnd > peer.cwnd:
+            peer.cwnd = min(peer.undo_cwnd, self.cwnd_max)
+        if peer.undo_ssthresh > peer.ssthresh:
+            peer.ssthresh = peer.undo_ssthresh
+
     def on_persistent_congestion(self, peer: Peer) -> None:
         peer.ssthresh = max(peer.cwnd / 2, 2.0)
         peer.cwnd = min(self.cwnd_initial, peer.ssthresh)

@@ -1,5 +1,7 @@
-"""RTT estimation and the retransmit timeout of one peer (RFC 6298 and RFC 9002's PTO, or
-usnic's fixed timeout), with backoff.  :mod:`.recovery` drives it."""
+"""The retransmit timeout of one peer: RTT estimation (RFC 6298) or usnic's fixed timeout,
+with exponential backoff.  Kept apart from :mod:`.recovery` (which feeds it samples and
+reads :attr:`RetransmitTimer.rto` for every deadline) because it is pure arithmetic on
+samples, testable alone."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ class RetransmitTimer:
     usnic's hotel."""
 
     __slots__ = ("adaptive", "rto_min", "rto_max", "fixed", "max_ack_delay", "srtt", "rttvar",
-                 "min_rtt", "backoff", "_base")
+                 "min_rtt", "backoff", "_base", "rto")
 
     def __init__(self, adaptive: bool, initial: float, rto_min: float, rto_max: float,
                  fixed: float, max_ack_delay: float = 0.0) -> None:
@@ -32,6 +34,9 @@ class RetransmitTimer:
         self.min_rtt: float | None = None
         self.backoff = 1
         self._base = min(max(initial, rto_min), rto_max) if adaptive else fixed
+        #: the timeout now: a plain attribute, kept current by whatever changes its inputs
+        #: (every deadline computation reads it)
+        self.rto = self._base
 
     def sample(self, rtt: float) -> None:
         """Feed one RTT sample (from a segment sent once: Karn's rule)."""
@@ -51,6 +56,7 @@ class RetransmitTimer:
             if self.rto_min > rto:
                 rto = self.rto_min
             self._base = self.rto_max if self.rto_max < rto else rto
+            self._update()
 
     def set_max_ack_delay(self, delay: float) -> None:
         """The peer told us how long it may hold an ACK back (its HELLO)."""
@@ -58,18 +64,24 @@ class RetransmitTimer:
         if self.adaptive and self.srtt is not None:
             rto = self.srtt + max(GRANULARITY, 4 * self.rttvar) + delay
             self._base = min(max(rto, self.rto_min), self.rto_max)
+            self._update()
 
     def progress(self) -> None:
         """The peer acknowledged something new: end the backoff."""
-        self.backoff = 1
+        if self.backoff != 1:
+            self.backoff = 1
+            self._update()
 
     def expired(self) -> None:
         """A timeout fired: back off (adaptive mode only)."""
         if self.adaptive and self._base * self.backoff < self.rto_max:
             self.backoff *= 2
+            self._update()
 
-    @property
-    def rto(self) -> float:
+    def _update(self) -> None:
+        """Recompute :attr:`rto` from the base timeout and the backoff."""
         if not self.adaptive:
-            return self.fixed
-        return min(self._base * self.backoff, self.rto_max)
+            self.rto = self.fixed
+        else:
+            rto = self._base * self.backoff
+            self.rto = self.rto_max if self.rto_max < rto else rto

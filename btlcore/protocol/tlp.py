@@ -1,0 +1,79 @@
+"""The tail-loss probe (RFC 8985 §7): a lost tail found in about two round trips, not one
+retransmit timeout.
+
+The fast-retransmit rule needs later segments acknowledged; when the last segments of a
+flight are lost there are none, and only the retransmit timeout was left (at least
+``rto_min``, often far more than the round trip on a fast path).  So, ``2 * srtt`` plus the
+peer's ``max_ack_delay`` (the longest its ACK may be held back) after the last transmission
+or the last ACK with news, with nothing heard, the newest segment is sent again, once per
+flight: its ACK reports what is missing (SACK), and the loss rule takes over.  Disarmed
+while resends are queued, while a timeout's probes are out, before any RTT sample, in
+``rto_mode=fixed`` (usnic's timer), and once a probe went until new data is acknowledged.
+
+The probe is judged as a timeout's probes are (:meth:`.recovery.Recovery._progress`): its
+original was lost -- a loss episode -- unless the receiver reports a duplicate or the ACK
+came too soon to be the probe's (undo.py); it counts as a timer retransmission
+(``num_timeout_retrans``) and in ``num_tail_probes``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .peers import Peer, Segment
+from .state import EngineState
+
+
+def tlp_at(peer: Peer) -> float | None:
+    """When ``peer``'s tail-loss probe is due (None: not armed).  The one expression, for
+    the deadline and for the timer alike."""
+    t = peer.timer
+    srtt = t.srtt
+    if peer.tlp_progress == peer.last_progress or srtt is None or peer.resend or peer.probe_seq is not None \
+            or not t.adaptive:
+        return None
+    unacked = peer.unacked
+    newest = unacked[next(reversed(unacked))]
+    base = newest.sent_at if newest.sent_at > peer.rto_base else peer.rto_base
+    return base + 2 * srtt + t.max_ack_delay
+
+
+class TailLossProbe:
+    """Arms and sends the probes of one engine's peers (state on the peers)."""
+
+    __slots__ = ("_resending", "_stamp", "_sampler")
+
+    def __init__(self, state: EngineState, stamp: Any) -> None:
+        self._resending = state.resending
+        self._stamp = stamp  # Packetizer.stamp
+        self._sampler = state.sampler
+
+    def fire(self, peer: Peer) -> None:
+        """The probe is due: the newest segment goes again at the next resend pass."""
+        peer.tlp_progress = peer.last_progress  # (one per tail: the next ACK with news re-arms)
+        unacked = peer.unacked
+        newest = unacked[next(reversed(unacked))]
+        if newest.lost:
+            return
+        peer.tlp_seg = newest
+        # judged as a timeout's probe (recovery._progress, undo.py)
+        peer.probe_seq, peer.probe_serial, peer.probe_dup = newest.seq, newest.tx_serial, False
+        peer.probe_sent = newest.sent_at
+        self._resending[peer] = None
+
+    def send(self, peer: Peer, now: float, out: list[Any]) -> int:
+        """Send ``peer``'s probe if it is still unacknowledged; how many datagrams went."""
+        seg: Segment | None = peer.tlp_seg
+        peer.tlp_seg = None
+        if seg is None or seg.lost or peer.unacked.get(seg.seq) is not seg:
+            return 0
+        c = peer.counters
+        c.num_tail_probes += 1
+        c.num_timeout_retrans += 1
+        c.num_resends += 1
+        c.num_total_sends += 1
+        peer.unacked.move_to_end(seg.seq)
+        self._stamp(peer, seg, now, out)
+        if self._sampler is not None:
+            seg.rs = self._sampler.stamp(peer, now)
+        return 1

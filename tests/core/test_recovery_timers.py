@@ -1,0 +1,150 @@
+"""Issue #12's timer mechanisms on virtual time: the handshake's RTT sample, the 1 s initial
+timeout, the tail-loss probe, undo of spurious retransmissions and timeouts, the backoff
+that lets go."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from btlcore import Config
+from btlcore.protocol.wire import T_ACK, T_DATA
+from btlcore.testing.enginepair import DROP, EnginePair, safe_decode
+
+
+def pair(delay: float = 0.001, **cfg: Any) -> EnginePair:
+    p = EnginePair(Config(**cfg), delay=delay)
+    p.handshake()
+    return p
+
+
+def data_times(p: EnginePair, src: int, mark: int = 0) -> list[tuple[float, int]]:
+    """(time, seq) of every DATA datagram ``src`` sent since log entry ``mark``."""
+    out = []
+    for t, s, _d, raw in p.log[mark:]:
+        if s == src and (d := safe_decode(raw)) is not None and d.type == T_DATA:
+            out.append((t, d.seq))
+    return out
+
+
+def test_the_handshake_gives_the_connecting_side_its_rtt() -> None:
+    p = pair(delay=0.004)
+    t = p.pa.timer
+    assert t.srtt == pytest.approx(0.008) and t.rttvar == pytest.approx(0.004)  # one HELLO, one answer
+    assert t.min_rtt == pytest.approx(0.008)
+    # RTO = srtt + max(4 rttvar, G) + the peer's max ACK delay (its HELLO_ACK said 200 us)
+    assert t.rto == pytest.approx(0.008 + 4 * 0.004 + 0.0002)
+    assert p.pb.timer.srtt is None  # the answering side has no sample yet ...
+    assert p.pb.timer.rto == Config().rto_initial == 1.0  # ... so it waits RFC 6298's 1 s
+
+
+def test_the_first_timeout_without_a_sample_is_one_second() -> None:
+    p = pair(tlp=False)
+    mark = len(p.log)
+    p.drop_where(lambda d: d.type == T_DATA, count=1)
+    t0 = p.now
+    p.send(1, 0, 1, b"reply", key="r")  # from b, which has no RTT sample
+    p.run(lambda: bool(p.completions.get("r")), max_time=t0 + 5)
+    sends = data_times(p, 1, mark)
+    assert len(sends) == 2 and sends[0][1] == sends[1][1]
+    assert sends[1][0] - sends[0][0] == pytest.approx(1.0)  # not 20 ms: not below any path's RTT
+    assert p.pb.timer.srtt is None  # the retransmission's ACK gives no sample (Karn's rule)
+
+
+def test_a_lost_tail_is_probed_after_two_round_trips() -> None:
+    p = pair(delay=0.0001, cwnd_initial=32)  # a 0.2 ms round trip: the timeout is rto_min, 5 ms
+    mark = len(p.log)
+    sent = {"n": 0}
+
+    def drop_tail(src: int, dst: int, raw: bytes, k: int) -> Any:
+        if src == 0 and raw[1] == T_DATA:
+            sent["n"] += 1
+            if sent["n"] == 5:  # the last of five, once
+                return DROP
+        return None
+
+    p.add_hook(drop_tail)
+    t0 = p.now
+    for i in range(5):
+        p.send(0, 1, 1, b"m%d" % i, key=i)
+    p.run(lambda: all(p.completions[i] for i in range(5)), max_time=t0 + 1)
+    sends = data_times(p, 0, mark)
+    t = p.pa.timer
+    assert len(sends) == 6 and sends[5][1] == sends[4][1]  # the newest segment again ...
+    # ... two round trips after the latest news (the ACK of the first four), long before the
+    # retransmit timeout (rto_min) would have fired
+    probe = sends[5][0]
+    news = max(at for at, src, _d, raw in p.arrivals if src == 1 and raw[1] == T_ACK and at < probe)
+    assert news + 2 * t.min_rtt <= probe <= news + 2 * t.srtt + t.max_ack_delay + 1e-9
+    assert p.now - t0 < 0.002 < t.rto_min
+    st = p.a.stats()
+    assert st["num_tail_probes"] == 1 == st["num_timeout_retrans"] == st["num_resends"]
+    assert p.delivered[1] == [(b"A", 1, b"m%d" % i) for i in range(5)]
+    assert p.pa.ssthresh < float("inf")  # the tail was lost: one loss episode (RFC 8985)
+
+
+def test_a_spurious_timeout_is_undone_and_teaches_the_timer() -> None:
+    p = pair(tlp=False, cwnd_initial=32)
+    held = {"done": False}
+
+    def late_ack(src: int, dst: int, raw: bytes, k: int) -> Any:
+        if src == 1 and raw[1] == T_ACK and not held["done"]:
+            held["done"] = True
+            return ("delay", 0.0048)  # arrives just after the 6.2 ms timeout fired
+        return None
+
+    p.add_hook(late_ack)
+    cwnd = p.pa.cwnd
+    t0 = p.now
+    p.send(0, 1, 1, b"x", key="x")
+    p.run(lambda: bool(p.completions.get("x")), max_time=t0 + 1)
+    st = p.a.stats()
+    assert st["num_timeout_retrans"] == 1 and st["num_spurious_retrans"] == 1
+    t = p.pa.timer
+    # the original's flight (about 7 ms) is an RTT sample: the timer now waits longer
+    assert t.srtt is not None and t.srtt > 0.002 and t.rto > 0.0062
+    assert t.backoff == 1 and p.pa.cwnd >= cwnd  # no decrease stands
+
+
+def test_a_spurious_fast_retransmit_is_undone() -> None:
+    p = pair(cwnd_initial=32)
+    late: dict[str, int | None] = {"seq": None}
+
+    def reorder_third(src: int, dst: int, raw: bytes, k: int) -> Any:
+        d = safe_decode(raw)
+        if src == 0 and d is not None and d.type == T_DATA and late["seq"] is None and k >= 2:
+            late["seq"] = d.seq
+            return ("delay", 0.0015)  # overtaken: declared lost, then arrives
+        return None
+
+    p.add_hook(reorder_third)
+    for i in range(20):
+        p.send(0, 1, 1, b"y%d" % i, key=i)
+    before = p.pa.cwnd
+    p.run(lambda: all(p.completions[i] for i in range(20)), max_time=p.now + 1)
+    st = p.a.stats()
+    assert st["num_fast_retrans"] >= 1 and st["num_spurious_retrans"] >= 1
+    assert st["num_undos"] == 1
+    assert p.pa.cwnd >= before and p.pa.ssthresh == float("inf")  # as if no loss
+
+
+def test_the_backoff_lets_go_when_acks_flow_again() -> None:
+    p = pair(tlp=False, rto_max=0.05, peer_timeout=100.0)
+    base = p.pa.timer.rto
+    p.drop_where(lambda d: d.type == T_DATA, count=5)
+    p.send(0, 1, 1, b"x", key="x")
+    seen: list[float] = []
+    while not p.completions.get("x"):
+        p.step()
+        seen.append(p.pa.timer.rto)
+    assert max(seen) == pytest.approx(0.05)  # backed off, never past rto_max
+    assert p.pa.timer.backoff == 1 and p.pa.timer.rto <= base * 1.5  # progress ended the backoff
+    mark = len(p.log)
+    p.drop_where(lambda d: d.type == T_DATA, count=1)
+    t0 = p.now
+    p.send(0, 1, 1, b"z", key="z")
+    p.run(lambda: bool(p.completions.get("z")), max_time=t0 + 1)
+    sends = data_times(p, 0, mark)
+    assert sends[1][0] - sends[0][0] == pytest.approx(p.pa.timer.rto, rel=0.5)  # not 50 ms
+    assert sends[1][0] - sends[0][0] < 0.02

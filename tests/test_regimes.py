@@ -1,0 +1,154 @@
+"""The regime sweep (``btl bench --regimes``): a quick subset that must be correct in every cell
+(every byte verified, no live peer declared dead), its fairness figures, its table, heatmap and
+docs section.  No goodput is asserted: speed is the benchmark's to report, not the tests'."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from btlcore.bench import docs, regimes, regimes_report, runner, veth
+from btlcore.bench.flows import PathSpec, jain, run_flows, window_needs
+from btlcore.config import Config
+
+pytestmark = pytest.mark.timeout(600)
+
+# the quick grid's hardest corners, each cut short: a slow long path at 10% loss and in bursts
+# (its retransmit timer fires before any RTT sample), a fast one in bursts, a tiny queue, and
+# 2 and 8 flows competing (drop-tail and CoDel)
+SUBSET = replace(regimes.GRIDS["quick"], loss_paths=((10, 0.05), (10000, 0.00005)), losses=(0.1, -1.0),
+                 queue_paths=((100, 0.01),), flow_paths=((100, 0.001),), compete_paths=((100, 0.001),),
+                 min_time=0.2, rtts=20, min_bytes=1e6, budget=10e6)
+
+
+@pytest.fixture(scope="module")
+def sweep() -> dict:
+    compete = [regimes.parse_sets("cc=aimd"), regimes.parse_sets("cc=aimd,cwnd_max=16")]
+    return regimes.sweep(SUBSET, compete=compete, kernel=False,
+                         only=lambda c: c.kind != "queue" or c.path.queue_bdp == 0.1)
+
+
+def test_every_cell_of_the_subset_verifies_every_byte_and_no_live_peer_dies(sweep: dict) -> None:
+    rows = sweep["rows"]
+    kinds = {r["kind"] for r in rows}
+    assert kinds == {"loss", "queue", "flows", "compete"} and len(rows) >= 9
+    for r in rows:
+        where = f"{r['kind']} {r['rate_mbps']} Mb/s {r['delay']} s loss {r['loss']} x{r['flows']}"
+        assert not r.get("error"), where + ": " + r.get("error", "")
+        assert r["verified"] and r["errors"] == [] and r["dead"] == 0, where + ": " + "; ".join(r["errors"])
+        assert r["verified_bytes"] == r["sent_bytes"] > 0, where
+        assert len(r["flow_mbps"]) == r["flows"] and 0 < r["jain"] <= 1.0 + 1e-9
+    assert regimes.failures(sweep) == []
+
+
+def test_the_compete_slice_runs_each_flow_with_its_own_settings(sweep: dict) -> None:
+    (row,) = [r for r in sweep["rows"] if r["kind"] == "compete"]
+    assert row["sets"] == [{"cc": "aimd"}, {"cc": "aimd", "cwnd_max": "16"}]
+    # a window capped at 16 segments of a path whose BDP is 25 kB (3 segments) still gets a share,
+    # and the shares add up
+    assert sum(row["shares"]) == pytest.approx(1.0) and all(s > 0 for s in row["shares"])
+
+
+def test_a_flow_capped_far_below_the_bdp_takes_the_smaller_share() -> None:
+    path = PathSpec(100.0, 0.01)  # BDP 250 kB: a window of 4 segments holds about 36 kB of it
+    configs = [Config(), Config.from_strings([("cwnd_max", "4")], Config())]
+    r = run_flows(path, configs, duration=0.6, warmup=0.2, seed=3)
+    assert r["verified"], r["errors"]
+    assert r["shares"][1] < 0.3 < r["shares"][0]
+    assert r["jain"] < 0.9
+
+
+def test_same_seed_same_figures() -> None:
+    path = PathSpec(100.0, 0.002, loss=0.01)
+    a = run_flows(path, [Config()] * 2, duration=0.1, warmup=0.03, seed=4)
+    b = run_flows(path, [Config()] * 2, duration=0.1, warmup=0.03, seed=4)
+    for k in ("flow_mbps", "spurious_frac", "resend_frac", "sent_bytes", "fabric", "measured_stats"):
+        assert a[k] == b[k], k
+
+
+def test_jain_index() -> None:
+    assert jain([5.0, 5.0, 5.0]) == pytest.approx(1.0)
+    assert jain([1.0, 0.0, 0.0, 0.0]) == pytest.approx(0.25)  # one of four takes all: 1/n
+    assert jain([3.0, 1.0]) == pytest.approx(16 / 20)
+    assert jain([]) == 1.0 and jain([0.0, 0.0]) == 1.0
+
+
+def test_window_needs_names_the_parameters_too_small_for_the_bdp() -> None:
+    cfg = Config()
+    assert window_needs(PathSpec(100.0, 0.001), cfg) == {}  # 25 kB
+    needs = window_needs(PathSpec(10000.0, 0.05), cfg)  # 125 MB in flight
+    assert needs["send_buffer"] >= 125e6 and needs["recv_buffer"] >= 125e6
+    assert needs["cwnd_max"] > cfg.cwnd_max and needs["window"] > cfg.window
+
+
+def test_grids_cover_the_ranges_the_issue_names() -> None:
+    full = regimes.cells(regimes.GRIDS["full"], [regimes.parse_sets("cc=aimd")] * 2)
+    rates = {c.path.rate_mbps for c in full}
+    delays = {c.path.delay for c in full}
+    assert min(rates) == 10 and max(rates) == 10000 and min(delays) == 0.00005 and max(delays) == 0.05
+    assert {c.path.loss for c in full if not c.path.burst} >= {0.0, 0.1} and any(c.path.burst for c in full)
+    assert {c.path.queue_bdp for c in full} >= {0.1, 2.0} and {len(c.flows) for c in full} >= {1, 2, 8}
+    quick = regimes.cells(regimes.GRIDS["quick"])
+    assert len(quick) < len(full) and not [c for c in quick if c.kind == "compete"]
+
+
+def test_compete_cells_are_skipped_with_the_reason_when_an_algorithm_is_missing() -> None:
+    why = regimes.compete_unavailable([regimes.parse_sets("cc=nosuchcc")])
+    assert why is not None and "cc=nosuchcc" in why and "aimd" in why
+    assert regimes.compete_unavailable([regimes.parse_sets("cc=aimd")]) is None
+    with pytest.raises(ValueError, match="NAME=VALUE"):
+        regimes.parse_sets("cc")
+
+
+def test_table_heatmap_and_docs_section(sweep: dict, tmp_path: Path) -> None:
+    text = regimes_report.render_text(sweep)
+    assert "Goodput / (1-p)·rate" in text and "10% " not in text.split("\n")[0]
+    assert f"{len(sweep['rows'])} of {len(sweep['rows'])} cells verified" in text
+    (tmp_path / "docs").mkdir()
+    md = tmp_path / "docs" / "benchmarks.md"
+    md.write_text("# Benchmarks\n\nthe rest\n")
+    written = regimes_report.write_docs(sweep, str(tmp_path))
+    for p in written:
+        assert Path(p).stat().st_size > 0
+    assert Path(written[1]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and b"<svg" in Path(written[2]).read_bytes()
+    once = md.read_text()
+    assert once.startswith("# Benchmarks\n\nthe rest\n") and "## Across network regimes" in once
+    regimes_report.write_docs(sweep, str(tmp_path))  # a second run replaces its section, nothing else
+    assert md.read_text() == once
+    # btl bench --docs rewrites the rest of the file and keeps the sweep's section
+    kept = regimes_report.kept_section(str(md))
+    assert kept is not None and kept in once
+    minimal = {"meta": {}, "results": []}
+    docs.write(minimal, str(tmp_path))
+    assert kept in md.read_text() and md.read_text().startswith("# Benchmarks")
+
+
+def test_btl_bench_regimes_options_parse_and_a_bad_set_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    args = runner.parser().parse_args(["--regimes", "--quick", "--set", "cc=aimd", "--compete", "cc=aimd",
+                                       "--compete", "cc=aimd", "--no-kernel"])
+    assert args.regimes and args.set == ["cc=aimd"] and args.compete == ["cc=aimd", "cc=aimd"] and args.no_kernel
+    assert regimes_report.command_line(args) == ("btl bench --regimes --quick --set cc=aimd --compete cc=aimd "
+                                                 "--compete cc=aimd --no-kernel")
+    assert runner.main(["--regimes", "--quick", "--set", "cc=nosuchcc", "--no-kernel"]) == 2
+    assert "nosuchcc" in capsys.readouterr().err
+
+
+def test_kernel_comparison_says_why_it_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(veth.os, "geteuid", lambda: 1000)
+    out = veth.compare(quick=True, log=io.StringIO())
+    assert out == {"skipped": "network namespaces need root (CAP_NET_ADMIN, CAP_SYS_ADMIN)"}
+    assert "Kernel comparison skipped: network namespaces need root" in regimes_report.kernel_lines(out)[0]
+
+
+def test_goals_of_the_issue_are_judged_per_cell() -> None:
+    row = {"kind": "loss", "loss": 0.01, "flows": 1, "verified": True, "goodput_frac": 0.84,
+           "spurious_frac": 0.02, "jain": 1.0}
+    assert regimes_report.goal_misses(row) == ["goodput < 0.85", "spurious > 1%"]
+    assert regimes_report.goal_misses({**row, "goodput_frac": 0.86, "spurious_frac": 0.0}) == []
+    assert regimes_report.goal_misses({**row, "loss": 0.1, "goodput_frac": 0.61, "spurious_frac": 0.0}) == []
+    flows = {**row, "kind": "flows", "loss": 0.0, "flows": 8, "goodput_frac": 0.95, "spurious_frac": 0.0}
+    assert regimes_report.goal_misses({**flows, "jain": 0.94}) == ["Jain < 0.95"]
+    assert regimes_report.goal_misses({**row, "verified": False}) == ["not verified"]
