@@ -3,12 +3,16 @@ retransmit timeout.
 
 The fast-retransmit rule needs later segments acknowledged; when the last segments of a
 flight are lost there are none, and only the retransmit timeout was left (at least
-``rto_min``, often far more than the round trip on a fast path).  So, ``2 * srtt`` plus the
-peer's ``max_ack_delay`` (the longest its ACK may be held back) after the last transmission
-or the last ACK with news, with nothing heard, the newest segment is sent again, once per
-flight: its ACK reports what is missing (SACK), and the loss rule takes over.  Disarmed
-while resends are queued, while a timeout's probes are out, before any RTT sample, in
-``rto_mode=fixed`` (usnic's timer), and once a probe went until new data is acknowledged.
+``rto_min``, 5 ms, where the round trip may be 0.1 ms).  So, ``max(2 srtt, srtt + 4 rttvar)``
+plus the peer's ``max_ack_delay`` (the longest its ACK may be held back) after the last
+transmission or the last ACK with news, with nothing heard, the newest segment is sent
+again, once per flight: its ACK reports what is missing (SACK), and the loss rule takes
+over.  RFC 8985's ``2 srtt`` alone fired spuriously where the RTT varies (large datagrams on
+a slow link, held behind the NIC's queue): the RTO's variance term, without its ``rto_min``
+floor, keeps the probe from coming before the path's RTT may be over.  Disarmed on a
+connection's first flight (its only RTT sample is the handshake's, of small datagrams),
+while resends are queued, while a timeout's probes are out, in ``rto_mode=fixed`` (usnic's
+timer), and once a probe went until new data is acknowledged.
 
 The probe is judged as a timeout's probes are (:meth:`.recovery.Recovery._progress`): its
 original was lost -- a loss episode -- unless the receiver reports a duplicate or the ACK
@@ -30,12 +34,13 @@ def tlp_at(peer: Peer) -> float | None:
     t = peer.timer
     srtt = t.srtt
     if peer.tlp_progress == peer.last_progress or srtt is None or peer.resend or peer.probe_seq is not None \
-            or not t.adaptive:
+            or not t.adaptive or peer.snd_una == peer.isn:
         return None
     unacked = peer.unacked
     newest = unacked[next(reversed(unacked))]
     base = newest.sent_at if newest.sent_at > peer.rto_base else peer.rto_base
-    return base + 2 * srtt + t.max_ack_delay
+    var = srtt + 4 * t.rttvar  # (the RTO's, unfloored: never earlier on a path whose RTT varies)
+    return base + (var if var > 2 * srtt else 2 * srtt) + t.max_ack_delay
 
 
 class TailLossProbe:

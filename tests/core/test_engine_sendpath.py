@@ -38,9 +38,11 @@ def _reference_timer(eng: Engine) -> float | None:
                         and (peer.loss_seq_limit is None or front.seq <= peer.loss_seq_limit):
                     t = min(t, front.sent_at + eng.recovery._reorder_time(peer))
                 newest = list(peer.unacked.values())[-1]  # the tail-loss probe (RFC 8985), once per tail
-                if cfg.tlp and peer.tlp_progress != peer.last_progress and peer.timer.srtt is not None \
-                        and not peer.resend and peer.probe_seq is None and peer.timer.adaptive:
-                    t = min(t, max(newest.sent_at, peer.rto_base) + 2 * peer.timer.srtt + peer.timer.max_ack_delay)
+                srtt = peer.timer.srtt
+                if cfg.tlp and peer.tlp_progress != peer.last_progress and srtt is not None and not peer.resend \
+                        and peer.probe_seq is None and peer.timer.adaptive and peer.snd_una != peer.isn:
+                    wait = max(2 * srtt, srtt + 4 * peer.timer.rttvar)
+                    t = min(t, max(newest.sent_at, peer.rto_base) + wait + peer.timer.max_ack_delay)
         if peer.state is PeerState.ESTABLISHED:  # the death rule, keepalive, zero-window probe
             heard = peer.last_heard
             live = heard + peer.peer_timeout

@@ -126,13 +126,6 @@ def test_next_deadline_is_the_earliest_of_many_peers() -> None:
         sent_at[peer] = now
     want = min(max(t, p.rto_base) + p.timer.rto for p, t in sent_at.items())
     want = min(want, min(p.last_progress for p in sent_at) + hub.config.peer_timeout)
-    # each peer's tail-loss probe (tlp.py) comes first: 2 srtt + max_ack_delay after its send
-    probes = {p: max(t, p.rto_base) + 2 * p.timer.srtt + p.timer.max_ack_delay for p, t in sent_at.items()
-              if p.timer.srtt is not None}
-    assert hub.next_deadline() == min(want, *probes.values())
-    for p in probes:
-        p.tlp_progress = p.last_progress  # (probe sent; below: the retransmit timeout, which it does not change)
-        hub.state.touched[p] = None
     assert hub.next_deadline() == want
     # the first of them times out; only it is handled, and it is due again later
     first = min(sent_at, key=lambda p: max(sent_at[p], p.rto_base) + p.timer.rto)
