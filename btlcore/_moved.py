@@ -98,3 +98,15 @@ def alias_subpackages(old: str, targets: Mapping[str, str]) -> None:
     """
     if not any(isinstance(f, _AliasFinder) and f.old == old for f in sys.meta_path):
         sys.meta_path.insert(0, _AliasFinder(old, targets))
+
+
+def moved_to_run(name: str) -> object:
+    """``btlcore.transport.open`` and ``run_until`` moved to :mod:`btlcore.run` (the transport
+    module holds the Transport); the old names work for one release, with a warning."""
+    if name in ("open", "run_until"):
+        from . import run
+
+        warnings.warn(f"btlcore.transport.{name} moved to btlcore.run.{name} (or btlcore.{name})",
+                      DeprecationWarning, stacklevel=3)
+        return getattr(run, name)
+    raise AttributeError(f"module 'btlcore.transport' has no attribute {name!r}")

@@ -78,6 +78,17 @@ def address(value: Any, name: str = "address") -> bytes:
     return out
 
 
+def connectable(value: Any, device: Any, known: Any) -> bytes:
+    """A peer address to connect to: :func:`address`, and for a peer not ``known`` yet, the
+    device's word (its optional ``check_connect``: AddressUnreachable, naming both
+    addresses, for a peer that could never answer it -- rather than a silent handshake)."""
+    out = address(value)
+    check = getattr(device, "check_connect", None)
+    if check is not None and out not in known:
+        check(out)
+    return out
+
+
 def function(value: Any, name: str, optional: bool = True) -> None:
     """A callable (or, when ``optional``, None)."""
     if value is None and optional:

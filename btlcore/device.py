@@ -136,9 +136,9 @@ class ChannelInfo:
 
 
 class DeviceSpec:
-    """The hooks a backend implements.  All but ``btl_device_fds``, ``btl_device_wake``,
-    ``btl_device_post_send_many``, ``btl_device_poll_recv_from`` and
-    ``btl_device_reply_dest`` are required."""
+    """The hooks a backend implements.  All but ``btl_device_fds``, ``btl_device_readable``, ``btl_device_wake``,
+    ``btl_device_post_send_many``, ``btl_device_poll_recv_from``, ``btl_device_reply_dest``
+    and the address hooks (``btl_address_text``, ``btl_address_parse``) are required."""
 
     @hookspec(firstresult=True)
     def btl_backend_probe(self, options: Mapping[str, Any]) -> Probe:  # type: ignore[empty-body]
@@ -204,6 +204,14 @@ class DeviceSpec:
         other source; without the hook it learns them from the connection's first datagrams."""
 
     @hookspec(firstresult=True)
+    def btl_device_check_connect(self, device: Any, address: bytes) -> None:
+        """Optional: the application connects to the peer at ``address`` (not called for a
+        peer whose HELLO reached us).  Raise :class:`~btlcore.errors.AddressUnreachable`
+        naming both addresses when that peer could never answer this device (``udp``: a
+        dual-stack device advertising an IPv6 address, toward an IPv4-bound peer), instead
+        of a handshake that times out in silence."""
+
+    @hookspec(firstresult=True)
     def btl_device_path_errors(self, device: Any) -> Sequence[Any]:  # type: ignore[empty-body]
         """Optional: the destinations (``post_send`` handles' addresses, as sources are
         reported) that the network said were unreachable since the last call (an ICMP port
@@ -245,14 +253,39 @@ class DeviceSpec:
         multi-device waits).  Optional: a device without any returns ``[]``."""
 
     @hookspec(firstresult=True)
+    def btl_device_readable(self, device: Any, fd: int) -> None:
+        """Optional: an event loop saw ``fd`` (one of ``btl_device_fds``) readable, so the
+        next ``poll_recv`` may read it without asking the OS which descriptor has input
+        (``udp``: saves an ``epoll_wait`` per pass under asyncio).  Called just before that
+        ``poll_recv``; a device without it asks, as it does after any other wakeup."""
+
+    @hookspec(firstresult=True)
     def btl_device_wake(self, device: Any) -> None:
         """Make a ``btl_device_wait`` blocked in another thread return now (or the next one,
         if none is blocked).  The one hook called from any thread.  Optional: a device
         whose waits take no wall time (virtual time) has nothing to interrupt."""
 
     @hookspec(firstresult=True)
+    def btl_device_wake_fd(self, device: Any) -> int | None:
+        """Optional (with ``btl_device_wake``): a file descriptor that becomes readable when
+        ``btl_device_wake`` is called, so that ``run_until``'s one ``select()`` over several
+        devices ends on a wake too; the next ``btl_device_wait`` (any deadline) clears it."""
+
+    @hookspec(firstresult=True)
     def btl_device_close(self, device: Any) -> None:
         """Release everything the device holds.  Idempotent."""
+
+    @hookspec(firstresult=True)
+    def btl_address_text(self, address: bytes) -> str | None:
+        """Optional: an address of this backend as people type it (udp: ``HOST:PORT``), the
+        form :meth:`btl_address_parse` takes back; ``Transport.address_text`` and the ``btl``
+        command print it.  Without it the text form is the address in hex."""
+
+    @hookspec(firstresult=True)
+    def btl_address_parse(self, text: str) -> bytes | None:
+        """Optional: the address written as :meth:`btl_address_text` writes it, or in hex,
+        back to bytes (``connect()`` takes text through it).  Bad text raises ``ValueError``
+        saying which forms are allowed."""
 
 
 class ToolSpec:
@@ -415,6 +448,16 @@ class DeviceOps:
     """``btl_device_peer_sources`` if the backend has it: a dest -> the sources it sends from."""
     path_errors: Callable[[], Sequence[Any]] | None = None
     """``btl_device_path_errors`` if the backend has it (ICMP unreachables since the last call)."""
+    readable: Callable[[int], None] | None = None
+    """``btl_device_readable`` if the backend has it (an event loop's readiness hint)."""
+    address_text: Callable[[bytes], str | None] | None = None
+    """``btl_address_text`` if the backend has it (a backend hook: no device argument)."""
+    parse_address: Callable[[str], bytes | None] | None = None
+    """``btl_address_parse`` if the backend has it."""
+    wake_fd: Callable[[], int | None] | None = None
+    """``btl_device_wake_fd`` if the backend has it (what a wake makes readable)."""
+    check_connect: Callable[[bytes], None] | None = None
+    """``btl_device_check_connect`` if the backend has it (at ``connect()`` to a new peer)."""
 
     @classmethod
     def bind(cls, backend: str, plugin: Any, device: Any) -> DeviceOps:
@@ -466,4 +509,10 @@ class DeviceOps:
             reply_dest=optional("btl_device_reply_dest") if poll_recv_from is not None else None,
             peer_sources=optional("btl_device_peer_sources") if poll_recv_from is not None else None,
             path_errors=optional("btl_device_path_errors"),
+            readable=optional("btl_device_readable"),
+            # backend hooks (no device argument), called as they are
+            address_text=getattr(plugin, "btl_address_text", None),
+            parse_address=getattr(plugin, "btl_address_parse", None),
+            check_connect=optional("btl_device_check_connect"),
+            wake_fd=optional("btl_device_wake_fd"),
         )

@@ -18,16 +18,25 @@ from typing import Any
 from . import checks
 from .config import Config
 from .errors import ConfigError, TransportClosed
+from .faults import Faults
+from .interpose import interpose
 from .registry import open_device
 from .transport import Transport
 
 
 def open(backend: str | None = None, *, config: Config | None = None, seed: int | None = None,
-         plugins: Sequence[Any] = (), **options: Any) -> Transport:
+         plugins: Sequence[Any] = (), faults: Faults | None = None,
+         trace: str | os.PathLike[str] | None = None, **options: Any) -> Transport:
     """Open a transport on ``backend`` (``"sim"``, ``"udp"``, ``"verbs"`` or a third
     party's; default ``$BTL_BACKEND`` or ``"sim"``).  ``options`` go to the backend;
-    ``config`` defaults to :meth:`Config.build` (defaults plus ``BTL_*`` variables)."""
+    ``config`` defaults to :meth:`Config.build` (defaults plus ``BTL_*`` variables);
+    ``faults`` (a :class:`btlcore.faults.Faults`) hurts this endpoint's datagrams on purpose
+    (:mod:`btlcore.interpose`; without it the device is not wrapped at all); ``trace``: a file
+    to write the transport's event trace to (:mod:`btlcore.trace`; default ``$BTL_TRACE``,
+    else none)."""
     checks.open_arguments(backend, config, seed, plugins)
+    if faults is not None and not isinstance(faults, Faults):
+        raise TypeError(f"faults must be a btlcore.faults.Faults or None, not {type(faults).__name__}")
     name = backend or os.environ.get("BTL_BACKEND", "sim")
     if seed is None and os.environ.get("BTL_SEED"):
         try:
@@ -37,8 +46,10 @@ def open(backend: str | None = None, *, config: Config | None = None, seed: int 
     if seed is not None and "seed" not in options:
         options["seed"] = seed
     device = open_device(name, options)
+    if faults is not None:
+        device = interpose(device, faults)
     try:
-        return Transport(device, config or Config.build(), seed=seed, plugins=plugins)
+        return Transport(device, config or Config.build(), seed=seed, plugins=plugins, trace=trace)
     except BaseException:
         device.close()
         raise
@@ -65,7 +76,7 @@ def run_until(transports: Iterable[Transport], predicate: Callable[[], bool],
     now = ts[0].now
     deadline = now() + timeout
     virtual = all(t.capabilities.virtual_time for t in ts)
-    selector = None
+    selector: selectors.BaseSelector | None | bool = None  # (False: none to be had)
     try:
         while True:
             for t in ts:
@@ -88,17 +99,31 @@ def run_until(transports: Iterable[Transport], predicate: Callable[[], bool],
                 ts[0].device.wait(wake)
                 continue
             if selector is None:
-                selector = selectors.DefaultSelector()
-                for t in ts:
-                    for fd in t.device.fds():
-                        selector.register(fd, selectors.EVENT_READ)
-                if not selector.get_map():
-                    selector.close()
-                    selector = False  # type: ignore[assignment]
-            if selector:
-                selector.select(max(0.0, wake - t_now))
+                made = _selector(ts)
+                selector = False if made is None else made
+            if isinstance(selector, selectors.BaseSelector):
+                for key, _events in selector.select(max(0.0, wake - t_now)):
+                    if key.data is not None:  # a Transport.wake() from another thread:
+                        key.data.device.wait(t_now)  # (a wait clears it; its deadline passed)
             else:
                 time.sleep(min(max(0.0, wake - t_now), 0.0005))
     finally:
-        if selector:
+        if isinstance(selector, selectors.BaseSelector):
             selector.close()
+
+
+def _selector(ts: list[Transport]) -> selectors.BaseSelector | None:
+    """One selector over every transport's input descriptors and wake descriptor (its data:
+    the transport to clear it on), or None if there are none (run_until then polls)."""
+    selector = selectors.DefaultSelector()
+    for t in ts:
+        for fd in t.device.fds():
+            selector.register(fd, selectors.EVENT_READ)
+        wake_fd = getattr(t.device, "wake_fd", None)
+        woken = wake_fd() if wake_fd is not None else None
+        if woken is not None:
+            selector.register(woken, selectors.EVENT_READ, t)
+    if not selector.get_map():
+        selector.close()
+        return None
+    return selector

@@ -1,6 +1,7 @@
 """Where tools see or drop the frames a transport sends: send filters (fault injection on
-any backend) and the tool plugins' frame hooks.  Both cost nothing unless installed: the
-transport wires them in only when some plugin implements them or a filter is added.
+any backend), the tool plugins' frame hooks, and the event trace (:mod:`btlcore.trace`,
+re-exported here for the transport).  All cost nothing unless installed: the transport wires
+them in only when some plugin implements them, a filter is added, or a trace is asked for.
 """
 
 from __future__ import annotations
@@ -9,6 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pluggy
+
+from .trace import TracePath, open_trace
+
+__all__ = ["Post", "TracePath", "filtered_post", "frame_hooks", "open_trace"]
 
 #: a device's post_send as the transport calls it: (channel, dest, datagram) -> taken
 Post = Callable[[int, Any, Any], bool]

@@ -36,7 +36,8 @@ from typing import Any, cast
 
 import attrs
 
-from . import checks
+from . import addresses, checks
+from ._moved import moved_to_run
 from .config import Config
 from .device import Channel, DeviceOps
 from .errors import TransportClosed, WouldBlock
@@ -48,7 +49,7 @@ from .protocol.events import PeerRestarted as PeerRestartedEvent
 from .protocol.peers import Callback, Peer, PeerState
 from .protocol.stats import path_state, stats_json, stats_line
 from .registry import tool_plugin_manager
-from .taps import filtered_post, frame_hooks
+from .taps import TracePath, filtered_post, frame_hooks, open_trace
 
 Handler = Callable[[Peer, int, bytes], Any]
 PeerHandler = Callable[[str, Peer, BaseException | None], Any]
@@ -91,7 +92,7 @@ class Transport:
     :meth:`wake` is the one call any thread may make."""
 
     def __init__(self, device: DeviceOps, config: Config | None = None, *, seed: int | None = None,
-                 plugins: Sequence[Any] = ()) -> None:
+                 plugins: Sequence[Any] = (), trace: TracePath | None = None) -> None:
         if config is not None and not isinstance(config, Config):
             raise TypeError(f"config must be a btlcore.Config or None, not {type(config).__name__}")
         self.config = config or Config.build()
@@ -107,10 +108,10 @@ class Transport:
         use_crc = self.config.crc == "on" or (self.config.crc == "auto" and not caps.integrity)
         self.address: bytes = bytes(device.local_address())
         self.seed, rng, incarnation = this_life(caps, self.address, seed)
-        self.engine = Engine(
-            self.config, address=self.address, resolve=device.resolve,
-            data_mtu=data_info.mtu, priority_mtu=prio_info.mtu, crc=use_crc,
-            rng=rng, now=self.now(), incarnation=incarnation, reply_dest=device.reply_dest)
+        self.engine = Engine(  # (tracer: None unless asked; it observes the congestion control, btlcore/trace.py)
+            self.config, address=self.address, resolve=device.resolve, data_mtu=data_info.mtu,
+            priority_mtu=prio_info.mtu, crc=use_crc, rng=rng, now=self.now(), incarnation=incarnation,
+            reply_dest=device.reply_dest, wrap_cc=tracer.wrap_cc if (tracer := open_trace(trace)) else None)
         # the device's hooks the guard uses besides reply_dest: a peer's sources, ICMP unreachables
         if caps.reports_source:
             self.engine.guard.peer_sources = device.peer_sources
@@ -148,7 +149,7 @@ class Transport:
         self._peers = self.engine.peers_by_addr  # (the engine keeps this one dict)
         self._closed = False
         self._last_stats = self.now()
-        self._pm = tool_plugin_manager(list(plugins))
+        self._pm = tool_plugin_manager([*plugins, *([tracer] if tracer else [])])
         self._frame_sent, self._frame_received, frame_filter = frame_hooks(self._pm)
         if self._frame_sent is not None:
             self._many = None
@@ -190,11 +191,18 @@ class Transport:
 
     # ------------------------------------------------------------------ API
 
-    def connect(self, address: bytes) -> Peer:
-        """The peer at ``address`` (bytes from the other side's ``transport.address``)."""
+    def connect(self, address: bytes | str) -> Peer:
+        """The peer at ``address``: the other side's ``transport.address`` (bytes), or its
+        ``address_text`` (``HOST:PORT`` on udp; hex on any backend)."""
         if get_ident() != self._owner:
             self._claim()
-        return self.engine.connect(checks.address(address), self.now())
+        address = checks.connectable(addresses.parse(self.device, address), self.device, self.engine.peers_by_addr)
+        return self.engine.connect(address, self.now())
+
+    @property
+    def address_text(self) -> str:
+        """:attr:`address` as people type it (udp ``HOST:PORT``); ``connect`` takes it."""
+        return addresses.text(self.device, self.address)
 
     def _check_peer(self, peer: Any) -> None:
         raise checks.not_our_peer(peer, Peer, self.address)
@@ -687,14 +695,5 @@ class Transport:
 
 
 def __getattr__(name: str) -> Any:
-    """``btlcore.transport.open`` and ``run_until`` moved to :mod:`btlcore.run` (the
-    transport module holds the Transport); the old names work for one release."""
-    if name in ("open", "run_until"):
-        import warnings
-
-        from . import run
-
-        warnings.warn(f"btlcore.transport.{name} moved to btlcore.run.{name} (or btlcore.{name})",
-                      DeprecationWarning, stacklevel=2)
-        return getattr(run, name)
-    raise AttributeError(f"module 'btlcore.transport' has no attribute {name!r}")
+    """``open`` and ``run_until`` moved to :mod:`btlcore.run` (a warning for one release)."""
+    return moved_to_run(name)

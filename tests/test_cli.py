@@ -141,3 +141,33 @@ def test_udp_transfer_to_serve_with_host_port(tmp_path: Path) -> None:
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_serve_prints_the_address_people_type_and_transfer_takes_it() -> None:
+    """#13: ``btl serve`` prints ``Transport.address_text`` (``HOST:PORT`` on udp) first, the
+    hex beside it; ``--json`` has both; ``btl transfer --peer`` takes the text form."""
+    server = subprocess.Popen([*BTL, "serve", "--backend", "udp", "--bind", "127.0.0.1:0"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline()  # type: ignore[union-attr]
+        head, _, rest = line.partition("address ")
+        assert head == "btl serve: backend udp, ", line
+        text, _, hexed = rest.strip().partition(" (hex ")
+        host, _, port = text.rpartition(":")
+        assert host == "127.0.0.1" and port.isdigit(), line
+        assert bytes.fromhex(hexed.rstrip(")"))[4:6] == int(port).to_bytes(2, "big")  # the same address
+        r = run("transfer", "--backend", "udp", "--peer", text, "--messages", "5", "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert json.loads(r.stdout)["verified"] is True
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    server = subprocess.Popen([*BTL, "serve", "--backend", "udp", "--bind", "127.0.0.1:0", "--json"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        hello = json.loads(server.stdout.readline())  # type: ignore[union-attr]
+        assert hello["address_text"].startswith("127.0.0.1:")
+        assert hello["address_text"].endswith(f":{int.from_bytes(bytes.fromhex(hello['address'])[4:6], 'big')}")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

@@ -1,6 +1,7 @@
 """Connection events go to Python logging under ``btlcore.transport`` (issue #11, item 13):
-opened and closed at DEBUG, a failed peer at WARNING, a restarted one at INFO, and nothing
-per packet above DEBUG."""
+opened and closed at DEBUG, a failed peer at WARNING, a restarted one at INFO, hostile drops
+and rate-limited replies at DEBUG under ``btlcore.protocol``, and nothing per packet above
+DEBUG."""
 
 from __future__ import annotations
 
@@ -93,3 +94,33 @@ def test_restarted_peer_logged_as_info(caplog: pytest.LogCaptureFixture) -> None
     a.close()
     b2.close()
 
+
+
+def test_hostile_drops_and_rate_limited_replies_logged_at_debug(caplog: pytest.LogCaptureFixture) -> None:
+    """A datagram from a source the connection does not use, a notice that echoes nothing of
+    ours, and replies past the rate limit: each a DEBUG line under ``btlcore.protocol``,
+    nothing above DEBUG."""
+    from btlcore.protocol import wire
+    from btlcore.protocol.guard import NOTICE_BURST
+    from btlcore.testing.enginepair import EnginePair
+
+    caplog.set_level(logging.DEBUG, logger="btlcore")
+    p = EnginePair(Config(peer_timeout=30.0))
+    p.handshake()
+    caplog.clear()
+    pb = p.pb
+    pb.sources = (b"A", b"A2")  # both of a's channels known
+    seg = wire.Datagram(wire.T_DATA, wire.F_ACK, p.pa.remote_conn, p.a.incarnation, p.pa.next_seq,
+                        pb.window.cum, 9, payload=b"spoofed").encode()
+    p.b.receive_datagram(seg, b"Z", p.now)
+    notice = wire.Datagram(wire.T_UNKNOWN_CONN, 0, pb.remote_conn, p.a.incarnation, 5,
+                           payload=wire.Notice(p.b.incarnation, 1234, wire.T_DATA).encode()).encode()
+    p.b.receive_datagram(notice, b"A", p.now)
+    stranger = wire.Datagram(wire.T_DATA, 0, 0xDEAD, 77, 1, payload=bytes(100)).encode()
+    for _ in range(NOTICE_BURST + 5):  # a connection b does not know: notices, then none
+        p.b.receive_datagram(stranger, b"Y", p.now)
+    texts = [r.getMessage() for r in caplog.records if r.name == "btlcore.protocol"]
+    assert any("from unexpected source b'Z' dropped" in t for t in texts), texts
+    assert any("notice for conn" in t and "dropped" in t for t in texts), texts
+    assert sum("rate-limited" in t for t in texts) == 5, texts
+    assert [r for r in caplog.records if r.levelno > logging.DEBUG] == []

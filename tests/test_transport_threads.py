@@ -158,3 +158,39 @@ def test_wake_while_serving_on_udp_then_traffic_still_flows() -> None:
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.parametrize("woken", [0, 2])
+def test_wake_returns_run_until_over_several_udp_transports(woken: int) -> None:
+    """run_until over several udp transports waits in one select(): a Transport.wake() from
+    another thread ends it promptly (its wake descriptor is watched), and is consumed."""
+    ts = [btlcore.open("udp", bind="127.0.0.1:0") for _ in range(3)]
+    try:
+        flag = threading.Event()
+
+        def waker() -> None:
+            time.sleep(0.3)
+            flag.set()
+            ts[woken].wake()
+
+        thread = threading.Thread(target=waker, name="waker")
+        start = time.monotonic()
+        thread.start()
+        assert btlcore.run_until(ts, flag.is_set, timeout=20.0)
+        elapsed = time.monotonic() - start
+        thread.join(5)
+        assert elapsed < 5.0, elapsed  # (the next deadline was 20 s away: nothing else ends it)
+        # consumed: the next run_until waits in select again instead of spinning
+        passes = [0]
+        pass_of = ts[0]._pass
+
+        def counted() -> None:
+            passes[0] += 1
+            pass_of()
+        ts[0]._pass = counted  # type: ignore[method-assign]
+        with pytest.raises(TimeoutError):
+            btlcore.run_until(ts, lambda: False, timeout=0.3)
+        assert passes[0] < 50, passes[0]
+    finally:
+        for t in ts:
+            t.close()

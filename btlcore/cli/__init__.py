@@ -2,7 +2,7 @@
 the backends found here, the protocol's parameters, and the benchmark.
 
 One module per command (``demo``, ``transfer``, ``serve``, ``backends``, ``params``,
-``bench``), each with ``add_parser(subparsers)`` and ``run(args) -> exit status``.  A
+``bench``, ``wireshark``, ``plot``), each with ``add_parser(subparsers)`` and ``run(args) -> exit status``.  A
 backend's own flags (the simulator's link, UDP's local address) come from the backend through
 the :class:`~btlcore.device.CliSpec` hooks (:mod:`.backend_options`): nothing here names them.
 
@@ -17,13 +17,13 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import BtlError
-from . import backends, bench, demo, params, serve, transfer
+from . import backends, bench, demo, params, plot, serve, transfer, wireshark
 from .args import UsageError
 from .progress import Progress
 
 __all__ = ["Progress", "UsageError", "build_parser", "main"]
 
-COMMANDS = (demo, transfer, serve, backends, params, bench)
+COMMANDS = (demo, transfer, serve, backends, params, bench, wireshark, plot)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -69,10 +69,22 @@ def build_config(args: argparse.Namespace, **extra: Any) -> Config:
     return attrs.evolve(cfg, **extra) if extra else cfg
 
 
+#: what ``--trace FILE`` says on ``btl transfer`` and ``btl serve``
+TRACE_HELP = ("write an event trace of the run to FILE, JSON lines (btlcore.trace; 'btl plot FILE' draws it); "
+              "a FILE ending in .pcap gets a pcap of every datagram sent and received instead")
+
+
 def tool_plugins(args: argparse.Namespace) -> list[Any]:
-    """Tool plugins the command line asks for (``--trace FILE``: a pcap of every datagram)."""
-    if getattr(args, "trace", None):
+    """Tool plugins the command line asks for (``--trace FILE.pcap``: a pcap of every datagram,
+    what ``--trace`` wrote before the event trace)."""
+    if getattr(args, "trace", None) and args.trace.endswith(".pcap"):
         from btlcore_plugins.pcap import PcapTracer
 
         return [PcapTracer(args.trace)]
     return []
+
+
+def trace_file(args: argparse.Namespace) -> str | None:
+    """The event trace file ``--trace FILE`` asks for (None: none, or a .pcap)."""
+    trace: str | None = getattr(args, "trace", None)
+    return trace if trace and not trace.endswith(".pcap") else None

@@ -79,7 +79,10 @@ def parse_address(backend: str, text: str) -> bytes:
     """``--peer``: the backend's own text form (``HOST:PORT`` on udp), else the address as
     hex (what ``btl serve`` prints)."""
     try:
-        address: bytes | None = registry.backend_hooks(backend).btl_cli_parse_address(text=text)
+        hooks = registry.backend_hooks(backend)
+        address: bytes | None = hooks.btl_address_parse(text=text)  # (address_text's form, #13)
+        if address is None:
+            address = hooks.btl_cli_parse_address(text=text)
         legacy = getattr(registry.load_backend(backend), "parse_peer", None)  # before CliSpec
         if address is None and legacy is not None:
             address = legacy(text)
@@ -94,8 +97,12 @@ def parse_address(backend: str, text: str) -> bytes:
 
 
 def format_address(backend: str, address: bytes) -> str | None:
-    """The backend's words for an address (``btl serve`` prints them next to the hex)."""
-    text: str | None = registry.backend_hooks(backend).btl_cli_format_address(address=address)
+    """The backend's words for an address (``Transport.address_text``'s form; ``btl serve``
+    prints it, and the hex beside it)."""
+    hooks = registry.backend_hooks(backend)
+    text: str | None = hooks.btl_address_text(address=address)
+    if text is None:
+        text = hooks.btl_cli_format_address(address=address)
     legacy = getattr(registry.load_backend(backend), "describe_address", None)  # before CliSpec
     if text is None and legacy is not None:
         text = str(legacy(address))

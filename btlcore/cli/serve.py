@@ -15,11 +15,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import addresses
 from ..run import open as open_transport
 from ..transport import Transport
 from ..verify import TAG_DATA, TAG_FILE, TAG_FIN, TAG_REPORT, Verifier, decode_json, encode_json
 from . import backend_options
-from .args import add_common, build_config, tool_plugins
+from .args import TRACE_HELP, add_common, build_config, tool_plugins, trace_file
 
 
 def add_parser(sub: Any) -> None:
@@ -29,7 +30,7 @@ def add_parser(sub: Any) -> None:
     sp.add_argument("--option", action="append", metavar="NAME=VALUE", help="a backend option; repeatable")
     sp.add_argument("--count", type=int, default=0, help="stop after this many messages")
     sp.add_argument("--out", metavar="DIR", help="write received files into DIR")
-    sp.add_argument("--trace", metavar="FILE", help="pcap of every datagram sent and received")
+    sp.add_argument("--trace", metavar="FILE", help=TRACE_HELP)
     backend_options.add_groups(sp, "serve")
     sp.set_defaults(func=run)
 
@@ -79,25 +80,28 @@ class _Server:
         if self.args.json:
             print(json.dumps({"event": "report", **report, "stats": self.t.stats()}), flush=True)
         else:
-            print(f"run from {peer.address.hex()}: {report['messages_delivered']} messages, "
+            print(f"run from {addresses.text(self.t.device, peer.address)}: {report['messages_delivered']} messages, "
                   f"{report['bytes_delivered']} bytes, verified: {'yes' if report['verified'] else 'NO'}"
                   + "".join(f"\n  error: {e}" for e in report["errors"]), flush=True)
 
 
 def _announce(args: argparse.Namespace, t: Transport) -> None:
     if args.json:
-        print(json.dumps({"event": "listening", "backend": args.backend, "address": t.address.hex()}), flush=True)
+        print(json.dumps({"event": "listening", "backend": args.backend, "address": t.address.hex(),
+                          "address_text": t.address_text}), flush=True)
         return
     words = backend_options.format_address(args.backend, t.address)
-    print(f"btl serve: backend {args.backend}, address {t.address.hex()}" + (f" ({words})" if words else ""),
-          flush=True)
+    if words:  # what clients type (--peer, connect()), and the hex that any backend takes
+        print(f"btl serve: backend {args.backend}, address {words} (hex {t.address.hex()})", flush=True)
+    else:
+        print(f"btl serve: backend {args.backend}, address {t.address.hex()}", flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = build_config(args)
     backend_options.check_foreign(args)
     options = backend_options.device_options(args.backend, "serve", args)
-    t = open_transport(args.backend, config=cfg, plugins=tool_plugins(args), **options)
+    t = open_transport(args.backend, config=cfg, plugins=tool_plugins(args), trace=trace_file(args), **options)
     verifier = Verifier(ordered=cfg.ordered)
     server = _Server(args, t, verifier)
     signal.signal(signal.SIGTERM, lambda *_: setattr(server, "stop", True))

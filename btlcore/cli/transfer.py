@@ -36,7 +36,7 @@ from ..verify import (
     make_messages,
 )
 from . import backend_options
-from .args import UsageError, add_common, build_config, size_range, tool_plugins
+from .args import TRACE_HELP, UsageError, add_common, build_config, size_range, tool_plugins, trace_file
 from .progress import Progress
 from .report import report
 
@@ -55,7 +55,7 @@ def add_parser(sub: Any) -> None:
     sp.add_argument("--file", help="send this file (udp/verbs); it arrives byte-identical")
     sp.add_argument("--unordered", action="store_true", help="unordered delivery (usnic's and SRD's contract)")
     sp.add_argument("--seed", type=int)
-    sp.add_argument("--trace", metavar="FILE", help="pcap of every datagram sent and received (udp/verbs)")
+    sp.add_argument("--trace", metavar="FILE", help=TRACE_HELP)
     sp.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds (virtual on sim)")
     sp.add_argument("--mtu", type=int, help="largest datagram, bytes (the device option 'mtu'; 9000 on sim)")
     backend_options.add_groups(sp, "transfer")
@@ -89,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
     if local:
         messages = list(make_messages(seed, args.messages, lo, hi))
         pair = backend_options.local_pair(args.backend, "transfer", args, options, seed)
-        result = run_local(args.backend, pair, messages, cfg, seed, args.timeout, args.json)
+        result = run_local(args.backend, pair, messages, cfg, seed, args.timeout, args.json,
+                           trace=trace_file(args), plugins=tool_plugins(args))
     else:
         assert address is not None
         result = run_remote(args, options, cfg, seed, address, (lo, hi))
@@ -104,10 +105,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_local(backend: str, pair: LocalPair, messages: list[bytes], cfg: Config, seed: int,
-              timeout: float, json_out: bool) -> dict[str, Any]:
-    """Send ``messages`` from one end of ``pair`` to the other, verifying every byte."""
-    a = open_transport(backend, config=cfg, **pair.options[0])
-    b = open_transport(backend, config=cfg, **pair.options[1])
+              timeout: float, json_out: bool, trace: str | None = None,
+              plugins: list[Any] | None = None) -> dict[str, Any]:
+    """Send ``messages`` from one end of ``pair`` to the other, verifying every byte (both
+    ends traced to ``trace``, and, with ``plugins``, the sender seen by them)."""
+    a = open_transport(backend, config=cfg, trace=trace, plugins=plugins or (), **pair.options[0])
+    b = open_transport(backend, config=cfg, trace=trace, **pair.options[1])
     verifier = Verifier(ordered=cfg.ordered)
     b.on(TAG_DATA, lambda p, t, d: verifier.on_data(d))
     done: list[BaseException | None] = []
@@ -197,7 +200,7 @@ def _source(args: argparse.Namespace, seed: int, fin: dict[str, Any],
 
 def _connect(args: argparse.Namespace, options: dict[str, Any], cfg: Config,
              address: bytes) -> tuple[Transport, Any]:
-    t = open_transport(args.backend, config=cfg, plugins=tool_plugins(args), **options)
+    t = open_transport(args.backend, config=cfg, plugins=tool_plugins(args), trace=trace_file(args), **options)
     try:
         return t, t.connect(address)
     except ValueError as exc:

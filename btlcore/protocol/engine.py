@@ -46,6 +46,7 @@ from typing import Any, Protocol
 
 from ..config import Config
 from ..errors import MessageTooLarge, PeerUnreachable, TransportClosed, WouldBlock
+from .congestion import CongestionControl
 from .events import Event, legacy
 from .guard import Guard
 from .handshake import Handshake
@@ -105,12 +106,14 @@ class Engine:
 
     def __init__(self, config: Config, *, address: bytes, resolve: Callable[[bytes], Any],
                  data_mtu: int, priority_mtu: int, crc: bool, rng: random.Random, now: float,
-                 incarnation: int | None = None, reply_dest: Callable[[Any], Any] | None = None) -> None:
+                 incarnation: int | None = None, reply_dest: Callable[[Any], Any] | None = None,
+                 wrap_cc: Callable[[CongestionControl], CongestionControl] | None = None) -> None:
         # reply_dest: a datagram's observed source -> a dest (the device's reply_dest hook),
-        # so that handshake and VERSION replies go to where a datagram came from
+        # so that handshake and VERSION replies go to where a datagram came from; wrap_cc:
+        # the congestion controller -> an observed one (btlcore.trace; None: not traced)
         state = self.state = EngineState(
             config, address=address, resolve=resolve, data_mtu=data_mtu, priority_mtu=priority_mtu,
-            crc=crc, rng=rng, now=now, incarnation=incarnation, reply_dest=reply_dest)
+            crc=crc, rng=rng, now=now, incarnation=incarnation, reply_dest=reply_dest, wrap_cc=wrap_cc)
         packetizer = self.packetizer = Packetizer(state)
         recovery = self.recovery = (Recovery if state.sampler is None else SamplingRecovery)(state, packetizer)
         handshake = self.handshake = Handshake(state, packetizer, recovery)
@@ -119,7 +122,7 @@ class Engine:
                       live_at=lifecycle.live_at, liveness=lifecycle.liveness)
         guard = self.guard = Guard(state, handshake._restart_peer, recovery.fail_peer)
         guard.wire(on_hello=handshake.on_hello)
-        handshake.wire_guard(guard.challenge, guard.learn_remote)
+        handshake.wire_guard(guard.challenge, guard.learn_remote, guard.foreign)
         versions = self.versions = Versions(state, recovery.fail_peer)
         receiver = self.receiver = Receiver(state, recovery, handshake, versions, lifecycle, guard)
         self.config, self.address, self.incarnation = state.config, state.address, state.incarnation

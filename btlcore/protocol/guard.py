@@ -55,6 +55,7 @@ from .wire import (
     HEADER_LEN,
     NOTICE_BODY,
     NOTICE_LEN,
+    SEQ_MASK,
     T_CHALLENGE,
     T_DATA,
     T_RESPONSE,
@@ -174,9 +175,11 @@ class Guard:
             by_remote.update((p.remote_conn, p) for p in self.peers_by_addr.values() if p.remote_known)
         by_remote[peer.remote_conn] = peer
 
-    def on_notice(self, data: Any, dst: int, inc: int, seq_w: int, now: float) -> None:
+    def on_notice(self, data: Any, dst: int, inc: int, seq_w: int, now: float, source: Any = None) -> None:
         """An UNKNOWN_CONN notice (CRC checked): a restart of the peer if it echoes an
-        unacknowledged datagram of ours to it, byte for byte; else dropped and counted."""
+        unacknowledged datagram of ours to it, byte for byte, from a source the peer is known
+        to send from (its new life answers from the same socket; an observer who saw the
+        datagram could compute the echo, but not send from there); else dropped, counted."""
         if len(data) != NOTICE_LEN:
             self.counters.num_malformed_recvs += 1
             return
@@ -191,6 +194,10 @@ class Guard:
             self.counters.num_forged_drops += 1
             log.debug("unknown-connection notice for conn %#x dropped: it echoes no datagram "
                       "of ours", dst)
+            return
+        if source is not None and not self._sent_by(peer, source):
+            peer.counters.num_source_drops += 1  # (nothing is learnt from a notice)
+            log.debug("notice for peer %s from unexpected source %r dropped", peer.address.hex(), source)
             return
         log.info("peer %s restarted: its new life (incarnation %#x) does not know the "
                  "connection", peer.address.hex(), inc)
@@ -232,21 +239,25 @@ class Guard:
         nonce = self._rng.getrandbits(64)
         self._challenges[peer] = _Challenge(nonce, now, hello.incarnation,
                                             (typ, dst, hello, wants_crc, source))
-        buf = _control(T_CHALLENGE, hello.conn_id, self._state.incarnation, nonce, peer.crc)
+        # (the header's seq carries the ISN the HELLO announced: the peer answers only for
+        # its own connection's conn id and ISN, so a copy of its HELLO with another ISN, or
+        # anything else changed, is never proven by the live peer's answer)
+        buf = _control(T_CHALLENGE, hello.conn_id, self._state.incarnation, nonce, peer.crc, hello.isn)
         self._state.replies.append((self._state.ack_channel, peer.dest, buf))  # its KNOWN address
         self.counters.num_challenge_sends += 1
         log.debug("HELLO of a new incarnation %#x for live peer %s: challenged", hello.incarnation,
                   peer.address.hex())
         return True
 
-    def on_challenge(self, data: Any, dst: int, plen: int) -> None:
+    def on_challenge(self, data: Any, dst: int, isn_w: int, plen: int) -> None:
         """A CHALLENGE to one of our connections: answer at the peer's known address.  For a
-        connection we do not have, nothing (a spoofed HELLO named it)."""
+        connection we do not have (the conn id, or the ISN in the header's seq, is not ours:
+        a spoofed or altered HELLO named it), nothing."""
         peer = self.peers_by_conn.get(dst)
         if plen != CHALLENGE_BODY.size or len(data) != HEADER_LEN + plen:
             self.counters.num_malformed_recvs += 1
             return
-        if peer is None or peer.state is _FAILED or peer.state is _CLOSED:
+        if peer is None or peer.state is _FAILED or peer.state is _CLOSED or isn_w != peer.isn & SEQ_MASK:
             self.counters.num_unk_recvs += 1
             return
         (nonce,) = CHALLENGE_BODY.unpack_from(data, HEADER_LEN)
@@ -299,6 +310,25 @@ class Guard:
         log.debug("datagram for peer %s from unexpected source %r dropped", peer.address.hex(), source)
         return False
 
+    def _sent_by(self, peer: Peer, source: Any) -> bool:
+        """Is ``source`` one ``peer`` sends from (the device's word, else the sources learnt;
+        with none known yet, any)?  Learns nothing."""
+        if source in peer.sources:
+            return True
+        exact = self._exact_sources(peer)
+        return source in exact if exact else not peer.sources
+
+    def foreign(self, peer: Peer, source: Any) -> bool:
+        """True if the device names ``peer``'s sources and ``source`` is not one of them (a
+        handshake datagram from it is someone else's; without the device's word, False)."""
+        known = peer.sources
+        if source in known:
+            return False
+        if known and known[-1] is _EXACT:
+            return True
+        exact = self._exact_sources(peer)
+        return bool(exact) and source not in exact
+
     def _exact_sources(self, peer: Peer) -> tuple[Any, ...]:
         """The device's answer for ``peer`` (btl_device_peer_sources), or () if none."""
         if self.peer_sources is None:
@@ -342,10 +372,12 @@ def _digest(buf: Any) -> int:
     return datagram_crc(buf)
 
 
-def _control(typ: int, dst: int, incarnation: int, nonce: int, crc: bool) -> bytes:
-    """A CHALLENGE or RESPONSE datagram (CRC-sealed if the peer wants one)."""
+def _control(typ: int, dst: int, incarnation: int, nonce: int, crc: bool, isn: int = 0) -> bytes:
+    """A CHALLENGE (``isn``: the challenged connection's, in the seq field) or RESPONSE
+    datagram (CRC-sealed if the peer wants one)."""
     buf = bytearray(HEADER_LEN + CHALLENGE_BODY.size)
-    HEADER.pack_into(buf, 0, WIRE_VERSION, typ, 0, 0, dst, incarnation, 0, 0, 0, 0, CHALLENGE_BODY.size)
+    HEADER.pack_into(buf, 0, WIRE_VERSION, typ, 0, 0, dst, incarnation, 0, isn & SEQ_MASK, 0, 0,
+                     CHALLENGE_BODY.size)
     CHALLENGE_BODY.pack_into(buf, HEADER_LEN, nonce)
     if crc:
         seal(buf)

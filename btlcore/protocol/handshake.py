@@ -60,7 +60,7 @@ class Handshake:
     __slots__ = ("_state", "config", "crc", "incarnation", "counters", "events", "peers_by_addr",
                  "peers_by_conn", "_cc", "_rng", "_hello", "_timed", "_touched", "_sending", "_acking",
                  "_ack_channel", "_unschedule", "_fail_messages", "_build_hello", "hello_ack_len",
-                 "_challenge", "_learn_remote")
+                 "_challenge", "_learn_remote", "_foreign")
 
     def __init__(self, state: EngineState, packetizer: Packetizer, recovery: Recovery) -> None:
         self._state = state  # for closed and resolve
@@ -85,11 +85,14 @@ class Handshake:
         self.hello_ack_len = packetizer.hello_ack_len
         self._challenge: Callable[..., bool] | None = None  # guard.py's, set by wire_guard
         self._learn_remote: Callable[[Peer], None] = lambda peer: None
+        self._foreign: Callable[[Peer, Any], bool] = lambda peer, source: False
 
-    def wire_guard(self, challenge: Callable[..., bool], learn_remote: Callable[[Peer], None]) -> None:
-        """The guard's ``challenge`` (a live peer's restart must be proven) and
-        ``learn_remote`` (a notice names a peer by its conn id)."""
-        self._challenge, self._learn_remote = challenge, learn_remote
+    def wire_guard(self, challenge: Callable[..., bool], learn_remote: Callable[[Peer], None],
+                   foreign: Callable[[Peer, Any], bool]) -> None:
+        """The guard's ``challenge`` (a live peer's restart must be proven), ``learn_remote``
+        (a notice names a peer by its conn id) and ``foreign`` (a source the device says is
+        not the peer's)."""
+        self._challenge, self._learn_remote, self._foreign = challenge, learn_remote, foreign
 
     def new_peer(self, address: bytes, dest: Any) -> Peer:
         cfg = self.config
@@ -116,8 +119,9 @@ class Handshake:
     def _learn_limits(self, peer: Peer, params: TransportParameters | None) -> None:
         """Obey the limits the peer advertised (its transport parameters): the largest
         message it takes (what is queued beyond it fails now, through its callback, with
-        MessageTooLarge), the largest datagram (our segments are cut to fit), and
-        ``peer_timeout`` (the smaller of the two ends' wins, as QUIC's max_idle_timeout)."""
+        MessageTooLarge), the largest datagram (our segments are cut to fit), its receive
+        window in bytes (what we have in flight to it), and ``peer_timeout`` (the smaller of
+        the two ends' wins, as QUIC's max_idle_timeout)."""
         p = params if params is not None else _NO_PARAMS
         cfg, state = self.config, self._state
         peer.max_message = min(p.max_message_size, cfg.max_message_size)
@@ -126,6 +130,10 @@ class Handshake:
         datagram = min(state.data_mtu, p.max_datagram_size)
         peer.single_cap = min(state.single_cap, datagram - HEADER_LEN)
         peer.chunk_cap = min(state.chunk_cap, datagram - HEADER_LEN - CHUNK_LEN)
+        # its receive window in bytes (its recv_buffer; 0: none) caps what is in flight to
+        # it, in our largest chunks: never less than one segment, so any message still goes
+        if p.window_bytes:
+            peer.window_cap = min(cfg.window, max(1, p.window_bytes // peer.chunk_cap))
         if peer.queue:
             kept: deque[OutMessage] = deque()
             for msg in peer.queue:
@@ -197,7 +205,7 @@ class Handshake:
             except (ValueError, TypeError):
                 self.counters.num_malformed_recvs += 1
                 return
-        peer = self._hello_peer(typ, dst, hello, now)
+        peer = self._hello_peer(typ, dst, hello, source, now)
         if peer is None:
             return
         c = peer.counters
@@ -274,11 +282,24 @@ class Handshake:
             return not stale_incarnation(hello.incarnation, peer.remote_inc)
         return hello.conn_id != peer.remote_conn or hello.isn != peer.remote_isn
 
-    def _hello_peer(self, typ: int, dst: int, hello: Hello, now: float) -> Peer | None:
+    def _hello_peer(self, typ: int, dst: int, hello: Hello, source: Any, now: float) -> Peer | None:
         """The peer a HELLO (by its address: it may be new) or a HELLO_ACK (by our connection
-        id) is from; None, counted, if there is none or none may be made."""
+        id) is from; None, counted, if there is none or none may be made, if the device says
+        ``source`` is not a known peer's, or if it is an altered copy of the peer's HELLO."""
+        peer = self.peers_by_addr.get(hello.address) if typ == T_HELLO else self.peers_by_conn.get(dst)
+        if peer is not None and source is not None and self._foreign(peer, source):
+            # A peer we know sends from the sources its device names, nowhere else: a HELLO
+            # from another (a copy, altered or not, that someone else sent) changes nothing --
+            # not its connection, its liveness, its CRC choice nor where our reply goes
+            peer.counters.num_source_drops += 1
+            return None
+        if peer is not None and peer.remote_known and hello.conn_id == peer.remote_conn \
+                and hello.isn != peer.remote_isn and hello.incarnation == peer.remote_inc:
+            # a connection's conn id and ISN are drawn together, never one without the other:
+            # this is an altered copy of its HELLO (the fuzz test's), not a new connection
+            self.counters.num_forged_drops += 1
+            return None
         if typ == T_HELLO:
-            peer = self.peers_by_addr.get(hello.address)
             if peer is None:
                 if not self.config.accept_peers or self._state.closed:
                     self.counters.num_unk_recvs += 1
@@ -293,11 +314,9 @@ class Handshake:
                     return None
                 peer = self.new_peer(hello.address, dest)
                 peer.inbound_since = now
-        else:
-            peer = self.peers_by_conn.get(dst)
-            if peer is None or hello.echo_incarnation != self.incarnation:
-                self.counters.num_unk_recvs += 1
-                return None
+        elif peer is None or hello.echo_incarnation != self.incarnation:
+            self.counters.num_unk_recvs += 1
+            return None
         return peer
 
     def _hello_renews(self, peer: Peer, hello: Hello, now: float) -> bool | None:

@@ -18,7 +18,9 @@ zero-window probes) and its end (graceful CLOSE, disconnect, quarantine).
   ``close_timeout`` (at most 8 retransmit timeouts) passes, and answers late datagrams only
   with CLOSE.  The peer acknowledges, reports :class:`~.events.PeerClosed` and fails what
   was pending with :class:`btlcore.errors.PeerClosed`.  A peer whose every CLOSE was lost
-  learns by the death rule.
+  learns by the death rule.  A CLOSE or CLOSE_ACK is handled only once
+  :meth:`.guard.Guard.close_peer` found its ids right and its source one the connection
+  uses (an observer who saw both directions knows the ids, not the peer's sockets).
 * **Quarantine.**  A closed connection's local id stays out of use for ``3 * peer_timeout``
   (:data:`QUARANTINE_TIMEOUTS`): late datagrams of it are dropped and counted, never taken
   for a new connection's.
@@ -172,21 +174,10 @@ class Lifecycle:
         peer.close_next = None
         self._unschedule(peer)
 
-    def _ids_match(self, peer: Peer, inc: int, conn_id: int, echo_inc: int) -> bool:
-        """A CLOSE or CLOSE_ACK names this connection: the ids only its two ends know."""
-        return (peer.remote_known and inc == peer.remote_inc and conn_id == peer.remote_conn
-                and echo_inc == self.incarnation)
-
-    def on_close(self, typ: int, dst: int, inc: int, body: memoryview, now: float) -> None:
-        """A CLOSE or CLOSE_ACK (header checked, CRC verified)."""
-        if len(body) != CLOSE_BODY.size:
-            self.counters.num_malformed_recvs += 1
-            return
-        conn_id, echo_inc, reason = CLOSE_BODY.unpack_from(body)
-        peer = self.peers_by_conn.get(dst)
-        if peer is None or not self._ids_match(peer, inc, conn_id, echo_inc):
-            self.counters.num_unk_recvs += 1  # not this connection's (forged, or too late)
-            return
+    def on_close(self, typ: int, peer: Peer, body: memoryview, now: float) -> None:
+        """A CLOSE or CLOSE_ACK of ``peer``'s connection: its header checked, CRC verified,
+        its ids and source proven by :meth:`.guard.Guard.close_peer`."""
+        _conn_id, _echo_inc, reason = CLOSE_BODY.unpack_from(body)
         peer.last_heard = now
         state = peer.state
         if typ == T_CLOSE_ACK:

@@ -91,7 +91,7 @@ class Packetizer:
         # the limits we advertise in every HELLO and HELLO_ACK (the peer obeys them)
         self.params = TransportParameters(
             max_datagram_size=state.data_mtu, max_message_size=cfg.max_message_size,
-            peer_timeout_ms=max(1, round(cfg.peer_timeout * 1000)), window_bytes=0)
+            peer_timeout_ms=max(1, round(cfg.peer_timeout * 1000)), window_bytes=cfg.recv_buffer)
         #: the size of our HELLO_ACK: a HELLO smaller than this is not answered (a reply is
         #: never larger than what provoked it)
         self.hello_ack_len = HEADER_LEN + HELLO_BODY.size + len(self.address) + len(self.params.encode())
@@ -146,7 +146,7 @@ class Packetizer:
                 del sending[peer]
                 pacer.wait(peer)  # back when the bucket allows (the timer heap)
                 continue
-            limit = peer.snd_una + min(window, peer.remote_window)
+            limit = peer.snd_una + min(window, peer.remote_window, peer.window_cap)
             unacked, resend, cwnd = peer.unacked, peer.resend, peer.cwnd
             # how many segments this peer may send now: credits, flow and congestion window
             room = min(credits_per_peer, limit + 1 - peer.next_seq, budget - len(out))

@@ -213,7 +213,7 @@ class Peer:
         "remote_known", "inbound_since", "crc", "hello_next", "hello_count", "hello_sent_at", "hello_interval",
         "hello_started", "hello_reply", "reply_dest",
         # the peer's limits (transport parameters of its handshake) and what follows from them
-        "max_message", "single_cap", "chunk_cap", "peer_timeout",
+        "max_message", "single_cap", "chunk_cap", "peer_timeout", "window_cap",
         "error", "user_data", "source", "sources", "past_incarnations", "past_remote_conns", "remote_isn",
         # send side
         "isn", "next_seq", "snd_una", "queue", "unacked", "resend", "scoreboard",
@@ -274,6 +274,8 @@ class Peer:
         # its limits (ours, then its transport parameters): largest message, payloads, peer_timeout
         self.max_message, self.single_cap, self.chunk_cap = (1 << 32) - 1, 0, 0
         self.peer_timeout = peer_timeout
+        # segments in flight its byte window (TP_WINDOW_BYTES) allows, in our largest chunks
+        self.window_cap = window
         self.error: BaseException | None = None
         self.user_data: Any = None
         self.source: Any = None  # where its last accepted handshake came from (None: not reported)

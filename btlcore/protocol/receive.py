@@ -254,11 +254,13 @@ class Receiver:
             if n != HEADER_LEN + plen:
                 self.counters.num_malformed_recvs += 1
                 return
-            self._lifecycle.on_close(typ, dst, inc, view[HEADER_LEN:], now)
+            peer = self._guard.close_peer(data, dst, inc, source)  # its ids and its source
+            if peer is not None:
+                self._lifecycle.on_close(typ, peer, view[HEADER_LEN:], now)
         elif typ == T_UNKNOWN_CONN:
-            self._guard.on_notice(data, dst, inc, seq_w, now)
+            self._guard.on_notice(data, dst, inc, seq_w, now, source)
         elif typ == T_CHALLENGE:
-            self._guard.on_challenge(data, dst, plen)
+            self._guard.on_challenge(data, dst, seq_w, plen)
         elif typ == T_RESPONSE:
             self._guard.on_response(data, inc, plen, now)
         else:

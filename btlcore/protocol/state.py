@@ -66,6 +66,7 @@ class EngineState:
         now: float,
         incarnation: int | None = None,
         reply_dest: Callable[[Any], Any] | None = None,
+        wrap_cc: Callable[[CongestionControl], CongestionControl] | None = None,
     ) -> None:
         self.config = config
         # a datagram's observed source -> a dest to answer it at (the device's
@@ -94,8 +95,10 @@ class EngineState:
         self.granularity = 1e-6 if not config.ack_delay else config.ack_delay
         self.ack_frequency = config.ack_frequency
         self.ack_delay = config.ack_delay
-        # congestion control, by name (resolved once)
-        self.cc: CongestionControl = congestion.load(config.cc)(config)
+        # congestion control, by name (resolved once); wrap_cc: a tracer's seam (btlcore.trace),
+        # given only when tracing, so that the parts bind the observed one from the start
+        cc: CongestionControl = congestion.load(config.cc)(config)
+        self.cc = cc if wrap_cc is None else wrap_cc(cc)
         self.cwnd_max: float = self.cc.cwnd_max
         # delivery-rate samples for an algorithm with an on_rate_sample (None: nothing sampled)
         self.sampler = DeliverySampler(f) if (f := getattr(self.cc, "on_rate_sample", None)) is not None else None

@@ -97,6 +97,8 @@ provoking datagram's; 48 bytes in all, never more than what provoked it)::
 T_CHALLENGE / T_RESPONSE payload::
 
      0   8   nonce            fresh random 64 bits; a RESPONSE echoes its CHALLENGE's
+(a CHALLENGE's header seq: the ISN of the connection it asks about; the peer answers only
+for its own conn id and ISN)
 
 T_PING payload (asks for an immediate T_ACK; as large as a notice, so it may provoke one)::
 

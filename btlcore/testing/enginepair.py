@@ -7,7 +7,7 @@ testing API: a user's or a backend's tests drive two engines like this::
 
     p = EnginePair(Config(), seed=1)          # engines p.a, p.b at addresses b"A", b"B"
     p.handshake()                             # run until both are established
-    p.drop_nth(0, 1, 0)                       # lose the next datagram from a to b
+    p.faults.drop(src=0, dst=1, nth=1)        # lose the next datagram from a to b
     p.send(0, 1, 7, b"hello", key="m")        # a sends tag 7 to b; its completion goes to "m"
     p.run(lambda: p.completions.get("m"))     # step virtual time until the predicate holds
     assert p.delivered[1] == [(b"A", 7, b"hello")] and p.completions["m"] == [None]
@@ -33,8 +33,17 @@ lands after ``delay`` seconds of virtual time.  A fate is one of::
     ("replace", data)           deliver ``data`` instead (a datagram rewritten on the link)
 
 Hooks are ``hook(src, dst, data, k) -> fate | None`` where ``src``/``dst`` are engine indices
-and ``k`` counts datagrams from ``src`` to ``dst`` (from 0).  Helpers build the usual ones
-(:meth:`drop_nth`, :meth:`drop_where`, :meth:`silence`).
+and ``k`` counts datagrams from ``src`` to ``dst`` (from 0).
+
+Scripted faults use the words of :mod:`btlcore.faults`, as on the simulator and on a real
+backend: ``net.faults`` (judged after the hooks; ``src``, ``dst`` and ``peer`` name engines
+by address or index)::
+
+    p.faults.drop(src=0, dst=1, type="DATA", nth=2)   # a's second DATA to b
+    p.faults.reorder(after=2, src=b"A", nth=1)        # a's next datagram, behind two more
+
+The old helpers (:meth:`drop_nth`, :meth:`drop_where`, :meth:`silence`) still work,
+deprecated.
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ from collections.abc import Callable
 from typing import Any
 
 from btlcore import Config
+from btlcore.faults import Faults, Rule
 from btlcore.protocol.engine import Engine
 from btlcore.protocol.events import Event, MessageReceived, SendCompleted
 from btlcore.protocol.peers import PeerState
@@ -85,6 +95,9 @@ class EngineNet:
         self.crc = crc
         self.max_steps = max_steps
         self.hooks: list[Hook] = []
+        self.faults = Faults(seed)
+        """Scripted faults in the words of :mod:`btlcore.faults` (judged after ``hooks``)."""
+        self._held: list[list[Any]] = []  # reordered: [datagrams still to pass, src, dst, data]
         self.configs = configs or [config or Config()] * n
         self.engines: list[Engine] = [self._make(i, seed + i) for i in range(n)]
         self.addresses = [e.address for e in self.engines]
@@ -92,7 +105,7 @@ class EngineNet:
         self.log: list[tuple[float, int, int, bytes]] = []  # (time, src, dst, datagram as sent)
         self.batches: list[tuple[float, int, list[bytes]]] = []  # one per non-empty send pass
         self.arrivals: list[tuple[float, int, int, bytes]] = []  # (time, src, dst, as received)
-        self._flight: list[tuple[float, int, int, int, bytes]] = []
+        self._flight: list[tuple[float, float, int, int, bytes]] = []
         self._n = 0
         self.delivered: list[list[tuple[bytes, int, bytes]]] = [[] for _ in range(n)]
         self.completions: dict[Any, list[BaseException | None]] = {}
@@ -170,13 +183,16 @@ class EngineNet:
         return hook
 
     def drop_nth(self, src: int, dst: int, n: int) -> None:
-        """Drop the n-th (from 0) datagram sent from ``src`` to ``dst``."""
+        """Drop the n-th (from 0) datagram sent from ``src`` to ``dst`` (deprecated:
+        ``faults.drop(src=src, dst=dst, nth=n + 1)``)."""
+        _deprecated("drop_nth(src, dst, n)", "faults.drop(src=src, dst=dst, nth=n + 1)")
         self.add_hook(lambda s, d, data, k: DROP if (s, d, k) == (src, dst, n) else None)
 
     def drop_where(self, pred: Callable[[Datagram], bool], count: int | None = None,
                    src: int | None = None) -> list[Datagram]:
         """Drop datagrams whose decoded form satisfies ``pred`` (at most ``count`` of them);
-        returns the list of what was dropped."""
+        returns the list of what was dropped (deprecated: ``faults.drop(where=pred, ...)``)."""
+        _deprecated("drop_where(pred, count, src)", "faults.drop(where=pred, count=count, src=src)")
         dropped: list[Datagram] = []
 
         def hook(s: int, d: int, data: bytes, k: int) -> Fate:
@@ -193,7 +209,9 @@ class EngineNet:
         return dropped
 
     def silence(self, i: int) -> None:
-        """Engine ``i`` goes silent: nothing it sends arrives, nothing reaches it."""
+        """Engine ``i`` goes silent: nothing it sends arrives, nothing reaches it
+        (deprecated: ``faults.partition(now, None, [i])``)."""
+        _deprecated("silence(i)", "faults.partition(now, None, [i])")
         self.add_hook(lambda s, d, data, k: DROP if i in (s, d) else None)
 
     def sent(self, src: int | None = None, type: int | None = None) -> list[tuple[float, Datagram]]:
@@ -222,11 +240,34 @@ class EngineNet:
                     self.other_events[i].append(ev)
 
     def _fate(self, src: int, dst: int, data: bytes, k: int) -> Fate:
+        fate = None
         for hook in self.hooks:
-            f = hook(src, dst, data, k)
-            if f is not None:
-                return f
-        return DELIVER
+            fate = hook(src, dst, data, k)
+            if fate is not None:
+                break
+        if self.faults.rules:  # (counted by the rules even when a hook decided)
+            rule = self.faults.judge(self.faults.rules, self.now, self.addresses[src], self.addresses[dst],
+                                     data, self._keys_of, taken=fate is not None)
+            if rule is not None:
+                return self._rule_fate(rule, data)
+        return DELIVER if fate is None else fate
+
+    def _keys_of(self, refs: tuple[Any, ...]) -> frozenset[bytes]:
+        """Engines named by address or index, as addresses."""
+        return frozenset(self.addresses[r] if isinstance(r, int) else bytes(r) for r in refs)
+
+    def _rule_fate(self, rule: Rule, data: bytes) -> Fate:
+        """A fault rule's action as a fate."""
+        action = rule.action
+        if action == "drop":
+            return DROP
+        if action == "duplicate":
+            return ("dup", rule.arg)
+        if action == "delay":
+            return ("delay", rule.arg)
+        if action == "corrupt":
+            return ("replace", self.faults.flip(rule, data)[0])
+        return ("hold", rule.arg)
 
     def _post(self, src: int, dest: Any, data: bytes) -> None:
         dst = self.index(dest)
@@ -235,7 +276,12 @@ class EngineNet:
         self.log.append((self.now, src, dst, data))
         fate = self._fate(src, dst, data, k)
         copies, when = 1, self.now + self.delay
+        if self._held:
+            self._pass_held(src, dst, when)
         if fate == DROP:
+            return
+        if isinstance(fate, tuple) and fate[0] == "hold":
+            self._held.append([fate[1], src, dst, data])
             return
         if isinstance(fate, tuple):
             if fate[0] == "dup":
@@ -252,6 +298,17 @@ class EngineNet:
         for _ in range(copies):
             self._n += 1
             heapq.heappush(self._flight, (when, self._n, src, dst, data))
+
+    def _pass_held(self, src: int, dst: int, when: float) -> None:
+        """One more datagram goes ``src -> dst``: reordered ones that waited for it land
+        right behind it."""
+        for entry in list(self._held):
+            if (entry[1], entry[2]) == (src, dst):
+                entry[0] -= 1
+                if entry[0] <= 0:
+                    self._held.remove(entry)
+                    # right behind the datagram about to be queued (serial _n + 1)
+                    heapq.heappush(self._flight, (when, self._n + 1.5, src, dst, entry[3]))
 
     def advance(self, t: float) -> None:
         """Let virtual time run to exactly ``t`` (events up to ``t`` happen)."""
@@ -321,6 +378,13 @@ class EngineNet:
         if until is not None and not until():
             raise AssertionError(f"condition not reached by t={self.now:.3f}")
         return self.now
+
+
+def _deprecated(old: str, new: str) -> None:
+    import warnings
+
+    warnings.warn(f"EngineNet.{old} is deprecated: use net.{new} (btlcore.faults)", DeprecationWarning,
+                  stacklevel=3)
 
 
 class EnginePair(EngineNet):

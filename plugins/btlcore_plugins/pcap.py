@@ -2,8 +2,9 @@
 
 usnic's traffic was invisible to OS capture tools; this plugin writes every datagram a
 transport sends or receives, wrapped as Ethernet / IPv4 / UDP on port
-:data:`btlcore.wire.PCAP_UDP_PORT` so that the btlcore dissector (``btlcore_sim.layers``
-for scapy) applies.  Sent frames go 10.0.0.1 -> 10.0.0.2, received ones the other way.
+:data:`btlcore.wire.PCAP_UDP_PORT` so that the btlcore dissectors apply (``btl wireshark``'s
+for Wireshark and tshark, ``import btlcore_sim.scapy`` for scapy).  Sent frames go
+10.0.0.1 -> 10.0.0.2, received ones the other way.
 Timestamps are the wall clock.  Raw bytes, no scapy object per frame::
 
     from btlcore_plugins.pcap import PcapTracer

@@ -263,3 +263,46 @@ def test_a_close_counts_only_if_it_names_the_connection_by_its_random_ids() -> N
     pa.sources = (b"B", b"B2")
     assert guard.close_peer(good, pa.local_conn, pa.remote_inc, b"Z") is None
     assert pa.counters.num_source_drops == 1
+
+
+@pytest.mark.parametrize("typ", [wire.T_CLOSE, wire.T_CLOSE_ACK])
+def test_a_close_with_the_right_ids_from_another_source_closes_nothing(typ: int) -> None:
+    p = _pair()
+    pa = p.pa
+    pa.sources = (b"B", b"B2")  # both of b's channels known
+    dg = wire.Datagram(typ, 0, pa.local_conn, pa.remote_inc,
+                       payload=wire.Close(pa.remote_conn, p.a.incarnation).encode()).encode()
+    heard = pa.last_heard
+    p.now += 1.0
+    _inject(p, 0, dg, b"Z")
+    assert pa.state is PeerState.ESTABLISHED and pa.counters.num_source_drops == 1 and pa.last_heard == heard
+    p.send(0, 1, 1, b"still up", key=1)
+    p.run(lambda: p.completions.get(1) == [None], max_time=p.now + 5)
+    if typ == wire.T_CLOSE:  # from b's own source it counts
+        _inject(p, 0, dg, b"B")
+        assert pa.state is PeerState.CLOSED
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_a_notice_echoing_a_pending_datagram_counts_only_from_the_peers_source(exact: bool) -> None:
+    """An observer who saw our datagram can compute its echo; from its own socket the notice
+    is dropped (and nothing is learnt from it); from the peer's it counts."""
+    p = EnginePair(Config(peer_timeout=30.0))
+    if exact:
+        for eng in p.engines:
+            eng.guard.peer_sources = lambda dest: (bytes(dest),)
+    p.handshake()
+    sent: list[bytes] = []
+    p.add_hook(lambda s, d, data, k: sent.append(data) if s == 0 and wire.decode(data).type == wire.T_DATA
+               else None)
+    _down(p, 1)
+    p.send(0, 1, 1, b"pending" * 4, key="m")
+    p.advance(p.now + 0.5)
+    notice = wire.notice_for(sent[-1], 99)
+    assert notice is not None
+    _inject(p, 0, notice, b"Z")
+    assert p.a.counters.num_peer_restarts == 0 and p.pa.counters.num_source_drops == 1
+    assert b"Z" not in p.pa.sources
+    _inject(p, 0, notice, b"B")
+    p._collect()
+    assert p.a.counters.num_peer_restarts == 1 and isinstance(p.completions["m"][0], PeerRestarted)

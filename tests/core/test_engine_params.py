@@ -104,3 +104,33 @@ def test_a_hello_smaller_than_the_reply_is_not_answered() -> None:
     assert p.b.stats()["num_malformed_recvs"] == before + 1
     assert p.b.datagrams_to_send(p.now) == []
     assert p.pb is None
+
+
+def test_the_receive_window_in_bytes_is_advertised() -> None:
+    p = EnginePair(Config(recv_buffer=300_000), config_b=Config(recv_buffer=5 << 20))
+    p.handshake()
+    [(_, hello)], [(_, ack)] = p.sent(type=T_HELLO), p.sent(type=T_HELLO_ACK)
+    mine, theirs = Hello.decode(hello.payload).params, Hello.decode(ack.payload).params
+    assert mine is not None and theirs is not None
+    assert (mine.window_bytes, theirs.window_bytes) == (300_000, 5 << 20)
+
+
+@pytest.mark.parametrize("window_bytes", [0, 4000, 20_000])
+def test_the_peers_byte_window_caps_what_is_in_flight(window_bytes: int) -> None:
+    """b advertises a byte window smaller than what its segment window (4096) and its ACKs
+    (recv_buffer: 16 MiB) allow: a's segments in flight stay within it (never under one), and
+    a 200 kB message still goes through.  0: no byte limit."""
+    p = EnginePair(Config())
+    p.b.packetizer.params = attrs.evolve(p.b.packetizer.params, window_bytes=window_bytes)
+    p.handshake()
+    cap = window_bytes // p.pa.chunk_cap
+    assert p.pa.window_cap == (max(1, cap) if window_bytes else Config().window)
+    depths: list[int] = []
+    p.add_hook(lambda s, d, data, k: depths.append(p.pa.next_seq - 1 - p.pa.snd_una) if s == 0 else None)
+    p.send(0, 1, 1, bytes(range(256)) * 800, key="m")
+    p.run(lambda: p.completions.get("m") == [None], max_time=10)
+    assert p.delivered[1] == [(b"A", 1, bytes(range(256)) * 800)]
+    if window_bytes:
+        assert max(depths) == max(1, cap)  # (filled, never exceeded)
+    else:
+        assert max(depths) > 20_000 // p.pa.chunk_cap

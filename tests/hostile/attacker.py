@@ -444,10 +444,17 @@ def attack_hello(plan: Plan) -> dict[str, Any]:
 def attack_close(plan: Plan) -> dict[str, Any]:
     """CLOSEs (``kind`` "close") or notices ("notice") aimed at the target's connection with
     ``peer``: every field an off-path sender can know or predict is right (addresses, the
-    incarnations: they are clocks), the random ones (connection ids, the digest) are guessed."""
+    incarnations: they are clocks), the random ones (connection ids, the digest) are guessed
+    -- or, for CLOSE with ``dst_conn`` and ``conn_id`` in the plan, learned (all right)."""
     rng = random.Random(plan.get("seed", 0))
     count = int(plan.get("count", 3))
-    if plan["kind"] == "close":
+    if plan["kind"] == "close" and "dst_conn" in plan:
+        # "learned": every id right (an observer of both directions knows them all), a
+        # CLOSE and a CLOSE_ACK of each; only the source is wrong (unless spoofed)
+        datagrams = [typed(typ, wire.Close(int(plan["conn_id"]), int(plan["echo_incarnation"])).encode(),
+                           dst_conn=int(plan["dst_conn"]), incarnation=int(plan["incarnation"]))
+                     for _ in range(count) for typ in (wire.T_CLOSE, wire.T_CLOSE_ACK)]
+    elif plan["kind"] == "close":
         datagrams = [forged_close(dst_conn=rng.getrandbits(32), incarnation=int(plan["incarnation"]),
                                   conn_id=rng.getrandbits(32), echo_incarnation=int(plan["echo_incarnation"]))
                      for _ in range(count)]

@@ -4,6 +4,9 @@ claims changed, most re-sealed with a correct CRC, sent from the attacker's own 
 victim must survive within the memory budget, keep the live connection, and a transfer beside
 and after the attack must verify.
 
+The stall this test once showed (about 4 sends in 161 never completed) is pinned down on
+virtual time, with fixed seeds, in tests/core/test_engine_mutated_copies.py.
+
 20,000 datagrams in the default run; 10^6 in the slow lane (``-m slow``; the default command,
 ``-m "not verbs_vm"``, skips it, as it does every slow test).
 """
@@ -23,11 +26,6 @@ from victim import (
     run_attack,
 )
 
-XFAIL_MAIN = pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="#11: datagrams bearing the live connection's ids from a source that is not the peer's "
-           "are believed (a mutated HELLO restarts the peer, mutated chunks allocate their claims)")
-
 
 def fuzz(tmp_path: Path, count: int, timeout: float) -> None:
     pair = LivePair(rcvbuf="16M")
@@ -44,13 +42,11 @@ def fuzz(tmp_path: Path, count: int, timeout: float) -> None:
         pair.close()
 
 
-@XFAIL_MAIN
 def test_fuzz_20000_mutated_datagrams(tmp_path: Path) -> None:
     fuzz(tmp_path, 20_000, timeout=60.0)
 
 
 @pytest.mark.slow
-@XFAIL_MAIN
 def test_fuzz_a_million_mutated_datagrams(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     require_slow_lane(request)
     fuzz(tmp_path, 1_000_000, timeout=900.0)

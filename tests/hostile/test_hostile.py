@@ -188,3 +188,20 @@ def test_forged_close_from_a_third_party(pair: LivePair, at: str, spoof: bool) -
 @SOURCES
 def test_forged_notice_from_a_third_party(pair: LivePair, at: str, spoof: bool) -> None:
     _third_party(pair, "notice", at, spoof)
+
+
+@needs_close_types
+@ENDS
+def test_close_with_every_id_right_from_a_third_partys_socket(pair: LivePair, at: str) -> None:
+    """An on-path observer knows every id of the connection (both directions' headers): its
+    CLOSE and CLOSE_ACK, from its own socket, still count for nothing -- a CLOSE counts only
+    from the peer's known sources (Guard.close_peer) -- and are counted as source drops."""
+    target, other = (pair.victim, pair.peer) if at == "victim" else (pair.peer, pair.victim)
+    conn = target.engine.peers_by_addr[bytes(other.address)]
+    before = conn.counters.num_source_drops
+    run_attack(pair, {"kind": "close", "target": target.address.hex(), "peer": other.address.hex(),
+                      "incarnation": other.engine.incarnation, "echo_incarnation": target.engine.incarnation,
+                      "dst_conn": conn.local_conn, "conn_id": conn.remote_conn, "count": 3})
+    assert conn.counters.num_source_drops - before == 6, pair.summary()
+    assert_connection_intact(pair)
+    after_attack_sends_succeed(pair)

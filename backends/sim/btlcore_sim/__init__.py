@@ -11,16 +11,29 @@ impairments, scripted faults, pcapng capture and per-link statistics.
 
 Modules, one concept each: ``scheduler`` (virtual time), ``links`` (link models and
 impairments), ``nic`` (the device object), ``queues`` (queue sizes, the shared
-bottleneck and its AQM), ``rules`` (scripted faults), ``pcap``
+bottleneck and its AQM), ``rules`` (partitions; every other scripted fault is a rule of
+:mod:`btlcore.faults` on ``fabric.faults``), ``pcap``
 (capture), ``fabric`` (putting them together), ``plugin`` (the hooks), ``layers`` (scapy
-layers; imported only on demand, scapy is slow to load), ``selftest`` (raw speed).
+layers) and ``scapy`` (``import btlcore_sim.scapy``: those layers bound for ``rdpcap``, on any
+UDP port), both imported only on demand (scapy is slow to load), ``selftest`` (raw speed).
 """
+
+from typing import Any
 
 from .fabric import Fabric, default_fabric, reset_default_fabric
 from .links import DROP_CAUSES, Link, LinkModel
 from .nic import SimNIC
 from .queues import Bottleneck, parse_queue
-from .rules import DropRule, Partition
+from .rules import Partition
 
-__all__ = ["DROP_CAUSES", "Bottleneck", "DropRule", "Fabric", "Link", "LinkModel", "Partition", "SimNIC",
+__all__ = ["DROP_CAUSES", "Bottleneck", "Fabric", "Link", "LinkModel", "Partition", "SimNIC",
            "default_fabric", "parse_queue", "reset_default_fabric"]
+
+
+def __getattr__(name: str) -> Any:
+    """``DropRule``, deprecated: :class:`btlcore.faults.Rule`."""
+    if name == "DropRule":
+        from . import rules
+
+        return rules.__getattr__(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,17 +18,19 @@ from __future__ import annotations
 
 import os
 import random
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from btlcore.errors import ConfigError
+from btlcore.faults import Faults, Rule, make_rule
 from btlcore.protocol import wire
 
 from .links import DROP_CAUSES, Link, LinkModel
 from .nic import MAX_NODES, SimNIC, check_options, parse_address
 from .pcap import PcapWriter
 from .queues import Bottleneck
-from .rules import DropRule, Partition, normalise_fields
+from .rules import Partition, normalise_fields
 from .scheduler import Scheduler
 
 NodeRef = Any
@@ -39,7 +41,7 @@ class Fabric(Scheduler):
     """Any number of simulated NICs on one virtual clock.  See the module docstring."""
 
     __slots__ = ("seed", "_opened", "nics", "names", "_default", "_models", "_links", "_partitions",
-                 "_rules", "_nth", "integrity", "_shared", "bottlenecks")
+                 "faults", "_keys", "integrity", "_shared", "bottlenecks")
     seed: int
     integrity: bool
     """The fabric never corrupts a frame (see ``__init__``); its NICs report it."""
@@ -50,8 +52,10 @@ class Fabric(Scheduler):
     _models: dict[tuple[int, int], LinkModel]
     _links: dict[tuple[int, int], Link]
     _partitions: list[Partition]
-    _rules: list[DropRule]
-    _nth: dict[tuple[int, int], frozenset[int]]
+    faults: Faults
+    """The scripted faults of every link (:mod:`btlcore.faults`; ``src``, ``dst`` and
+    ``peer`` name NICs as ``node`` does).  Each link draws from its own random stream."""
+    _keys: dict[tuple[Any, ...], frozenset[bytes]]
     _shared: dict[tuple[int, int], Bottleneck]
     bottlenecks: list[Bottleneck]
     """The shared bottlenecks, in the order they were made."""
@@ -87,8 +91,9 @@ class Fabric(Scheduler):
         self._models = {}
         self._links = {}
         self._partitions = []
-        self._rules = []
-        self._nth = {}
+        self.faults = Faults(seed)
+        self.faults.listeners.append(self._faults_changed)
+        self._keys = {}
         self._shared = {}
         self.bottlenecks = []
         if pcap is not None:
@@ -100,6 +105,7 @@ class Fabric(Scheduler):
         """Make a NIC from (already validated) device options; the backend's open hook."""
         if options.get("address") is not None:
             return self._reopen_nic(options)
+        self._keys.clear()
         node_id = len(self.nics) + 1
         if node_id > MAX_NODES:
             raise ConfigError(f"a sim fabric holds at most {MAX_NODES} NICs")
@@ -216,8 +222,8 @@ class Fabric(Scheduler):
         """Re-read everything the fabric imposes on ``link`` (model, partitions, scripts)."""
         key = (link.src.node_id, link.dst.node_id)
         link.partitions = tuple(sorted((p.start, p.end) for p in self._partitions if p.cuts(*key)))
-        link.nth = self._nth.get(key, frozenset())
-        link.rules = tuple(r for r in self._rules if r.applies(*key))
+        src, dst = link.src.address, link.dst.address
+        link.rules = tuple(r for r in self.faults.rules if r.on_path(src, dst, self.keys_of))
         link.shared = self._shared.get(key)
         link.apply(self._models.get(key, self._default), self.round_trip(*key))
 
@@ -336,40 +342,68 @@ class Fabric(Scheduler):
             self._partitions.remove(partition)
         self._rebuild_all()
 
+    def keys_of(self, refs: tuple[Any, ...]) -> frozenset[bytes]:
+        """The addresses of the NICs ``refs`` names (how fault rules name nodes here)."""
+        keys = self._keys.get(refs)
+        if keys is None:
+            keys = self._keys[refs] = frozenset(self.node(r).address for r in refs)
+        return keys
+
+    def _faults_changed(self) -> None:
+        """``faults`` changed: refuse (and take back) a rule that cannot apply to this
+        fabric, then re-read every link."""
+        for rule in list(self.faults.rules):
+            try:
+                if rule.direction is not None:
+                    raise ValueError("a fault's 'direction' applies where the plan sits on one endpoint "
+                                     "(btlcore.open(..., faults=plan)); on a fabric name 'src' and 'dst'")
+                for refs in (rule.src, rule.dst, rule.peer, *(rule.cut or ())):
+                    if refs is not None:
+                        self.keys_of(refs)  # (a NIC it names must exist: ValueError)
+            except ValueError:
+                self.faults.rules.remove(rule)
+                self._rebuild_all()
+                raise
+        self._rebuild_all()
+
     def drop_nth(self, src: NodeRef, dst: NodeRef, n: int, *more: int) -> None:
-        """Drop the ``n``-th (and each of ``more``) frame offered to ``src -> dst``,
-        counting from 1 since the link was made (every frame posted to it counts)."""
+        """Deprecated: ``faults.drop(src=..., dst=..., nth=...)``.  Drop the ``n``-th (and
+        each of ``more``) frame offered to ``src -> dst``, counting from 1 since the link was
+        made (every frame posted to it counts); dropped under the cause ``nth``."""
+        warnings.warn("Fabric.drop_nth is deprecated: use fabric.faults.drop(src=..., dst=..., nth=...) "
+                      "(btlcore.faults)", DeprecationWarning, stacklevel=2)
         indices = (n, *more)
         if any(isinstance(i, bool) or not isinstance(i, int) or i < 1 for i in indices):
             raise ValueError(f"frame numbers count from 1, got {indices}")
-        key = (self.node(src).node_id, self.node(dst).node_id)
-        self._nth[key] = self._nth.get(key, frozenset()) | frozenset(indices)
-        if key in self._links:
-            self._rebuild(self._links[key])
+        a, b = self.node(src), self.node(dst)
+        link = self._links.get((a.node_id, b.node_id))
+        offered = 0 if link is None else link.offered + link.fast_frames
+        ahead = frozenset(i - offered for i in indices if i > offered)
+        if ahead:  # (first, before every other rule, as the old nth list was)
+            front = sum(1 for r in self.faults.rules if r.cause == "nth")
+            self.faults.add(make_rule("drop", src=a.address, dst=b.address, nth=ahead, cause="nth"), front)
 
     def drop_matching(self, src: NodeRef | None = None, dst: NodeRef | None = None,
                       where: Callable[[wire.Datagram], bool] | None = None, *,
-                      count: int | None = None, **fields: Any) -> DropRule:
-        """Drop frames from ``src`` to ``dst`` (None: any) whose decoded fields equal
-        ``fields`` (``type=wire.T_ACK`` or ``type="ACK"``, ``ack=7``, ...) and for which
-        ``where(datagram)`` holds; at most ``count`` of them (None: all).  Frames that do
-        not decode never match.  Returns the rule (``rule.matched`` counts its drops)."""
+                      count: int | None = None, **fields: Any) -> Rule:
+        """Deprecated: ``faults.drop(src=..., dst=..., where=..., count=..., **fields)``.
+        Drop frames from ``src`` to ``dst`` (None: any) whose decoded fields equal
+        ``fields`` and for which ``where(datagram)`` holds, at most ``count`` of them;
+        dropped under the cause ``rule``.  Returns the rule (``rule.matched`` counts)."""
+        warnings.warn("Fabric.drop_matching is deprecated: use fabric.faults.drop(src=..., dst=..., "
+                      "where=..., count=..., **fields) (btlcore.faults)", DeprecationWarning, stacklevel=2)
         if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
             raise ValueError(f"count must be None or an integer >= 1, got {count!r}")
         if where is None and not fields:
             raise ValueError("drop_matching needs fields to match or a 'where' predicate")
-        rule = DropRule(
-            None if src is None else self.node(src).node_id,
-            None if dst is None else self.node(dst).node_id,
-            normalise_fields(fields), where, count)
-        self._rules.append(rule)
-        self._rebuild_all()
-        return rule
+        return self.faults.add(make_rule(
+            "drop", src=None if src is None else self.node(src).address,
+            dst=None if dst is None else self.node(dst).address, where=where, count=count,
+            cause="rule", **normalise_fields(fields)))
 
-    def remove_rule(self, rule: DropRule) -> None:
-        if rule in self._rules:
-            self._rules.remove(rule)
-            self._rebuild_all()
+    def remove_rule(self, rule: Rule) -> None:
+        """Remove a fault rule (``faults.remove(rule)``)."""
+        self.faults.remove(rule)
 
     # -- capture ------------------------------------------------------------------------
 

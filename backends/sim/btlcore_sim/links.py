@@ -18,7 +18,12 @@ What happens to a frame offered to a link, in this order (each stage counted by 
    ``post_send`` return False on a full send queue.
 3. ``partition``: the fabric is partitioned between the two ends when the frame finishes
    serialisation.
-4. ``nth`` / ``rule``: scripted drops (ns-3's list error models).
+4. Scripted faults (``fabric.faults``, the words of :mod:`btlcore.faults`; ns-3's list error
+   models): a rule that drops counts under its cause (``fault``; ``partition``, ``nth`` and
+   ``rule`` for the old words).  A frame a rule duplicates, delays, reorders or corrupts skips
+   the random stages below (the script decided its fate); each copy still takes the link's
+   delay and jitter.  A reordered frame is held until ``after`` more frames were offered to the
+   link, then lands a nanosecond behind the last of them (the link's fixed delay).
 5. ``loss``: independent random loss; ``burst``: Gilbert-Elliott loss (see below).
 6. ``corrupt``: one random bit of the copy is flipped (netem's model).  ``duplicate``: a
    second copy is sent, with its own corruption, delay and reorder draw.
@@ -67,7 +72,7 @@ PARETO_SHAPE = 3.0
 """Shape of the Pareto jitter: heavy tail, finite variance."""
 NO_LIMIT = 1 << 62
 
-DROP_CAUSES = ("mtu", "queue", "aqm", "partition", "nth", "rule", "loss", "burst", "rx_mtu",
+DROP_CAUSES = ("mtu", "queue", "aqm", "partition", "nth", "rule", "fault", "loss", "burst", "rx_mtu",
                "rx_queue", "closed")
 
 
@@ -225,8 +230,10 @@ class Link:
     """The bottleneck that serialises this direction's frames instead of its own limiter."""
     busy_until: float = 0.0
     partitions: tuple[tuple[float, float], ...] = ()
-    nth: frozenset[int] = frozenset()
     rules: tuple[Any, ...] = ()
+    """The fabric's fault rules that may act on this direction (:mod:`btlcore.faults`)."""
+    held: list[list[Any]] = attrs.Factory(list)
+    """Reordered frames: ``[frames still to pass, channel, frame]``."""
     # -- counters -----------------------------------------------------------------------
     fast_frames: int = 0
     """Frames that took the ideal path (offered and delivered at once)."""
@@ -265,14 +272,14 @@ class Link:
 
     def refresh(self) -> None:
         """Recompute whether the ideal path (and the plain one) may be taken."""
-        self.plain = not (self.partitions or self.nth or self.rules or self.loss or self.ge_q
+        self.plain = not (self.partitions or self.rules or self.held or self.loss or self.ge_q
                           or self.duplicate or self.corrupt or self.jitter or self.reorder)
         self.ideal = (
             self.model.ideal
             and self.shared is None
             and not self.partitions
-            and not self.nth
             and not self.rules
+            and not self.held
             and self.fabric.pcap is None
             and not self.src.closed
             and not self.dst.closed
@@ -328,10 +335,10 @@ class Link:
             else:
                 heappush(fab.heap, event)  # the model changed to a shorter delay meanwhile
             return True
-        if self.partitions or self.nth or self.rules:
-            cause = self._scripted_drop(data, t)
-            if cause is not None:
-                return self.drop(cause, data, now)
+        if self.partitions or self.rules or self.held:
+            fate = self._scripted(data, t)
+            if fate is not None:
+                return self.drop(fate, data, now) if type(fate) is str else self._fated(fate, channel, data, t)
         rnd = self.rng.random
         if self.loss and rnd() < self.loss:
             return self.drop("loss", data, now)
@@ -361,20 +368,60 @@ class Link:
 
     # -- the stages that act rarely, out of transmit's way --------------------------------
 
-    def _scripted_drop(self, data: bytes | bytearray | memoryview, t: float) -> str | None:
-        """The cause if a partition, the nth list or a rule drops this frame (in that
-        order, as the module docstring says), else None.  ``t``: when it left the wire."""
+    def _scripted(self, data: bytes | bytearray | memoryview, t: float) -> Any:
+        """The cause if a partition or a fault rule drops this frame (in that order, as the
+        module docstring says), the rule if one acts on it otherwise, else None.  ``t``:
+        when it left the wire.  Releases the reordered frames waiting for this one."""
+        if self.held:
+            self._pass_held(t)
+        cause = None
         for start, end in self.partitions:
             if start <= t < end:
-                return "partition"
-        if self.nth and self.offered + self.fast_frames in self.nth:
-            return "nth"
-        for rule in self.rules:
-            if rule.take(data):
-                if rule.exhausted:
-                    self.fabric.remove_rule(rule)
-                return "rule"
-        return None
+                cause = "partition"
+                break
+        if self.rules:
+            fab = self.fabric
+            rule = fab.faults.judge(self.rules, t, self.src.address, self.dst.address, data,
+                                    fab.keys_of, self.rng, taken=cause is not None)
+            if rule is not None:
+                return rule.cause if rule.action == "drop" else rule
+        return cause
+
+    def _fated(self, rule: Any, channel: int, data: bytes | bytearray | memoryview, t: float) -> bool:
+        """Carry a frame a fault rule duplicates, delays, reorders or corrupts."""
+        fab = self.fabric
+        frame = bytes(data)
+        action = rule.action
+        if action == "reorder":
+            self.held.append([rule.arg, channel, frame])
+            self.refresh()
+            return True
+        note = f"fault: {action}"
+        copies = 1
+        if action == "duplicate":
+            copies += rule.arg
+            self.duplicated += rule.arg
+        elif action == "corrupt":
+            frame, bit = fab.faults.flip(rule, frame, self.rng)
+            self.corrupted += 1
+            note = f"fault: corrupted bit {bit}"
+        extra = rule.arg if action == "delay" else 0.0
+        for _ in range(copies):
+            fab.schedule_frame(t + self._delay_draw() + extra, self, channel, frame, note)
+        return True
+
+    def _pass_held(self, t: float) -> None:
+        """One more frame was offered (leaving the wire at ``t``): the reordered frames that
+        waited for it leave too, landing a nanosecond behind it (the link's fixed delay;
+        behind every frame landing at that instant)."""
+        fab = self.fabric
+        for entry in list(self.held):
+            entry[0] -= 1
+            if entry[0] <= 0:
+                self.held.remove(entry)
+                fab.schedule_frame(t + self.delay + 1e-9, self, entry[1], entry[2], "fault: reordered")
+        if not self.held:
+            self.refresh()
 
     def _burst_step(self) -> bool:
         """Gilbert-Elliott: True if this frame is lost (judged in the current state), then

@@ -11,8 +11,9 @@ What the file holds:
 
 Each frame is wrapped as Ethernet / IPv4 / UDP (both ports :data:`btlcore.wire.PCAP_UDP_PORT`,
 UDP checksum 0 as IPv4 allows, a valid IPv4 header checksum), from the sending NIC's
-address (its MAC; IPv4 10.0.hi.lo from the node id) to the receiver's, so Wireshark, tshark
-and scapy (with :mod:`btlcore_sim.layers`) dissect it down to btlcore.
+address (its MAC; IPv4 10.0.hi.lo from the node id) to the receiver's, so Wireshark and
+tshark (with ``btl wireshark``'s dissector) and scapy (``import btlcore_sim.scapy``) dissect
+it down to btlcore; ``btl plot`` draws it.
 Timestamps have nanosecond resolution (``if_tsresol`` 9).  Nothing in the file depends on
 the wall clock, so a seeded run writes the same bytes every time.
 """

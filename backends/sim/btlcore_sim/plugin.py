@@ -33,7 +33,7 @@ from btlcore.device import Capabilities, Channel, ChannelInfo, LocalPair, Probe,
 
 from .fabric import Fabric, open_nic
 from .links import Link, LinkModel
-from .nic import SimNIC
+from .nic import MAX_NODES, SimNIC, node_address, parse_address
 from .queues import CLI_DEFAULT_QUEUE, MIN_QUEUE_FRAMES, parse_queue
 
 _EMPTY: tuple[Any, ...] = ()
@@ -203,6 +203,30 @@ def btl_device_fds(device: SimNIC) -> Sequence[int]:
 @hookimpl
 def btl_device_close(device: SimNIC) -> None:
     device.close()
+
+
+@hookimpl
+def btl_address_text(address: bytes) -> str:
+    """``sim:N``, N the node id (the NIC's address is 02:00:00:00 and N in two bytes)."""
+    return f"sim:{parse_address(address)}"
+
+
+@hookimpl
+def btl_address_parse(text: str) -> bytes:
+    """``sim:N``, the MAC form ``02:00:00:00:00:05``, or hex."""
+    body = text.strip()
+    if body.startswith("sim:") and body[4:].isdigit():
+        node = int(body[4:])
+        if not 0 < node <= MAX_NODES:
+            raise ValueError(f"sim address {text!r}: in sim:N, N (a node id) is 1 to {MAX_NODES}")
+        return node_address(node)
+    try:
+        raw = bytes.fromhex(body.replace(":", ""))
+        parse_address(raw)
+    except ValueError:
+        raise ValueError(f"expected a sim address as sim:N (N the node id), 02:00:00:00:hi:lo or "
+                         f"hex, got {text!r}") from None
+    return raw
 
 
 # ---------------------------------------------------------------------------------- the btl command

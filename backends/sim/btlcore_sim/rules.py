@@ -1,20 +1,16 @@
-"""Scripted faults, as ns-3's list error models: drop these frames, not random ones.
+"""Partitions of the fabric, as ns-3's list error models: drop these frames, not random ones.
 
-Two kinds, both installed on the :class:`~btlcore_sim.fabric.Fabric`:
-
-* :class:`Partition`: between two groups of nodes, in both directions, from ``start`` to
-  ``end`` in virtual time (``[start, end)``; ``end=None`` never heals).
-* :class:`DropRule`: drop frames whose decoded header matches (``type=T_ACK, ack=7``) and/or
-  satisfy a predicate on the :class:`btlcore.wire.Datagram`, at most ``count`` times.
-  Matching decodes each frame of the links it covers with :func:`btlcore.wire.decode`,
-  so the cost is paid only on those links and only while the rule is installed.
-
-(The third kind, "drop the Nth frame of a link", is a set of indices kept on the link.)
+:class:`Partition`: between two groups of nodes, in both directions, from ``start`` to
+``end`` in virtual time (``[start, end)``; ``end=None`` never heals).  Every other scripted
+fault is a rule of the one vocabulary, :mod:`btlcore.faults`, installed on
+``fabric.faults``; matching decodes the frames of the links a rule covers, so the cost is
+paid only on those links and only while the rule is installed.  ``DropRule`` (the old
+header-matching drop) is now :class:`btlcore.faults.Rule`; the old name works, deprecated.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -56,40 +52,14 @@ def normalise_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-@attrs.define(slots=True, eq=False)
-class DropRule:
-    """Drop frames on matching links whose fields equal ``fields`` and for which ``where``
-    (if given) is true.  ``remaining`` None: forever; else that many more drops."""
+def __getattr__(name: str) -> Any:
+    """``DropRule``: now :class:`btlcore.faults.Rule` (deprecated name, one more release)."""
+    if name == "DropRule":
+        import warnings
 
-    src: int | None
-    dst: int | None
-    fields: dict[str, Any]
-    where: Callable[[wire.Datagram], bool] | None = None
-    remaining: int | None = None
-    matched: int = 0
-    """Frames this rule dropped so far."""
+        from btlcore.faults import Rule
 
-    def applies(self, src: int, dst: int) -> bool:
-        return (self.src is None or self.src == src) and (self.dst is None or self.dst == dst)
-
-    @property
-    def exhausted(self) -> bool:
-        return self.remaining is not None and self.remaining <= 0
-
-    def take(self, frame: bytes | bytearray | memoryview) -> bool:
-        """True (and counted) if this rule drops ``frame``."""
-        if self.exhausted:
-            return False
-        try:
-            dg = wire.decode(frame)
-        except wire.MalformedDatagram:
-            return False
-        for name, value in self.fields.items():
-            if getattr(dg, name) != value:
-                return False
-        if self.where is not None and not self.where(dg):
-            return False
-        self.matched += 1
-        if self.remaining is not None:
-            self.remaining -= 1
-        return True
+        warnings.warn("btlcore_sim DropRule is deprecated: rules are btlcore.faults.Rule "
+                      "(fabric.faults.drop(...))", DeprecationWarning, stacklevel=2)
+        return Rule
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,7 +9,9 @@ Open it by name: ``btlcore.registry.open_device("udp", {"bind": "127.0.0.1:0"})`
   socket's PORT + 1, ephemeral ports too, so ``HOST:PORT`` names a device.
 * Bound to 127.0.0.1 unless option ``bind`` says otherwise; a wildcard advertises an address
   of this host (``_route``); ``connect`` to a peer the bound address cannot reach raises
-  :class:`~btlcore.errors.AddressUnreachable` naming both.
+  :class:`~btlcore.errors.AddressUnreachable` naming both, as does ``connect`` from a
+  ``[::]``-bound device advertising IPv6 to an IPv4 peer, which could not answer it
+  (``check_connect``; option ``advertise=::ffff:a.b.c.d`` serves both families).
 * Receive buffers live in anonymous mmaps (``_lazy``): a device costs about 0.1 MB until
   traffic fills them.
 * The MTU is the bound interface's, less IP and UDP headers (65507 on loopback), or the

@@ -190,6 +190,28 @@ class UdpDevice:
                                      f"the peer's network")
         return _address.to_handle(family, ip, pport, dport, scope)
 
+    def check_connect(self, address: bytes) -> None:
+        """Before we connect to ``address``: an IPv4 peer (its address is IPv4, so it is bound
+        to IPv4) can answer only an IPv4 address, or an IPv4-mapped one; a dual-stack device
+        advertising IPv6 would get no answer at all (the peer drops our HELLO, whose address
+        it cannot reach).  AddressUnreachable naming both addresses, at once; then the
+        route check of :meth:`resolve`."""
+        family, ip, _pport, _dport, scope = _address.decode(address)
+        advertised = ipaddress.ip_address(self.options.advertise.split("%")[0])
+        if family == socket.AF_INET and self.family == socket.AF_INET6 and self.wildcard \
+                and getattr(advertised, "ipv4_mapped", None) is None:
+            try:
+                mine = _route.source_toward(socket.AF_INET, ip)
+                hint = f"option advertise=::ffff:{mine} (this host's IPv4 address toward it) or "
+            except OSError:
+                hint = ""
+            raise AddressUnreachable(
+                f"udp: the IPv4 peer {_address.describe(address)} cannot reach this device's "
+                f"advertised IPv6 address {_address.describe(self._address)} (bound "
+                f"{self._bound_text()}): it would drop our handshake; give {hint}"
+                f"bind=0.0.0.0:PORT")
+        self.resolve(address)
+
     def reply_dest(self, source: Any) -> _address.Handle:
         """A handle that reaches ``source`` (a sender's ``(host, port)`` as ``poll_recv_from``
         reports it) on either channel: a reply goes back to the socket it came from."""
@@ -208,8 +230,10 @@ class UdpDevice:
             return str(mapped.ipv4_mapped)
         mine = "IPv6" if self.family == socket.AF_INET6 else "IPv4"
         theirs = "IPv6" if family == socket.AF_INET6 else "IPv4"
-        raise ValueError(f"udp address {_address.describe(address)} is {theirs} but this "
-                         f"device is bound to {mine} address {self.options.host}")
+        bind = "[::]:PORT" if family == socket.AF_INET6 else "0.0.0.0:PORT or [::]:PORT"
+        raise AddressUnreachable(f"udp: cannot reach {_address.describe(address)} from "
+                                 f"{self._bound_text()}: it is {theirs} but this device is bound "
+                                 f"to {mine} address {self.options.host}; bind {bind} (option bind)")
 
     def _bound_text(self) -> str:
         host, port = self.local_sockaddrs[0][0], self.local_sockaddrs[0][1]
@@ -217,6 +241,12 @@ class UdpDevice:
 
     def clock(self) -> Any:
         return time.monotonic
+
+    def readable(self, fd: int) -> None:
+        """An event loop's readiness news (``btl_device_readable``), used by the next poll as
+        a wait's answer is: only the socket named is read (the other's turn comes with its
+        own callback)."""
+        self._ready = (fd == self._prio_fd, fd == self._data_fd)
 
     def fds(self) -> list[int]:
         return [] if self.closed else [s.fileno() for s in self._socks]

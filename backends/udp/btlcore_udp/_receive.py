@@ -1,5 +1,6 @@
-"""The receive path: ``poll_recv`` and ``poll_recv_from`` drain the priority socket, then
-the data socket, each the device's way (``_drain_mmsg``: recvmmsg into fixed slots;
+"""The receive path: ``poll_recv`` and ``poll_recv_from`` drain the priority socket (at most
+three quarters of the budget while the data socket is readable: a flooded priority socket
+never starves the data one), then the data socket, each the device's way (``_drain_mmsg``: recvmmsg into fixed slots;
 ``_drain``: a recv_into loop into one arena; ``_drain_gro``: UDP GRO reads cut at the
 kernel's segment size).  Each datagram is a memoryview valid until the next poll.
 
@@ -181,10 +182,14 @@ def poll_recv_from(device: UdpDevice, budget: int) -> tuple[list[Any], list[Any]
         ready = device._readiness(device._poller.poll(0))
     slot = off = 0
     if ready[0]:
+        # first, but never the whole budget while data waits: a flood on the priority socket
+        # must not starve the data socket (the live peer's data and its retransmissions
+        # would all be dropped in the kernel, and the peer declared dead)
+        first = budget - (budget >> 2) if ready[1] or device._pending else budget
         if batched:
-            slot = _drain_mmsg(device, device._prio_sock, out, srcs, budget, 0)
+            slot = _drain_mmsg(device, device._prio_sock, out, srcs, first, 0)
         else:
-            off = _drain(device, device._prio_sock, out, srcs, budget, 0)
+            off = _drain(device, device._prio_sock, out, srcs, first, 0)
     device.rx_priority += len(out)
     if not ready[1] and not device._pending:
         device.rx_datagrams += len(out)

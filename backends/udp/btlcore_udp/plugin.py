@@ -85,6 +85,12 @@ def btl_device_peer_sources(device: UdpDevice, dest: Any) -> tuple[Any, ...]:
 
 
 @hookimpl
+def btl_device_check_connect(device: UdpDevice, address: bytes) -> None:
+    """An IPv4 peer cannot answer a dual-stack device that advertises IPv6: say so now."""
+    device.check_connect(address)
+
+
+@hookimpl
 def btl_device_path_errors(device: UdpDevice) -> list[Any]:
     """The peers' sockets ICMP said closed since the last call (read with ``IP_RECVERR``)."""
     found = device.port_unreachable
@@ -106,8 +112,20 @@ def btl_device_fds(device: UdpDevice) -> Sequence[int]:
 
 
 @hookimpl
+def btl_device_readable(device: UdpDevice, fd: int) -> None:
+    """An event loop saw ``fd`` readable: the next poll reads that socket without asking epoll."""
+    device.readable(fd)
+
+
+@hookimpl
 def btl_device_wake(device: UdpDevice) -> None:
     device.wake()
+
+
+@hookimpl
+def btl_device_wake_fd(device: UdpDevice) -> int | None:
+    """The wake eventfd (``wake`` writes it; ``wait`` drains it)."""
+    return None if device.closed else device._wake_r
 
 
 @hookimpl
@@ -116,10 +134,16 @@ def btl_device_close(device: UdpDevice) -> None:
 
 
 def parse_peer(text: str) -> bytes:
-    """``btl transfer --peer HOST:PORT``: the address of a peer whose priority socket is on
-    PORT and data socket on PORT + 1 (what ``--bind HOST:PORT`` gives), or the hex blob
-    ``btl serve`` prints (the ``btl_cli_parse_address`` hook)."""
+    """``HOST:PORT`` (``[HOST]:PORT`` for IPv6): the address of a peer whose priority socket
+    is on PORT and data socket on PORT + 1 (what ``--bind HOST:PORT`` gives), as
+    ``Transport.address_text`` writes it; ``udp://HOST:PORT+DATA_PORT`` for one whose data
+    port was set apart; or the hex blob (the ``btl_address_parse`` hook, and ``--peer``)."""
     text = text.strip()
+    if text.startswith("udp://"):
+        text = text[len("udp://"):]
+        head, plus, data = text.rpartition("+")
+        if plus:
+            return _apart(head, data, text)
     if ":" not in text or all(c in "0123456789abcdefABCDEF" for c in text):
         try:
             raw = bytes.fromhex(text)
@@ -133,6 +157,26 @@ def parse_peer(text: str) -> bytes:
     if opts.port == 0:
         raise ValueError(f"--peer needs a port, got {text!r}")
     return _address.encode(opts.family, ip, opts.port, opts.port + 1)
+
+
+def _apart(head: str, data: str, text: str) -> bytes:
+    """``HOST:PORT+DATA_PORT``: an address whose data port is not PORT + 1."""
+    paired = _address.decode(parse_peer(head))
+    if not data.isdigit() or not 0 < int(data) < 65536:
+        raise ValueError(f"expected udp://HOST:PORT+DATA_PORT with ports from 1 to 65535, got {text!r}")
+    family, ip, pport, _dport, scope = paired
+    return _address.encode(family, ip, pport, int(data), scope)
+
+
+@hookimpl
+def btl_address_text(address: bytes) -> str:
+    """``HOST:PORT``, or ``udp://HOST:PORT+DATA_PORT`` when the data port is not PORT + 1."""
+    return _address.to_text(address)
+
+
+@hookimpl
+def btl_address_parse(text: str) -> bytes:
+    return parse_peer(text)
 
 
 # ---------------------------------------------------------------------------------- the btl command

@@ -82,3 +82,28 @@ def decode(address: bytes | bytearray | memoryview) -> VerbsAddress:
     if maxdg < 64:
         raise ValueError(f"verbs address: max_datagram {maxdg} is too small")
     return VerbsAddress(lid, gid, qkey, pqpn, dqpn, maxdg)
+
+
+TEXT_FORM = "verbs:[GID]:PRIORITY_QPN+DATA_QPN:QKEY:LID:MTU"
+
+
+def to_text(address: bytes) -> str:
+    """The address as people copy it (``Transport.address_text``):
+    ``verbs:[::ffff:10.0.0.1]:17+18:0x11111111:0:4096``, every field of the bytes in order."""
+    a = decode(address)
+    return f"verbs:[{a.gid_text}]:{a.priority_qpn}+{a.data_qpn}:{a.qkey:#x}:{a.lid}:{a.max_datagram}"
+
+
+def from_text(text: str) -> bytes:
+    """:func:`to_text`'s form back to bytes; ValueError names the form."""
+    body = text.strip().removeprefix("verbs:")
+    try:
+        gid_part, rest = body[1:].split("]:", 1) if body.startswith("[") else ("", "")
+        qpns, qkey, lid, mtu = rest.split(":")
+        pqpn, dqpn = qpns.split("+")
+        gid = ipaddress.IPv6Address(gid_part).packed
+        out = VerbsAddress(int(lid), gid, int(qkey, 0), int(pqpn), int(dqpn), int(mtu)).encode()
+    except (ValueError, struct.error):
+        raise ValueError(f"expected a verbs address as {TEXT_FORM} or hex, got {text!r}") from None
+    decode(out)
+    return out

@@ -52,13 +52,16 @@ def describe_address(address: bytes) -> str:
 
 
 def parse_peer(text: str) -> bytes:
-    """``btl transfer --peer``: the hex ``btl serve`` printed; ValueError says what is wrong
-    (the ``btl_cli_parse_address`` hook)."""
+    """``btl transfer --peer`` and ``connect(text)``: ``verbs:[GID]:PQPN+DQPN:QKEY:LID:MTU``
+    (``address_text``'s form) or the hex; ValueError says what is wrong (the
+    ``btl_address_parse`` and ``btl_cli_parse_address`` hooks)."""
+    if text.strip().startswith("verbs:"):
+        return _address.from_text(text)
     try:
         blob = bytes.fromhex(text.strip().removeprefix("hex:").replace(":", ""))
     except ValueError:
-        raise ValueError(f"expected the {_address.LENGTH}-byte verbs address as hex (what 'btl "
-                         f"serve --backend verbs' printed), got {text!r}") from None
+        raise ValueError(f"expected a verbs address as {_address.TEXT_FORM} or as hex (the "
+                         f"{_address.LENGTH} bytes), got {text!r}") from None
     _address.decode(blob)
     return blob
 
@@ -66,6 +69,16 @@ def parse_peer(text: str) -> bytes:
 @hookimpl
 def btl_backend_probe(options: Mapping[str, Any]) -> Probe:
     return probe(options)
+
+
+@hookimpl
+def btl_address_text(address: bytes) -> str:
+    return _address.to_text(address)
+
+
+@hookimpl
+def btl_address_parse(text: str) -> bytes:
+    return parse_peer(text)
 
 
 @hookimpl

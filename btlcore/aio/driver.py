@@ -1,0 +1,345 @@
+"""How an asyncio loop drives a :class:`~btlcore.transport.Transport`: no thread, no blocking
+wait.  A progress pass runs
+
+* on input: ``loop.add_reader`` on each of the device's file descriptors (``btl_device_fds``);
+* at the engine's next deadline: one ``loop.call_at``, re-armed only when the deadline moves
+  earlier (a timer that fires early runs a pass and re-arms: cheaper than re-arming per pass);
+* soon after new work (a send, a connect): one ``loop.call_soon``, shared by every call made
+  in the same loop iteration.
+
+Each callback runs one pass, bounded by the transport (``recv_budget`` datagrams in, at most
+64 send rounds out); a pass that leaves work asks for another through ``call_soon``, so a bulk
+transfer never starves the loop's other tasks.
+
+The seams, kept small so that a loop on another clock can drive it (the simulator's virtual
+time, #14): :class:`Driver` reads time only through the transport's own clock (``now``) and
+converts a deadline to the loop's clock by difference (``loop.time() + (deadline - now())``),
+which holds for any loop whose clock runs at the device's rate (asyncio's and uvloop's
+monotonic clocks for udp and verbs; a loop on the fabric's clock for the simulator).  Input
+readiness comes only from ``device.fds()``.  A device with no descriptor on a loop whose clock
+is not its own (the simulator under a real-time loop) is driven by :class:`Pump` instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from ..transport import Transport
+
+#: a device with neither descriptors nor virtual time is polled this often (seconds)
+POLL_INTERVAL = 0.0005
+
+
+class Timer:
+    """A callback at a time of the transport's clock; ``cancel()`` stops it."""
+
+    __slots__ = ("when", "callback", "cancelled", "handle")
+
+    def __init__(self, when: float, callback: Callable[[], None]) -> None:
+        self.when = when
+        self.callback = callback
+        self.cancelled = False
+        self.handle: asyncio.TimerHandle | None = None
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.handle is not None:
+            self.handle.cancel()
+
+    def __lt__(self, other: Timer) -> bool:
+        return self.when < other.when
+
+
+class Driver:
+    """Runs ``transport``'s passes from ``loop``; ``after_pass`` is called after each (the
+    asyncio layer hands out what the pass delivered), ``on_error`` with what a pass raised (a
+    user's plain handler)."""
+
+    __slots__ = ("transport", "loop", "now", "_after", "_on_error", "_fds", "_timer", "_timer_at",
+                 "_soon", "_stopped", "_passing", "_watched")
+
+    def __init__(self, transport: Transport, loop: asyncio.AbstractEventLoop,
+                 after_pass: Callable[[], None], on_error: Callable[[BaseException], None]) -> None:
+        self.transport = transport
+        self.loop = loop
+        self.now: Callable[[], float] = transport.now
+        self._after = after_pass
+        self._on_error = on_error
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = float("inf")
+        self._soon: asyncio.Handle | None = None
+        self._stopped = False
+        self._passing = False
+        self._fds = list(transport.device.fds())
+        # a loop on the device's own virtual clock (btlcore_sim.vloop) says when frames land
+        watch = None if self._fds else getattr(loop, "btl_watch", None)
+        self._watched = watch is not None
+        if watch is not None:
+            watch(transport.device, self._run)
+        hint = transport.device.readable
+        for fd in self._fds:
+            if hint is None:
+                loop.add_reader(fd, self._run)
+            else:  # the device is told which descriptor woke us: no need to ask the OS
+                loop.add_reader(fd, self._readable, hint, fd)
+
+    # -- the seams ----------------------------------------------------------------------
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
+        """``callback()`` at ``when`` on the transport's clock (virtual on the simulator),
+        never before: a loop whose timers fire early (uvloop rounds to milliseconds) is
+        asked again for the rest."""
+        timer = Timer(when, callback)
+        self._schedule(timer)
+        return timer
+
+    def _schedule(self, timer: Timer) -> None:
+        timer.handle = self.loop.call_at(self.loop.time() + max(0.0, timer.when - self.now()), self._due, timer)
+
+    def _due(self, timer: Timer) -> None:
+        if timer.cancelled:
+            return
+        if self.now() < timer.when:
+            self._schedule(timer)
+            return
+        timer.callback()
+
+    def kick(self) -> None:
+        """A pass soon (new work was queued); many kicks in one iteration make one pass."""
+        if self._soon is None and not self._stopped:
+            self._soon = self.loop.call_soon(self._run)
+
+    def sent(self) -> None:
+        """A message was queued: its first datagrams leave now, from the caller (a round
+        trip is one loop iteration shorter than with a pass later), the rest in a pass."""
+        t = self.transport
+        if self._passing:
+            return  # queued by a handler inside a pass: the pass sends it
+        if self._stopped or t._backlog:
+            self.kick()
+            return
+        now = self.now()
+        t._flush_sends(now)
+        engine = t.engine
+        if engine.has_work():
+            self.kick()
+            return
+        deadline = engine.next_deadline()  # (what a send adds: its retransmit timeout)
+        if deadline is not None and deadline < self._timer_at:
+            if deadline <= now:
+                self.kick()
+            else:
+                self._set_timer(deadline, now)
+
+    def run_now(self) -> None:
+        """A pass now, from a coroutine (what must leave before the next step: close's ACKs)."""
+        self._run()
+
+    def stop(self) -> None:
+        """No more passes: readers removed, timers cancelled (before the device closes)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        for fd in self._fds:
+            self.loop.remove_reader(fd)
+        if self._watched:
+            self.loop.btl_unwatch(self.transport.device)  # type: ignore[attr-defined]
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._soon is not None:
+            self._soon.cancel()
+
+    # -- passes -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        if self._stopped:
+            return
+        self._soon = None
+        t = self.transport
+        self._passing = True
+        try:
+            t._pass()
+        except Exception as exc:  # a plain handler raised: to the loop's handler, and go on
+            self._on_error(exc)
+        finally:
+            self._passing = False
+        self._after()
+        if not t.closed:
+            self._arm(t.next_deadline())
+
+    def _readable(self, hint: Callable[[int], None], fd: int) -> None:
+        if not self._stopped:
+            hint(fd)
+            self._run()
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._timer_at = float("inf")
+        if self._stopped:
+            return
+        t = self.transport
+        deadline = t.next_deadline()
+        if deadline is not None and deadline > self.now():
+            self._arm(deadline)  # armed for a deadline that has moved later: no pass yet
+            return
+        self._run()
+
+    def _arm(self, deadline: float | None) -> None:
+        if deadline is None:
+            return  # (a timer already armed stays: it fires early, harmlessly)
+        now = self.now()
+        woken = self._fds or self._watched  # input wakes a pass
+        if deadline <= now or not woken:
+            if not woken and deadline > now:  # no input to wake us: poll until then
+                deadline = min(deadline, now + POLL_INTERVAL)
+                self._set_timer(deadline, now)
+                return
+            self.kick()
+            return
+        if deadline < self._timer_at:
+            self._set_timer(deadline, now)
+
+    def _set_timer(self, deadline: float, now: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = deadline
+        self._timer = self.loop.call_at(self.loop.time() + (deadline - now), self._fire)
+
+
+class Pump:
+    """Drives every transport of one virtual clock (the simulator's fabric) from a real-time
+    loop: each round, one pass of each transport; when none had anything to do, the clock
+    moves to the earliest deadline (the transports', or a :meth:`call_at` timer's) through the
+    device's ``wait``, which lands the frames due by then.  Virtual time thus runs whenever
+    the transports wait, as fast as the CPU allows: timeouts of this API are in the
+    transport's clock, ``asyncio.sleep`` in the loop's.  The pump stops when nothing is
+    pending anywhere, and a kick (a send, a connect, a timer) restarts it."""
+
+    __slots__ = ("loop", "now", "members", "_timers", "_seq", "_soon", "_wait", "_idle")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, now: Callable[[], float],
+                 wait: Callable[[float | None], None]) -> None:
+        self.loop = loop
+        self.now = now
+        self._wait = wait
+        self.members: dict[PumpedDriver, None] = {}
+        self._timers: list[tuple[float, int, Timer]] = []
+        self._seq = itertools.count()
+        self._soon: asyncio.Handle | None = None
+        self._idle = 0
+
+    def kick(self) -> None:
+        if self._soon is None:
+            self._soon = self.loop.call_soon(self._round)
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
+        timer = Timer(when, callback)
+        heapq.heappush(self._timers, (when, next(self._seq), timer))
+        self.kick()
+        return timer
+
+    def _round(self) -> None:
+        self._soon = None
+        busy = False
+        for member in list(self.members):
+            busy = member.run() or busy
+        now = self.now()
+        timers = self._timers
+        while timers and (timers[0][2].cancelled or timers[0][0] <= now):
+            _, _, timer = heapq.heappop(timers)
+            if not timer.cancelled:
+                timer.callback()
+                busy = True
+        if busy:
+            self._idle = 0
+            self.kick()
+            return
+        wake: float | None = timers[0][0] if timers else None
+        for member in self.members:
+            d = member.transport.next_deadline()
+            if d is not None and (wake is None or d < wake):
+                wake = d
+        before = self.now()
+        self._wait(wake)  # lands what is due by then (at once if frames landed meanwhile)
+        if wake is None and self.now() == before:
+            self._idle += 1
+            if self._idle > 2:  # nothing pending anywhere: asleep until a kick
+                self._idle = 0
+                return
+        else:
+            self._idle = 0
+        self.kick()
+
+
+class PumpedDriver:
+    """A :class:`Driver`'s interface on a :class:`Pump` (virtual time, no descriptors)."""
+
+    __slots__ = ("transport", "loop", "now", "pump", "_after", "_on_error", "_stopped")
+
+    def __init__(self, transport: Transport, loop: asyncio.AbstractEventLoop, pump: Pump,
+                 after_pass: Callable[[], None], on_error: Callable[[BaseException], None]) -> None:
+        self.transport = transport
+        self.loop = loop
+        self.now = transport.now
+        self.pump = pump
+        self._after = after_pass
+        self._on_error = on_error
+        self._stopped = False
+        pump.members[self] = None
+        pump.kick()
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
+        return self.pump.call_at(when, callback)
+
+    def kick(self) -> None:
+        if not self._stopped:
+            self.pump.kick()
+
+    def sent(self) -> None:
+        self.kick()
+
+    def run_now(self) -> None:
+        self.run()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self.pump.members.pop(self, None)
+
+    def run(self) -> bool:
+        """One pass; True if it did something (events, or work left for another pass)."""
+        t = self.transport
+        if self._stopped or t.closed:
+            return False
+        try:
+            n = t._pass()
+        except Exception as exc:
+            self._on_error(exc)
+            n = 1
+        self._after()
+        deadline = t.next_deadline()
+        return n > 0 or (deadline is not None and deadline <= t.now())
+
+
+_PUMPS: dict[tuple[int, Any], Pump] = {}
+
+
+def driver_for(transport: Transport, loop: asyncio.AbstractEventLoop, after_pass: Callable[[], None],
+               on_error: Callable[[BaseException], None]) -> Driver | PumpedDriver:
+    """The driver of ``transport`` on ``loop``: a :class:`Driver` where the device has
+    descriptors or real time (or the loop runs on the device's clock: ``loop.btl_clock``, the
+    hook a virtual-time loop sets), else a member of the loop's :class:`Pump` for its clock."""
+    caps = transport.capabilities
+    on_own_clock = getattr(loop, "btl_clock", None) == transport.now
+    if not caps.virtual_time or on_own_clock or transport.device.fds():
+        return Driver(transport, loop, after_pass, on_error)
+    key = (id(loop), transport.now)
+    pump = _PUMPS.get(key)
+    if pump is None or pump.loop is not loop or pump.loop.is_closed():
+        pump = _PUMPS[key] = Pump(loop, transport.now, transport.device.wait)
+    for stale in [k for k, p in _PUMPS.items() if p.loop.is_closed()]:
+        del _PUMPS[stale]
+    return PumpedDriver(transport, loop, pump, after_pass, on_error)

@@ -1,0 +1,179 @@
+"""btlcore.aio's round trips, handlers, timeouts and addresses, on both loops and backends."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import btlcore
+import btlcore.aio
+from btlcore.errors import MessageTooLarge, TransportClosed
+
+pytestmark = pytest.mark.anyio
+Opener = Callable[..., btlcore.aio.Transport]
+
+SIZES = [1, 1000, 9000, 65536, 256 * 1024]
+
+
+async def test_request_reply_every_size_with_a_coroutine_handler(opener: Opener) -> None:
+    async with opener() as a, opener() as b:
+        async def echo(peer: btlcore.Peer, tag: int, data: bytes) -> None:
+            await asyncio.sleep(0)  # a real coroutine: it awaits before answering
+            await b.send(peer, 8, bytes(reversed(data)))
+
+        b.on(7, echo)
+        peer = a.connect(b.address_text)
+        await a.wait_connected(peer, timeout=10)
+        for size in SIZES:
+            data = bytes(i % 251 for i in range(size))
+            await a.send(peer, 7, data)
+            reply = await a.recv(8, timeout=10)
+            assert reply.peer is peer and reply.tag == 8 and reply.data == data[::-1]
+
+
+async def test_send_returns_once_acknowledged(opener: Opener) -> None:
+    async with opener() as a, opener() as b:
+        peer = a.connect(b.address)
+        await a.send(peer, 3, b"z" * 100_000)  # (the first send waits for the handshake)
+        assert a.stats()["num_msgs_completed"] == 1
+        assert peer.state is btlcore.PeerState.ESTABLISHED
+        assert (await b.recv(timeout=10)).data == b"z" * 100_000
+
+
+async def test_many_concurrent_senders(opener: Opener) -> None:
+    """40 tasks, 25 messages each, through a small send buffer: every message arrives once."""
+    async with opener(send_buffer=32 * 1024) as a, opener() as b:
+        peer = a.connect(b.address_text)
+        got: list[bytes] = []
+        b.on(5, lambda p, tag, data: got.append(bytes(data)))
+
+        async def sender(k: int) -> None:
+            for i in range(25):
+                await a.send(peer, 5, f"{k}:{i}:".encode() + b"x" * (100 * (i % 20)))
+
+        await asyncio.wait_for(asyncio.gather(*(sender(k) for k in range(40))), 60)
+        await b.flush(5)
+        assert len(got) == 1000
+        assert sorted(got) == sorted(f"{k}:{i}:".encode() + b"x" * (100 * (i % 20))
+                                     for k in range(40) for i in range(25))
+        for k in range(40):  # each sender's messages in its own order (ordered delivery)
+            mine = [int(m.split(b":")[1]) for m in got if m.startswith(f"{k}:".encode())]
+            assert mine == list(range(25))
+
+
+async def test_messages_iterates_until_closed(opener: Opener) -> None:
+    a, b = opener(), opener()
+    peer = a.connect(b.address)
+    for i in range(5):
+        await a.send(peer, 1, bytes([i]))
+    seen = []
+
+    async def reader() -> None:
+        async for m in b.messages(1):
+            seen.append(m.data)
+
+    task = asyncio.ensure_future(reader())
+    while len(seen) < 5:
+        await asyncio.sleep(0.001)
+    await b.close()
+    await asyncio.wait_for(task, 10)  # ends: the transport closed
+    assert seen == [bytes([i]) for i in range(5)]
+    await a.close()
+
+
+async def test_recv_filters_by_tag_and_times_out_in_the_transports_clock(opener: Opener) -> None:
+    async with opener() as a, opener() as b:
+        peer = a.connect(b.address)
+        await a.send(peer, 1, b"one")
+        await a.send(peer, 2, b"two")
+        assert (await b.recv(2, timeout=10)).data == b"two"
+        assert (await b.recv(timeout=10)).data == b"one"
+        before = b.now()
+        with pytest.raises(TimeoutError):
+            await b.recv(1, timeout=0.2)
+        assert b.now() - before >= 0.2  # virtual seconds on sim, real ones on udp
+
+
+async def test_plain_and_coroutine_handler_exceptions_reach_the_loops_handler(
+        opener: Opener, caught: list[dict[str, Any]]) -> None:
+    async with opener() as a, opener() as b:
+        class Boom(Exception):
+            pass
+
+        def plain(peer: btlcore.Peer, tag: int, data: bytes) -> None:
+            raise Boom("plain " + data.decode())
+
+        async def coro(peer: btlcore.Peer, tag: int, data: bytes) -> None:
+            await asyncio.sleep(0)
+            raise Boom("coroutine " + data.decode())
+
+        b.on(1, plain)
+        b.on(2, coro)
+        peer = a.connect(b.address)
+        await a.send(peer, 1, b"x")
+        await a.send(peer, 2, b"y")
+        for _ in range(1000):
+            if len(caught) >= 2:
+                break
+            await asyncio.sleep(0.005)
+        messages = sorted(str(c["exception"]) for c in caught)
+        assert messages == ["coroutine y", "plain x"]
+        assert all(isinstance(c["exception"], Boom) for c in caught)
+        await a.send(peer, 3, b"still works")  # the transport goes on
+        assert (await b.recv(3, timeout=10)).data == b"still works"
+
+
+async def test_peer_events_reach_plain_and_coroutine_handlers(opener: Opener) -> None:
+    a, b = opener(), opener()
+    events: list[tuple[str, bytes]] = []
+
+    async def on_peer(event: str, peer: btlcore.Peer, exc: BaseException | None) -> None:
+        events.append((event, peer.address))
+
+    a.on_peer(on_peer)
+    peer = a.connect(b.address)
+    await a.send(peer, 1, b"x")
+    await b.close()
+    for _ in range(2000):
+        if events:
+            break
+        await asyncio.sleep(0.005)
+    assert events == [("closed", b.address)]
+    await a.close()
+
+
+async def test_errors_come_from_the_call(opener: Opener) -> None:
+    async with opener(max_message_size=1000) as a, opener() as b:
+        peer = a.connect(b.address)
+        with pytest.raises(MessageTooLarge):
+            await a.send(peer, 1, b"x" * 1001)
+        with pytest.raises(TypeError, match="tag"):
+            await a.send(peer, "1", b"x")  # type: ignore[arg-type]
+        await a.send(peer, 1, b"fine")
+    with pytest.raises(TransportClosed):
+        await a.send(peer, 1, b"after close")
+    with pytest.raises(TransportClosed):
+        await a.recv()
+    with pytest.raises(TransportClosed):
+        a.connect(b.address)
+
+
+async def test_address_text_round_trips(opener: Opener, backend: str) -> None:
+    async with opener() as a, opener() as b:
+        text = b.address_text
+        if backend == "udp":
+            host, _, port = text.rpartition(":")
+            assert host == "127.0.0.1" and port.isdigit()
+        else:
+            assert text.startswith("sim:") and text[4:].isdigit()
+        assert a.connect(text) is a.connect(b.address) is a.connect(b.address.hex())
+        with pytest.raises(ValueError, match="address"):
+            a.connect("not an address")
+
+
+def test_open_needs_a_running_loop() -> None:
+    with pytest.raises(RuntimeError, match="running event loop"):
+        btlcore.aio.open("sim")
