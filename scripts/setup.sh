@@ -14,9 +14,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     # Left by the setuptools editable install of releases before 0.2: its old entry points
     # would shadow the installed ones (the checkout's root is on sys.path in editable mode).
     rm -rf btlcore.egg-info
-    echo "setting up .venv (pip install -e '.[test,bench,plot]'; log in $log)"
+    echo "setting up .venv (pip install -e '.[test,bench,plot,dask]'; log in $log)"
     if ! { .venv/bin/python -m pip install --upgrade pip && \
-           .venv/bin/python -m pip install -e '.[test,bench,plot]'; } >"$log" 2>&1; then
+           .venv/bin/python -m pip install -e '.[test,bench,plot,dask]'; } >"$log" 2>&1; then
         tail -n 30 "$log"
         echo "setup failed: see $log" >&2
         exit 1

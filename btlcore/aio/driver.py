@@ -18,6 +18,12 @@ which holds for any loop whose clock runs at the device's rate (asyncio's and uv
 monotonic clocks for udp and verbs; a loop on the fabric's clock for the simulator).  Input
 readiness comes only from ``device.fds()``.  A device with no descriptor on a loop whose clock
 is not its own (the simulator under a real-time loop) is driven by :class:`Pump` instead.
+
+A loop on a device's own clock (``btlcore_sim.vloop``, on the simulator's) says so with
+``loop.btl_clock`` (the device's ``now``: deadlines then go to ``loop.call_at``, and no pump
+runs) and ``loop.btl_watch(device, run)`` / ``btl_unwatch(device)``: it runs the pass when
+frames land for that device as it moves its clock.  Without ``btl_watch`` a descriptor-less
+device is polled every ``POLL_INTERVAL`` of its clock.
 """
 
 from __future__ import annotations
@@ -32,6 +38,10 @@ from ..transport import Transport
 
 #: a device with neither descriptors nor virtual time is polled this often (seconds)
 POLL_INTERVAL = 0.0005
+#: the simulator's pump, after QUIET_ROUNDS rounds that only moved the clock, runs one round
+#: per QUIET_ROUND of the loop's time until something happens (idle keepalives do not spin)
+QUIET_ROUNDS = 16
+QUIET_ROUND = 0.001
 
 
 class Timer:
@@ -60,10 +70,10 @@ class Driver:
     user's plain handler)."""
 
     __slots__ = ("transport", "loop", "now", "_after", "_on_error", "_fds", "_timer", "_timer_at",
-                 "_soon", "_stopped", "_passing", "_watched")
+                 "_soon", "_stopped", "_passing", "_watched", "_arming")
 
     def __init__(self, transport: Transport, loop: asyncio.AbstractEventLoop,
-                 after_pass: Callable[[], None], on_error: Callable[[BaseException], None]) -> None:
+                 after_pass: Callable[[], bool], on_error: Callable[[BaseException], None]) -> None:
         self.transport = transport
         self.loop = loop
         self.now: Callable[[], float] = transport.now
@@ -74,6 +84,7 @@ class Driver:
         self._soon: asyncio.Handle | None = None
         self._stopped = False
         self._passing = False
+        self._arming = False  # an _arm_now is scheduled
         self._fds = list(transport.device.fds())
         # a loop on the device's own virtual clock (btlcore_sim.vloop) says when frames land
         watch = None if self._fds else getattr(loop, "btl_watch", None)
@@ -128,6 +139,8 @@ class Driver:
         if engine.has_work():
             self.kick()
             return
+        if self._arming:
+            return  # (the timer is set after the tasks of this iteration, this one included)
         deadline = engine.next_deadline()  # (what a send adds: its retransmit timeout)
         if deadline is not None and deadline < self._timer_at:
             if deadline <= now:
@@ -167,8 +180,29 @@ class Driver:
             self._on_error(exc)
         finally:
             self._passing = False
-        self._after()
-        if not t.closed:
+        woke = self._after()
+        if t.closed:
+            return
+        engine = t.engine
+        if t._backlog or engine.events or engine.has_work() or t._stats_interval:
+            self._arm(t.next_deadline())  # (work left: a pass soon; or the rare cases)
+        elif woke:
+            self._arm_after()  # a woken task may send first: one timer for both, after it
+        else:  # t.next_deadline()'s answer when nothing is pending, asked directly
+            self._arm(engine.next_deadline())
+
+    def _arm_after(self) -> None:
+        """Set the timer once the tasks woken by this pass have run (the ACK a reply would
+        have waited for rides on the request they send next: no timer is set for it only to
+        fire for nothing, which costs a loop wakeup per round trip)."""
+        if not self._arming:
+            self._arming = True
+            self.loop.call_soon(self._arm_now)
+
+    def _arm_now(self) -> None:
+        self._arming = False
+        t = self.transport
+        if not self._stopped and not t.closed:
             self._arm(t.next_deadline())
 
     def _readable(self, hint: Callable[[int], None], fd: int) -> None:
@@ -219,7 +253,7 @@ class Pump:
     transport's clock, ``asyncio.sleep`` in the loop's.  The pump stops when nothing is
     pending anywhere, and a kick (a send, a connect, a timer) restarts it."""
 
-    __slots__ = ("loop", "now", "members", "_timers", "_seq", "_soon", "_wait", "_idle")
+    __slots__ = ("loop", "now", "members", "_timers", "_seq", "_soon", "_wait", "_idle", "_quiet", "_slow")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, now: Callable[[], float],
                  wait: Callable[[float | None], None]) -> None:
@@ -231,10 +265,26 @@ class Pump:
         self._seq = itertools.count()
         self._soon: asyncio.Handle | None = None
         self._idle = 0
+        self._quiet = 0  # rounds in a row that only moved the clock
+        self._slow = False  # the next round waits QUIET_ROUND (a kick brings it forward)
 
     def kick(self) -> None:
-        if self._soon is None:
+        if self._soon is None or self._slow:
+            if self._soon is not None:
+                self._soon.cancel()  # (new work: no more waiting out a quiet stretch)
+            self._slow = False
             self._soon = self.loop.call_soon(self._round)
+
+    def _next_round(self) -> None:
+        """The next round: at once, or after QUIET_ROUND of the loop's time once rounds have
+        only moved the clock for a while (idle transports whose keepalives never end): the
+        loop's other tasks then get the CPU, and virtual time runs at most a deadline per
+        QUIET_ROUND."""
+        if self._quiet < QUIET_ROUNDS:
+            self.kick()
+        elif self._soon is None:
+            self._slow = True
+            self._soon = self.loop.call_later(QUIET_ROUND, self._round)
 
     def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
         timer = Timer(when, callback)
@@ -244,6 +294,7 @@ class Pump:
 
     def _round(self) -> None:
         self._soon = None
+        self._slow = False
         busy = False
         for member in list(self.members):
             busy = member.run() or busy
@@ -255,9 +306,10 @@ class Pump:
                 timer.callback()
                 busy = True
         if busy:
-            self._idle = 0
+            self._idle = self._quiet = 0
             self.kick()
             return
+        self._quiet += 1
         wake: float | None = timers[0][0] if timers else None
         for member in self.members:
             d = member.transport.next_deadline()
@@ -272,7 +324,7 @@ class Pump:
                 return
         else:
             self._idle = 0
-        self.kick()
+        self._next_round()
 
 
 class PumpedDriver:
@@ -281,7 +333,7 @@ class PumpedDriver:
     __slots__ = ("transport", "loop", "now", "pump", "_after", "_on_error", "_stopped")
 
     def __init__(self, transport: Transport, loop: asyncio.AbstractEventLoop, pump: Pump,
-                 after_pass: Callable[[], None], on_error: Callable[[BaseException], None]) -> None:
+                 after_pass: Callable[[], bool], on_error: Callable[[BaseException], None]) -> None:
         self.transport = transport
         self.loop = loop
         self.now = transport.now
@@ -327,7 +379,7 @@ class PumpedDriver:
 _PUMPS: dict[tuple[int, Any], Pump] = {}
 
 
-def driver_for(transport: Transport, loop: asyncio.AbstractEventLoop, after_pass: Callable[[], None],
+def driver_for(transport: Transport, loop: asyncio.AbstractEventLoop, after_pass: Callable[[], bool],
                on_error: Callable[[BaseException], None]) -> Driver | PumpedDriver:
     """The driver of ``transport`` on ``loop``: a :class:`Driver` where the device has
     descriptors or real time (or the loop runs on the device's clock: ``loop.btl_clock``, the

@@ -26,9 +26,11 @@ import asyncio
 import functools
 import inspect
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
+from types import CoroutineType
 from typing import Any
 
+from .. import checks
 from ..errors import PeerClosed, PeerUnreachable, TransportClosed, WouldBlock
 from ..protocol.peers import Peer, PeerState
 from ..transport import Message
@@ -70,6 +72,7 @@ class Transport:
         self._flushers: list[asyncio.Future[None]] = []
         self._user_peer_handler: PeerHandler | None = None
         self._closing = False
+        self._woke = False  # a pass settled an awaited send or woke a waiter (see _after_pass)
         sync.on_peer(self._peer_event)
         self._inbox = sync._inbox
         self.driver: Driver | PumpedDriver = driver_for(sync, self.loop, self._after_pass, self._report)
@@ -121,6 +124,10 @@ class Transport:
         """Return once ``peer``'s handshake completed; raise what failed it
         (``PeerUnreachable`` after ``handshake_timeout``...), or ``TimeoutError`` after
         ``timeout`` seconds of the transport's clock."""
+        if not isinstance(peer, Peer):
+            raise TypeError(f"peer must be a btlcore.Peer (from connect()), not {type(peer).__name__}")
+        timeout = checks.seconds(timeout, "timeout", optional=True)
+        deadline = None if timeout is None else self.now() + timeout
         while True:
             self._check_open()
             state = peer.state
@@ -128,7 +135,8 @@ class Transport:
                 return
             if state is not PeerState.CONNECTING:
                 raise _peer_error(peer)
-            await self._wait_on(self._connecting.setdefault(peer, []), timeout, "handshake")
+            left = None if deadline is None else max(0.0, deadline - self.now())
+            await self._wait_on(self._connecting.setdefault(peer, []), left, "handshake")
 
     # -- sending ------------------------------------------------------------------------
 
@@ -139,7 +147,7 @@ class Transport:
         wait for room (nothing is queued meanwhile).  Do not modify ``data`` until it returns.
         Cancelled: see the module docstring."""
         fut: asyncio.Future[None] = self.loop.create_future()
-        callback = functools.partial(_settle, fut)
+        callback = functools.partial(self._settle, fut)
         while True:
             try:
                 self.sync.send(peer, tag, data, callback)
@@ -156,8 +164,7 @@ class Transport:
         that wants back-pressure without waiting a round trip per message.  Not awaiting the
         future is fine: its error is marked retrieved (peer events report failures too)."""
         fut: asyncio.Future[None] = self.loop.create_future()
-        fut.add_done_callback(_retrieved)
-        callback = functools.partial(_settle, fut)
+        callback = functools.partial(_settle_quietly, fut)
         while True:
             try:
                 self.sync.send(peer, tag, data, callback)
@@ -172,8 +179,7 @@ class Transport:
         is full; the future returned completes as :meth:`submit`'s.  Usable from a plain
         handler: a reply queued there leaves in the same pass, its ACK riding on it."""
         fut: asyncio.Future[None] = self.loop.create_future()
-        fut.add_done_callback(_retrieved)
-        self.sync.send(peer, tag, data, functools.partial(_settle, fut))
+        self.sync.send(peer, tag, data, functools.partial(_settle_quietly, fut))
         self.driver.sent()
         return fut
 
@@ -182,7 +188,7 @@ class Transport:
         :meth:`btlcore.Transport.put`); returns once it landed, raises ``PutError`` if the
         peer refused it, else as :meth:`send`."""
         fut: asyncio.Future[None] = self.loop.create_future()
-        callback = functools.partial(_settle, fut)
+        callback = functools.partial(self._settle, fut)
         while True:
             try:
                 self.sync.put(peer, key, offset, data, callback)
@@ -196,6 +202,7 @@ class Transport:
         """Wait until every message sent is acknowledged (or its peer failed): True, or
         False once ``timeout`` (default ``flush_timeout``) passed."""
         sync = self.sync
+        timeout = checks.seconds(timeout, "timeout", optional=True)
         timeout = sync.config.flush_timeout if timeout is None else timeout
         deadline = self.now() + timeout
         while sync.engine.has_outstanding():
@@ -217,6 +224,9 @@ class Transport:
         ``TimeoutError`` after ``timeout`` seconds of the transport's clock,
         ``TransportClosed`` once closed.  Messages wait in a queue held against the sender's
         window: a slow reader slows its senders down (their ``send`` waits for room)."""
+        if tag is not None:
+            checks.tag(tag)
+        timeout = checks.seconds(timeout, "timeout", optional=True)
         msg = self._take(tag)
         if msg is not None:
             return msg
@@ -278,15 +288,14 @@ class Transport:
         except BaseException:
             self.abort()
             raise
-        self._release(graceful=True)
+        self._release()
 
     def abort(self) -> None:
         """Release the transport now: no flush, no CLOSE exchange; pending sends, receives
         and waits fail with ``TransportClosed``."""
         if not self.sync.closed:
             self._closing = True
-            self.sync.engine.close()
-            self._release(graceful=False)
+            self._release()
 
     async def __aenter__(self) -> Transport:
         return self
@@ -307,10 +316,13 @@ class Transport:
             except TimeoutError:
                 return
 
-    def _release(self, graceful: bool) -> None:
+    def _release(self) -> None:
         self.driver.stop()
+        # the engine closed first: the sync close then has nothing left to wait for (a CLOSE
+        # unacknowledged past close_timeout, or a peer connected meanwhile, would block the loop)
+        self.sync.engine.close()
         try:
-            self.sync.close(flush=False)  # (peers closed already: no wait left in it)
+            self.sync.close(flush=False)
         finally:
             self._fail_waiters(TransportClosed("transport closed"))
             for task in list(self._tasks):
@@ -352,15 +364,27 @@ class Transport:
         if self.sync.closed:
             raise TransportClosed("transport is closed")
 
-    def _after_pass(self) -> None:
-        """After each pass: hand out queued messages, wake flushers and handshake waiters."""
+    def _settle(self, fut: asyncio.Future[None], exc: BaseException | None) -> None:
+        """An awaited send's callback: its task will run in the loop's next iteration."""
+        self._woke = True
+        _settle(fut, exc)
+
+    def _after_pass(self) -> bool:
+        """After each pass: hand out queued messages, wake flushers and handshake waiters.
+        True if a task waiting here was woken (it runs in the next iteration, and may send:
+        the driver then sets its timer after it, once)."""
         if self._recv_waiters and self._inbox:
             self._hand_out()
         if self._flushers:  # (they look again: cheaper than deciding here which may go)
             _wake_all(self._flushers)
+            self._woke = True
         if self._connecting:
             for peer in [p for p in self._connecting if p.state is not PeerState.CONNECTING]:
                 _wake_all(self._connecting.pop(peer))
+                self._woke = True
+        woke = self._woke
+        self._woke = False
+        return woke
 
     def _hand_out(self) -> None:
         for tag, fut in list(self._recv_waiters):
@@ -372,6 +396,7 @@ class Transport:
                     return
                 continue
             fut.set_result(msg)
+            self._woke = True
             if not self._inbox:
                 return
 
@@ -418,8 +443,8 @@ class Transport:
 
         def call(*args: Any) -> None:
             result = handler(*args)
-            if inspect.isawaitable(result):
-                task = self.loop.create_task(_awaited(result))
+            if type(result) is CoroutineType or inspect.iscoroutine(result):  # (a future: not ours)
+                task = self.loop.create_task(result)
                 self._tasks.add(task)
                 task.add_done_callback(functools.partial(self._task_done, what))
 
@@ -442,14 +467,16 @@ class Transport:
         return f"<btlcore.aio.Transport {self.sync.backend} {self.address_text} {state}>"
 
 
-def _retrieved(fut: asyncio.Future[Any]) -> None:
-    """Mark a future's error as seen (asyncio logs one nobody retrieved when it is freed)."""
-    if not fut.cancelled():
-        fut.exception()
-
-
-async def _awaited(result: Awaitable[Any]) -> Any:
-    return await result
+def _settle_quietly(fut: asyncio.Future[None], exc: BaseException | None) -> None:
+    """:func:`_settle` for a future its caller may never await (``submit``,
+    ``send_nowait``): an error is marked seen at once, or asyncio would log it when the future
+    is freed (an awaiter still gets it)."""
+    if not fut.done():
+        if exc is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(exc)
+            fut.exception()
 
 
 def _expire(fut: asyncio.Future[Any], message: str) -> None:

@@ -95,13 +95,7 @@ class EngineState:
         self.granularity = 1e-6 if not config.ack_delay else config.ack_delay
         self.ack_frequency = config.ack_frequency
         self.ack_delay = config.ack_delay
-        # congestion control, by name (resolved once); wrap_cc: a tracer's seam (btlcore.trace),
-        # given only when tracing, so that the parts bind the observed one from the start
-        cc: CongestionControl = congestion.load(config.cc)(config)
-        self.cc = cc if wrap_cc is None else wrap_cc(cc)
-        self.cwnd_max: float = self.cc.cwnd_max
-        # delivery-rate samples for an algorithm with an on_rate_sample (None: nothing sampled)
-        self.sampler = DeliverySampler(f) if (f := getattr(self.cc, "on_rate_sample", None)) is not None else None
+        self.cc, self.cwnd_max, self.sampler = self._congestion(config, wrap_cc)
         self.single_cap = self.data_mtu - HEADER_LEN  # payload of an unchunked message
         self.chunk_cap = self.data_mtu - HEADER_LEN - CHUNK_LEN
         self.gather_min: int | None = None  # chunk size from which payloads stay uncopied
@@ -136,6 +130,19 @@ class EngineState:
         self.quarantine: dict[int, float] = {}
         # bytes every peer's reassemblies hold together (bounded by config.reassembly_limit)
         self.rx_held = 0
+
+    @staticmethod
+    def _congestion(config: Config, wrap_cc: Callable[[CongestionControl], CongestionControl] | None
+                    ) -> tuple[CongestionControl, float, DeliverySampler | None]:
+        """The congestion control, by name (resolved once); wrap_cc: a tracer's seam
+        (btlcore.trace), given only when tracing, so that the parts bind the observed one from
+        the start.  Its window cap, and delivery-rate samples if it takes them (its optional
+        on_rate_sample; None: nothing sampled)."""
+        cc: CongestionControl = congestion.load(config.cc)(config)
+        if wrap_cc is not None:
+            cc = wrap_cc(cc)
+        on_rate_sample = getattr(cc, "on_rate_sample", None)
+        return cc, cc.cwnd_max, DeliverySampler(on_rate_sample) if on_rate_sample is not None else None
 
     def drop_reassembly(self, peer: Peer) -> None:
         """Forget ``peer``'s messages in reassembly and give back the bytes they held."""

@@ -177,3 +177,100 @@ async def test_address_text_round_trips(opener: Opener, backend: str) -> None:
 def test_open_needs_a_running_loop() -> None:
     with pytest.raises(RuntimeError, match="running event loop"):
         btlcore.aio.open("sim")
+
+
+async def test_futures_nobody_awaits_stay_quiet(opener: Opener, caught: list[dict[str, Any]]) -> None:
+    """send_nowait/submit futures that fail unawaited log nothing; one awaited still raises;
+    a plain handler returning such a future is not taken for a coroutine."""
+    import gc
+
+    async with opener(peer_timeout=0.5) as a:
+        b = opener()
+        b.on(1, lambda peer, tag, data: b.send_nowait(peer, 2, data))  # returns a future
+        peer = a.connect(b.address)
+        await a.send(peer, 1, b"ping")
+        assert (await a.recv(2, timeout=10)).data == b"ping"
+        failed: list[str] = []
+        a.on_peer(lambda event, p, exc: failed.append(event))
+        b.abort()
+        ignored = a.send_nowait(peer, 3, b"x" * 1000)
+        kept = await a.submit(peer, 3, b"y")
+        with pytest.raises(btlcore.PeerUnreachable):
+            await asyncio.wait_for(kept, 60)
+        assert ignored.done() and failed == ["failed"]
+        del ignored, kept
+        gc.collect()
+        await asyncio.sleep(0.01)
+    assert caught == []
+
+
+async def test_a_bulk_transfer_leaves_the_loop_to_other_tasks(opener: Opener) -> None:
+    """Each loop callback does one bounded pass: while 16 MiB move in 1400-byte datagrams
+    (12,000 of them; a pass takes at most recv_budget=256 in), a task that only yields keeps
+    running (it would not, were a pass to run the whole transfer)."""
+    async with opener(mtu=1400) as a, opener(mtu=1400) as b:
+        peer = a.connect(b.address)
+        await a.wait_connected(peer, timeout=10)
+        ticks = 0
+        done = False
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not done:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.ensure_future(ticker())
+        sends = [asyncio.ensure_future(a.send(peer, 1, bytes(1 << 20))) for _ in range(16)]
+        got = 0
+        while got < 16:
+            got += len((await b.recv(1, timeout=30)).data) >> 20
+        await asyncio.gather(*sends)
+        done = True
+        await task
+        assert b.stats()["num_total_recvs"] >= 12_000
+        assert ticks >= 12_000 // 256, ticks  # at least one turn per receiving pass
+
+
+async def test_bad_arguments_are_refused_naming_them(opener: Opener) -> None:
+    async with opener() as a:
+        peer = a.connect(a.address)  # (ourselves: never used)
+        with pytest.raises(TypeError, match="tag"):
+            await a.recv("7")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="tag"):
+            await a.recv(70000)
+        with pytest.raises(ValueError, match="timeout"):
+            await a.recv(1, timeout=-1)
+        with pytest.raises(TypeError, match="timeout"):
+            await a.wait_connected(peer, timeout="1")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="peer"):
+            await a.wait_connected(b"x")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="timeout"):
+            await a.flush(float("nan"))
+
+
+async def test_idle_simulated_transports_do_not_spin_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a real-time loop, sim transports whose only deadlines are keepalives let the pump
+    slow down to a round per millisecond (instead of spinning the CPU through virtual time)."""
+    from btlcore.aio import driver
+    from btlcore_sim.fabric import Fabric
+
+    rounds = 0
+    original = driver.Pump._round
+
+    def counted(self: driver.Pump) -> None:
+        nonlocal rounds
+        rounds += 1
+        original(self)
+
+    monkeypatch.setattr(driver.Pump, "_round", counted)
+    fabric = Fabric(seed=3)
+    async with btlcore.aio.open("sim", fabric=fabric) as a, btlcore.aio.open("sim", fabric=fabric) as b:
+        peer = a.connect(b.address)
+        await a.send(peer, 1, b"x")
+        rounds = 0
+        await asyncio.sleep(0.5)  # wall time; the peers idle (keepalives every peer_timeout / 3)
+        assert rounds < 1500, rounds  # (unthrottled: a round per ~50-100 us, 5000+)
+        assert peer.state is btlcore.PeerState.ESTABLISHED  # keepalives kept it up meanwhile
+        await a.send(peer, 1, b"y")  # and a kick brings the pace back at once
+        assert (await b.recv(1, timeout=5)).data == b"x"

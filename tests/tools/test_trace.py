@@ -130,8 +130,20 @@ def test_a_traced_algorithm_keeps_its_optional_hooks_only(tmp_path: Path) -> Non
         def on_spurious(self, peer: object) -> None:
             self.calls.append("spurious")
 
+    class Bare:  # the four required methods only (aimd has an on_spurious since #12's undo)
+        cwnd_max = 1024.0
+
+        def on_new_peer(self, peer: Any) -> None:
+            peer.cwnd = 32.0
+
+        def on_ack(self, peer: Any) -> None: ...
+
+        def on_loss_episode(self, peer: Any) -> None: ...
+
+        def on_persistent_congestion(self, peer: Any) -> None: ...
+
     tracer = Tracer(str(tmp_path / "hooks.jsonl"))
-    plain = TracedCongestion(Aimd(btlcore.Config()), tracer)
+    plain = TracedCongestion(Bare(), tracer)
     assert getattr(plain, "on_spurious", None) is None and getattr(plain, "on_rate_sample", None) is None
     hooked = TracedCongestion(WithHooks(btlcore.Config()), tracer)
     assert callable(getattr(hooked, "on_spurious", None)) and getattr(hooked, "on_rate_sample", None) is None
