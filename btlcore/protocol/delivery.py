@@ -117,7 +117,8 @@ class DeliverySampler:
         rate = delivered / interval if interval > 0 and (min_rtt is None or interval >= min_rtt) else 0.0
         rtt = now - seg.sent_at if seg.tx_count == 1 else 0.0  # Karn: never a resent segment's
         sample = RateSample(now, rate, interval, peer.delivered, peer.rs_acked, peer.rs_lost,
-                            peer.inflight_bytes if peer.inflight_bytes > 0 else 0, rtt, app_limited)
+                            peer.inflight_bytes if peer.inflight_bytes > 0 else 0, rtt, app_limited,
+                            prior_delivered)
         peer.rs_acked = peer.rs_lost = 0
         if rate:
             peer.delivery_rate = rate  # (the last valid sample: peer_stats shows it)

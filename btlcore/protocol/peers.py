@@ -235,6 +235,8 @@ class Peer:
         "counters",
         # timers (the engine's heap)
         "timed", "timed_order",
+        # the congestion controller's own per-connection state (congestion/; None until set)
+        "cc_state",
     )
 
     # liveness and close (lifecycle.py): when the last valid datagram from it arrived (the
@@ -329,8 +331,8 @@ class Peer:
         self.unconsumed = 0  # bytes delivered and not taken yet (Engine.set_unconsumed)
         self.adv_window = window  # the receive window our last ACK advertised, segments
         self.counters = PeerCounters()
-        self.timed = False  # the engine keeps times for it (see Recovery._refresh_timers)
-        self.timed_order = 0  # when it became timed: timers of peers due together run in this order
+        self.timed, self.timed_order = False, 0  # the engine keeps times for it; since when (ties)
+        self.cc_state: Any = None  # the congestion controller's, set by its on_new_peer
 
     def new_flight(self) -> None:
         """Delivery-rate sampling's state (delivery.py, only for an algorithm that takes

@@ -9,6 +9,9 @@ import pytest
 from btlcore import Config, ConfigError
 from btlcore.protocol import congestion
 from btlcore.protocol.congestion.aimd import Aimd
+from btlcore.protocol.congestion.bbr import Bbr
+from btlcore.protocol.congestion.cubic import Cubic
+from btlcore.protocol.congestion.none import NoCc
 from btlcore.testing.enginepair import EnginePair
 
 
@@ -22,9 +25,22 @@ def test_aimd_is_registered_and_the_default() -> None:
     assert isinstance(p.a.state.cc, Aimd)
 
 
+@pytest.mark.parametrize("name, cls", [("bbr", Bbr), ("cubic", Cubic), ("none", NoCc)])
+def test_bbr_cubic_and_none_are_registered(name: str, cls: type) -> None:
+    names = {ep.name: ep.value for ep in entry_points(group=congestion.GROUP)}
+    assert names.get(name) == f"{cls.__module__}:{cls.__name__}"
+    assert congestion.load(name) is cls
+    assert name in congestion.available()
+    assert Config.from_env({"BTL_CC": name}).cc == name
+    p = EnginePair(Config(cc=name, cwnd_max=100, cwnd_initial=8))
+    p.handshake()
+    assert isinstance(p.a.state.cc, cls)
+    assert 0 < p.pa.cwnd <= 100  # cwnd_max caps every algorithm's window
+
+
 def test_an_unknown_algorithm_is_a_config_error_listing_the_known_ones() -> None:
-    with pytest.raises(ConfigError, match=r"'cubic'.*BTL_CC.*allowed is one of .*aimd"):
-        EnginePair(Config(cc="cubic"))
+    with pytest.raises(ConfigError, match=r"'vegas'.*BTL_CC.*allowed is one of aimd, bbr, cubic, none"):
+        EnginePair(Config(cc="vegas"))
     with pytest.raises(ConfigError, match="'cc'"):
         Config(cc="")
     assert Config.from_env({"BTL_CC": "aimd"}).cc == "aimd"
@@ -51,4 +67,7 @@ def test_aimd_window_rules() -> None:
     assert peer.cwnd == peer.ssthresh == pytest.approx(4.8 * 0.7)
     cc.on_persistent_congestion(peer)
     assert peer.ssthresh == peer.cwnd == 2.0  # half, but never below 2 segments
-    assert EnginePair(Config(cwnd_max=0)).a.state.cc.cwnd_initial == float("inf")  # off
+    # off: cwnd_max=0 once meant an infinite aimd window; it selects cc=none now (deprecated)
+    with pytest.warns(DeprecationWarning):
+        p = EnginePair(Config(cwnd_max=0))
+    assert isinstance(p.a.state.cc, NoCc) and p.a.state.cc.cwnd_max == float("inf")

@@ -27,14 +27,23 @@ Pacing: an algorithm that wants its sends spread sets ``peer.pacing_rate`` (byte
 ``0.0``, the default, means unpaced) and the engine releases segments no faster, keeping small
 bursts where the device batches.
 
-Algorithms are registered in the entry-point group ``btlcore.congestion`` (``aimd``, today's
-AIMD with slow start and a Veno-style decrease, is btlcore's own) and picked by
-``Config.cc``; :func:`load` resolves the name once, when an engine is made.
+Algorithms are registered in the entry-point group ``btlcore.congestion`` and picked by
+``Config.cc``; :func:`load` resolves the name once, when an engine is made.  btlcore's own:
+
+* ``aimd`` (:mod:`.aimd`): slow start, then a segment per round, a Veno-style decrease per loss;
+* ``bbr`` (:mod:`.bbr`): BBR-like, steered by the bottleneck bandwidth and min RTT it measures,
+  paced; random loss is not read as congestion;
+* ``cubic`` (:mod:`.cubic`): RFC 9438, with HyStart++;
+* ``none`` (:mod:`.none`): a fixed window (``cwnd_max``), paced at the measured delivery rate.
+
+Whatever the algorithm, ``Config.cwnd_max`` caps the window (``0``: only the send window does).
+Third parties add theirs the same way: a class taking the Config, in the group.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Protocol
@@ -77,9 +86,13 @@ def _registered() -> dict[str, Any]:
     return {ep.name: ep for ep in entry_points(group=GROUP)}
 
 
+#: btlcore's own, found even where the package metadata is stale (an old editable install)
+BUILTIN = {"aimd": "aimd:Aimd", "bbr": "bbr:Bbr", "cubic": "cubic:Cubic", "none": "none:NoCc"}
+
+
 def available() -> list[str]:
     """The names ``Config.cc`` may take."""
-    return sorted(set(_registered()) | {"aimd"})
+    return sorted(set(_registered()) | set(BUILTIN))
 
 
 def load(name: str) -> Factory:
@@ -88,10 +101,9 @@ def load(name: str) -> Factory:
     if ep is not None:
         factory: Factory = ep.load()
         return factory
-    if name == "aimd" or name == "none" and "none" not in _registered():
-        # btlcore's own, found even where the package metadata is stale; ``none`` (what
-        # cwnd_max=0 names) falls back on aimd with no cap until it is registered
-        from .aimd import Aimd
-        return Aimd
+    if name in BUILTIN:
+        module, attr = BUILTIN[name].split(":")
+        builtin: Factory = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+        return builtin
     raise ConfigError(f"bad value {name!r} for parameter 'cc' (BTL_CC): allowed is one of "
                       f"{', '.join(available())} (the entry-point group {GROUP!r})")

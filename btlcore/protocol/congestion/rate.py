@@ -16,11 +16,11 @@ class RateSample:
     bytes)."""
 
     __slots__ = ("now", "delivery_rate", "interval", "delivered", "newly_acked", "newly_lost",
-                 "in_flight", "rtt", "app_limited")
+                 "in_flight", "rtt", "app_limited", "prior_delivered")
 
     def __init__(self, now: float, delivery_rate: float, interval: float, delivered: int,
                  newly_acked: int, newly_lost: int, in_flight: int, rtt: float,
-                 app_limited: bool) -> None:
+                 app_limited: bool, prior_delivered: int = -1) -> None:
         self.now = now
         #: bytes/s delivered over ``interval`` (0.0: no valid sample from this ACK)
         self.delivery_rate = delivery_rate
@@ -34,6 +34,10 @@ class RateSample:
         #: the sender had less to send than the window allowed when the sampled segment left,
         #: so the rate may be below what the path could carry (never lower an estimate with it)
         self.app_limited = app_limited
+        #: the connection's ``delivered`` when the sampled segment (the newest acknowledged)
+        #: was sent: a round trip ends when it reaches the ``delivered`` of the round's start
+        #: (-1: not known; algorithms then count rounds by the bytes in flight)
+        self.prior_delivered = prior_delivered
 
     def __repr__(self) -> str:
         return (f"RateSample(now={self.now:.6f}, rate={self.delivery_rate:.0f} B/s, "

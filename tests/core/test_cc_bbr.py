@@ -1,0 +1,204 @@
+"""bbr's state machine on a simulated bottleneck (tests/core/cclink.py) and on hand-made samples."""
+
+from __future__ import annotations
+
+import pytest
+from cclink import FakePeer, Link, Run, jain, share
+
+from btlcore import Config
+from btlcore.protocol.congestion import bbr
+from btlcore.protocol.congestion.bbr import DRAIN, PROBE_BW, PROBE_RTT, STARTUP, Bbr
+from btlcore.protocol.congestion.rate import RateSample
+
+MBPS = 1e6 / 8
+SEG = 1500
+
+
+class Modes:
+    """Records each mode change: (time, mode, queue in BDPs, bandwidth estimate)."""
+
+    def __init__(self) -> None:
+        self.changes: list[tuple[float, int, float, float]] = []
+        self.gains: list[tuple[float, float, float, float]] = []  # PROBE_BW: (t, gain, pacing, bw)
+
+    def __call__(self, run: Run, s: RateSample) -> None:
+        st = run.peer.cc_state
+        if not self.changes or self.changes[-1][1] != st.mode:
+            queue = max(0.0, run.link_free - run.now) * run.link.rate / run.link.bdp
+            self.changes.append((s.now, st.mode, queue, st.bw))
+        if st.mode == PROBE_BW and (not self.gains or self.gains[-1][1] != st.pacing_gain):
+            self.gains.append((s.now, st.pacing_gain, run.peer.pacing_rate, st.bw))
+
+    def modes(self) -> list[int]:
+        return [m for _, m, _, _ in self.changes]
+
+    def first(self, mode: int) -> tuple[float, int, float, float]:
+        return next(c for c in self.changes if c[1] == mode)
+
+
+def test_startup_exits_when_the_bandwidth_plateaus_then_drain_empties_the_queue() -> None:
+    link = Link(50 * MBPS, 0.010, queue=8 * 50 * MBPS * 0.020)  # a deep queue: no loss to exit on
+    rec = Modes()
+    run = Run("bbr", link, seg=SEG, on_sample=rec).run(1.0)
+    assert rec.modes()[:3] == [STARTUP, DRAIN, PROBE_BW]
+    assert run.lost_total == 0  # left STARTUP on the plateau, not on loss
+    t_drain, _, queue_at_drain, bw_at_drain = rec.first(DRAIN)
+    assert bw_at_drain == pytest.approx(link.rate, rel=0.05)
+    assert queue_at_drain > 0.5  # STARTUP's 2.77 gain had built a queue ...
+    assert t_drain < 30 * 2 * link.delay  # ... within a few doublings and three flat rounds
+    _, _, queue_at_probe_bw, _ = rec.first(PROBE_BW)
+    assert queue_at_probe_bw < 0.1  # ... which DRAIN emptied
+    assert run.goodput(since=0.5) >= 0.95 * link.rate
+
+
+def test_probe_bw_cycles_its_pacing_gain_one_phase_per_min_rtt() -> None:
+    link = Link(50 * MBPS, 0.010)
+    rec = Modes()
+    run = Run("bbr", link, seg=SEG, on_sample=rec).run(2.0)
+    gains = [(t, g, pacing, bw) for t, g, pacing, bw in rec.gains if t > 0.5]
+    for _t, g, pacing, bw in gains:
+        assert pacing == pytest.approx(g * bw)
+    seq = [g for _, g, _, _ in gains]
+    i = seq.index(1.25)
+    assert seq[i:i + 3] == [1.25, 0.75, 1.0]  # probe, drain what it queued, cruise
+    # a full cycle (1.25, 0.75, six rounds at 1 collapsed into one entry) lasts 8 min RTTs
+    ups = [t for t, g, _, _ in gains if g == 1.25]
+    period = (ups[-1] - ups[0]) / (len(ups) - 1)
+    min_rtt = run.peer.cc_state.min_rtt
+    assert 7.5 * min_rtt < period < 9.5 * min_rtt
+    # the probes keep the queue small: at most the 1.25 phase's quarter BDP (plus a few segments)
+    assert run.max_queue <= link.queue
+
+
+def test_no_window_cut_on_one_percent_random_loss() -> None:
+    link = Link(50 * MBPS, 0.010, loss=0.01)
+    run = Run("bbr", link, seg=SEG).run(0.5)
+    st = run.peer.cc_state
+    assert st.mode == PROBE_BW
+    before = run.peer.cwnd
+    n = len(run.trace)
+    run.run(2.0)
+    assert run.lost_total > 100  # losses did come ...
+    cwnds = [c for _, c, _ in run.trace[n:]]
+    assert min(cwnds) >= 0.95 * before  # ... and never cut the window
+    assert st.inflight_hi == float("inf")
+    bdp_segs = link.bdp / SEG
+    assert before >= bbr.CWND_GAIN * bdp_segs
+    assert run.goodput(since=0.5) >= 0.95 * link.rate * (1 - link.loss)
+    run.cc.on_loss_episode(run.peer)  # a loss episode as the engine reports it: nothing changes
+    assert run.peer.cwnd == cwnds[-1]
+
+
+@pytest.mark.parametrize("loss, floor", [(0.05, 0.9), (0.10, 0.75)])
+def test_heavy_random_loss_keeps_the_link_busy(loss: float, floor: float) -> None:
+    """(At 10%, a round of 80 segments loses more than LOSS_THRESH about every other round:
+    the flight is then bounded, never below a BDP, which costs some of the link.)"""
+    link = Link(50 * MBPS, 0.010, loss=loss)
+    run = Run("bbr", link, seg=SEG).run(2.5)
+    assert run.goodput(since=0.5) >= floor * link.rate * (1 - loss)
+
+
+def test_probe_rtt_after_ten_seconds_without_a_new_min_rtt() -> None:
+    link = Link(20 * MBPS, 0.005)
+    rec = Modes()
+    run = Run("bbr", link, seg=SEG, on_sample=rec).run(1.0)
+    assert PROBE_RTT not in rec.modes()
+    st = run.peer.cc_state
+    link.delay = 0.010  # the path got longer: no RTT as short as the min RTT any more
+    stamp = st.min_rtt_at  # the last one
+    assert stamp <= run.now
+    run.run(stamp + 9.9 - run.now)
+    assert PROBE_RTT not in rec.modes()
+    run.run(2.0)
+    t_enter = rec.first(PROBE_RTT)[0]
+    assert 10.0 < t_enter - stamp < 10.05
+    assert st.min_rtt >= 0.020  # the stale min RTT was replaced by the path's
+    # it held a window of half a BDP for 200 ms at least, then went back to PROBE_BW
+    window = [(t, c) for t, c, _ in run.trace if t >= t_enter]
+    exit_t = next(t for t, m, _, _ in rec.changes if t > t_enter and m != PROBE_RTT)
+    assert exit_t - t_enter >= bbr.PROBE_RTT_TIME
+    small = [c for t, c in window if t < exit_t]
+    assert max(small[len(small) // 2:]) <= bbr.PROBE_RTT_GAIN * st.bw * st.min_rtt / SEG + 1
+    assert rec.modes()[-1] == PROBE_BW
+    assert run.peer.cwnd >= bbr.CWND_GAIN * link.bdp / SEG * 0.95  # the window as before
+
+
+def test_a_shallow_queue_overflowing_bounds_the_flight_and_an_undo_restores_it() -> None:
+    link = Link(50 * MBPS, 0.010, queue=0.15 * 50 * MBPS * 0.020)
+    run = Run("bbr", link, seg=SEG).run(2.0)
+    st = run.peer.cc_state
+    assert run.dropped_queue > 0
+    # STARTUP overflowed the queue: a high-loss round that set a bound (never below a BDP)
+    assert st.filled
+    assert run.goodput(since=1.0) >= 0.9 * link.rate
+    peer = FakePeer(SEG, 1)
+    cc = Bbr(Config())
+    cc.on_new_peer(peer)  # type: ignore[arg-type]
+    st = peer.cc_state
+    st.bw, st.min_rtt, st.filled, st.mode = 1e6, 0.01, True, PROBE_BW
+    st.cwnd_bytes = 40000.0
+    acked = 30 * SEG
+    # a round that lost 40%: the bound is set, at most the flight times LOSS_BETA, at least a BDP
+    cc.on_rate_sample(peer, RateSample(1.0, 1e6, 0.01, st.round_end + 10, acked, acked, 20000, 0.01, False))  # type: ignore[arg-type]
+    assert st.bdp() <= st.inflight_hi <= 40000.0 * bbr.LOSS_BETA + cc.ack_allowance * st.seg
+    assert peer.cwnd * st.seg <= st.inflight_hi + 1
+    cc.on_spurious(peer)  # type: ignore[arg-type]
+    assert st.inflight_hi == float("inf")
+
+
+def test_persistent_congestion_drops_the_window_and_the_model_regrows_it() -> None:
+    link = Link(50 * MBPS, 0.010)
+    run = Run("bbr", link, seg=SEG).run(1.0)
+    full = run.peer.cwnd
+    run.cc.on_persistent_congestion(run.peer)
+    assert run.peer.cwnd == 4.0
+    run.run(0.3)
+    assert run.peer.cwnd == pytest.approx(full, rel=0.05)
+
+
+def test_cwnd_max_caps_the_window() -> None:
+    link = Link(50 * MBPS, 0.010)  # a BDP of 83 segments
+    run = Run("bbr", link, seg=SEG, cwnd_max=20).run(1.0)
+    assert max(c for _, c, _ in run.trace) <= 20
+    assert run.goodput(since=0.5) == pytest.approx(20 * SEG / (2 * link.delay), rel=0.1)
+
+
+def test_small_segments_make_a_window_of_more_segments() -> None:
+    """The window is a BDP in bytes over the size of the segments actually in flight."""
+    link = Link(20 * MBPS, 0.010)
+    small = Run("bbr", link, seg=300, chunk_cap=8968).run(1.0)  # an MTU of 9000, messages of 300
+    st = small.peer.cc_state
+    assert st.seg == pytest.approx(300, rel=0.01)
+    assert small.peer.cwnd >= bbr.CWND_GAIN * link.bdp / 300
+    assert small.goodput(since=0.5) >= 0.9 * link.rate
+
+
+def test_an_application_pause_does_not_age_the_bandwidth_estimate() -> None:
+    """Rounds in which the application, not the path, set the pace (request/response, a
+    trickle) do not age the filter: the next burst starts at the path's rate."""
+    link = Link(50 * MBPS, 0.010)
+    run = Run("bbr", link, seg=SEG).run(1.0)
+    st = run.peer.cc_state
+    assert st.bw == pytest.approx(link.rate, rel=0.05)
+    run.app_rate = 0.02 * link.rate  # a trickle for 3 s: 150 rounds
+    rounds = st.rounds
+    run.run(3.0)
+    assert st.rounds > rounds + 100
+    assert st.bw == pytest.approx(link.rate, rel=0.05)
+    assert run.peer.pacing_rate >= 0.7 * link.rate
+    run.app_rate = None  # bulk again: at the path's rate from the first round
+    n = len(run.trace)
+    run.run(0.1)
+    assert (len(run.trace) - n) * SEG / 0.1 >= 0.7 * link.rate  # (the first RTT delivers nothing)
+
+
+@pytest.mark.parametrize("flows", [2, 8])
+def test_flows_sharing_a_queue_converge_to_equal_shares(flows: int) -> None:
+    """A round's loss rate above LOSS_THRESH bounds the flight: without that, the flow that
+    got ahead in STARTUP keeps its lead (at a 20% threshold one of 8 kept 27% of the link)."""
+    link = Link(20 * MBPS, 0.010)  # a queue of one BDP
+    runs = [Run("bbr", link, seg=SEG, isn=1000 + 17 * i) for i in range(flows)]
+    share(runs, 10.0)
+    rates = [r.goodput(since=5.0) for r in runs]
+    assert sum(rates) >= 0.95 * link.rate
+    assert jain(rates) >= 0.95
