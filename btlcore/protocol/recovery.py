@@ -206,7 +206,8 @@ class Recovery:
         timer, end the backoff, reopen the window."""
         peer.last_progress = now
         peer.rto_base = now
-        peer.timer.progress()
+        if peer.timer.backoff != 1:  # (the look spares a call per ACK: nearly always 1)
+            peer.timer.progress()
         peer.timeouts = 0
         if peer.probe_seq is not None and peer.snd_una >= peer.probe_seq:
             # A timeout's probes are acknowledged.  Had the originals arrived, the receiver
