@@ -55,4 +55,6 @@ def test_transfer_file(server, capsys, tmp_path):
 def test_bad_peer_is_a_usage_error(need_verbs, capsys):
     rc = cli.main(["transfer", "--backend", "verbs", "--peer", "127.0.0.1:7000", "--messages", "1"])
     assert rc != 0
-    assert "verbs address as hex" in capsys.readouterr().err
+    err = capsys.readouterr().err  # names both forms it takes (#13: the text form, or hex)
+    assert "--peer: expected a verbs address as verbs:[GID]:" in err and "or as hex" in err
+    assert "'127.0.0.1:7000'" in err
