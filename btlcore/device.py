@@ -458,6 +458,9 @@ class DeviceOps:
     """``btl_device_wake_fd`` if the backend has it (what a wake makes readable)."""
     check_connect: Callable[[bytes], None] | None = None
     """``btl_device_check_connect`` if the backend has it (at ``connect()`` to a new peer)."""
+    next_due: Callable[[], float | None] | None = None
+    """Set by a wrapper that holds datagrams back on purpose (``btlcore.interpose``, a delay
+    fault): when the next one is due, which a driver's wait must not sleep past."""
 
     @classmethod
     def bind(cls, backend: str, plugin: Any, device: Any) -> DeviceOps:

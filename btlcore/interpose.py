@@ -53,7 +53,7 @@ class Interposer:
         return attrs.evolve(self.ops, post_send=self.post_send, post_send_many=None,
                             poll_recv=self.poll_recv,
                             poll_recv_from=None if self.ops.poll_recv_from is None else self.poll_recv_from,
-                            wait=self.wait)
+                            wait=self.wait, next_due=self.next_due)
 
     def keys_of(self, refs: Refs) -> Collection[Any]:
         """The destination handles and sources of the peers ``refs`` names."""
@@ -178,6 +178,14 @@ class Interposer:
                 else:
                     out.append(entry[4])
         return out
+
+    def next_due(self) -> float | None:
+        """When the next delayed datagram is due (now: received ones wait for a poll), so
+        that every driver (``run_until`` over several transports, ``btlcore.aio``) wakes
+        for it, not only this device's own wait."""
+        if self._inbox:
+            return self.now()
+        return self._later[0][0] if self._later else None
 
     def wait(self, deadline: float | None) -> None:
         """The device's wait, over by the time the next delayed datagram is due."""

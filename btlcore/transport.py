@@ -579,7 +579,8 @@ class Transport:
             due = self._last_stats + self.config.stats_interval
             if timer is None or due < timer:
                 timer = due
-        return timer
+        held = self.device.next_due() if self.device.next_due is not None else None  # (faults' delays)
+        return timer if held is None or (timer is not None and timer <= held) else held
 
     def _wait(self, deadline: float | None) -> None:
         own = self.next_deadline()

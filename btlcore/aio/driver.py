@@ -141,7 +141,7 @@ class Driver:
             return
         if self._arming:
             return  # (the timer is set after the tasks of this iteration, this one included)
-        deadline = engine.next_deadline()  # (what a send adds: its retransmit timeout)
+        deadline = self._deadline(engine)  # (what a send adds: its retransmit timeout)
         if deadline is not None and deadline < self._timer_at:
             if deadline <= now:
                 self.kick()
@@ -189,7 +189,14 @@ class Driver:
         elif woke:
             self._arm_after()  # a woken task may send first: one timer for both, after it
         else:  # t.next_deadline()'s answer when nothing is pending, asked directly
-            self._arm(engine.next_deadline())
+            self._arm(self._deadline(engine))
+
+    def _deadline(self, engine: Any) -> float | None:
+        """The engine's next deadline, or sooner the device's (a delay fault's datagram)."""
+        timer: float | None = engine.next_deadline()
+        due = self.transport.device.next_due
+        held = None if due is None else due()
+        return timer if held is None or (timer is not None and timer <= held) else held
 
     def _arm_after(self) -> None:
         """Set the timer once the tasks woken by this pass have run (the ACK a reply would

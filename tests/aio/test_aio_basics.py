@@ -274,3 +274,24 @@ async def test_idle_simulated_transports_do_not_spin_the_loop(monkeypatch: pytes
         assert peer.state is btlcore.PeerState.ESTABLISHED  # keepalives kept it up meanwhile
         await a.send(peer, 1, b"y")  # and a kick brings the pace back at once
         assert (await b.recv(1, timeout=5)).data == b"x"
+
+
+async def test_a_delay_fault_on_udp_is_released_on_time_by_the_loop() -> None:
+    """The loop arms its timer from the engine's deadline; a datagram a delay fault holds
+    (btlcore.faults on a real backend) must be due there too, not wait for the next timer."""
+    import time
+
+    from btlcore.faults import Faults
+
+    plan = Faults(seed=1)
+    plan.delay(0.3, direction="send", type="DATA", nth=1)
+    cfg = btlcore.Config(rto_min=5.0, rto_max=5.0, rto_initial=5.0, tlp=False)  # (no other timer)
+    async with btlcore.aio.open("udp", config=cfg, faults=plan) as a, \
+            btlcore.aio.open("udp", config=cfg) as b:
+        peer = a.connect(b.address)
+        await a.wait_connected(peer, timeout=10)
+        start = time.monotonic()
+        await a.send(peer, 7, b"held back")
+        m = await b.recv(7, timeout=10)
+        assert m.data == b"held back"
+        assert time.monotonic() - start < 2.5  # at 0.3 s, not at the keepalive (3.3 s) or the RTO (5 s)

@@ -122,3 +122,29 @@ def test_an_endpoint_names_peers_by_address(opened) -> None:
     a.send(a.connect(b.address), 1, b"x")
     with pytest.raises(ValueError, match="btlcore address"):
         a.progress()
+
+
+def test_a_delayed_datagram_is_in_next_deadline_and_run_until_wakes_for_it(opened) -> None:
+    """Drivers other than the device's own wait (run_until over several transports, the asyncio
+    driver) sleep until ``Transport.next_deadline()``: a datagram a delay fault holds must be
+    due there, or it would wait for whatever else wakes the driver (here: a 5 s timeout)."""
+    plan = Faults(seed=1)
+    plan.delay(0.3, direction="send", type="DATA", nth=1)
+    cfg = btlcore.Config(mtu=1500, rto_min=5.0, rto_max=5.0, rto_initial=5.0, tlp=False)  # (no timer but the delay's)
+    a = btlcore.open("udp", bind="127.0.0.1:0", config=cfg, faults=plan)
+    b = btlcore.open("udp", bind="127.0.0.1:0", config=cfg)
+    c = btlcore.open("udp", bind="127.0.0.1:0", config=cfg)  # idle: run_until selects over three
+    opened.extend([a, b, c])
+    peer = a.connect(b.address)
+    assert btlcore.run_until([a, b, c], lambda: peer.state.value == "established", timeout=10)
+    got: list[bytes] = []
+    b.on(7, lambda p, tag, data: got.append(bytes(data)))
+    a.send(peer, 7, b"held back")
+    a.progress()  # the DATA segment goes to the interposer, which holds it for 0.3 s
+    due = a.next_deadline()
+    assert due is not None and due <= a.now() + 0.3 + 1e-3
+    import time
+    start = time.monotonic()
+    assert btlcore.run_until([a, b, c], lambda: bool(got), timeout=20)
+    assert time.monotonic() - start < 2.5  # released at 0.3 s, not at the keepalive (3.3 s) or the RTO (5 s)
+    assert got == [b"held back"] and a.stats()["num_timeout_retrans"] == 0
