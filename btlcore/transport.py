@@ -440,8 +440,24 @@ class Transport:
         engine = self.engine
         if now is None:
             now = self.now()
-        if receive:
-            self._receive(now)
+        if receive:  # reap send completions, take datagrams (and their sources) in (inline: every pass)
+            if self._poll_completions is not None:
+                self._poll_completions()
+            sources: Sequence[Any] | None = None
+            if self._poll_from is not None:
+                datagrams, sources = self._poll_from(self._recv_budget)
+            else:
+                datagrams = self._poll(self._recv_budget)
+            if self._path_errors is not None and now >= self._path_check_at:
+                self._path_check_at = now + PATH_ERROR_INTERVAL
+                for dest in self._path_errors():  # (rare: the list is empty nearly always)
+                    engine.path_error(dest, now)
+            if datagrams and self._frame_received is not None:
+                for i, d in enumerate(datagrams):
+                    self._frame_received(transport=self, data=bytes(d))
+                    engine.receive_datagram(d, None if sources is None else sources[i], now)
+            elif datagrams:
+                engine.receive_datagrams(datagrams, now, sources)  # the one receive path, one call
         if timer is None and now < self._timers_at + TIMER_SLACK:  # refreshed lately: the cached one will do
             timer = engine.cached_deadline()
         elif timer is None:
@@ -462,29 +478,6 @@ class Transport:
                 raise
         self._flush_sends(now)
         return n
-
-    def _receive(self, now: float) -> None:
-        """Reap send completions, take received datagrams (and their sources) into the engine."""
-        if self._poll_completions is not None:
-            self._poll_completions()
-        sources: Sequence[Any] | None = None
-        if self._poll_from is not None:
-            datagrams, sources = self._poll_from(self._recv_budget)
-        else:
-            datagrams = self._poll(self._recv_budget)
-        if self._path_errors is not None and now >= self._path_check_at:
-            self._path_check_at = now + PATH_ERROR_INTERVAL
-            for dest in self._path_errors():  # (rare: the list is empty nearly always)
-                self.engine.path_error(dest, now)
-        if not datagrams:
-            return
-        engine = self.engine
-        if self._frame_received is not None:
-            for i, d in enumerate(datagrams):
-                self._frame_received(transport=self, data=bytes(d))
-                engine.receive_datagram(d, None if sources is None else sources[i], now)
-        else:
-            engine.receive_datagrams(datagrams, now, sources)  # the one receive path, one call
 
     def _flush_sends(self, now: float) -> None:
         post = self._post
