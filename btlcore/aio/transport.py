@@ -147,14 +147,7 @@ class Transport:
         wait for room (nothing is queued meanwhile).  Do not modify ``data`` until it returns.
         Cancelled: see the module docstring."""
         fut: asyncio.Future[None] = self.loop.create_future()
-        callback = functools.partial(self._settle, fut)
-        while True:
-            try:
-                self.sync.send(peer, tag, data, callback)
-                break
-            except WouldBlock:
-                await self._wait_on(self._room.setdefault(peer, []), None, "room")
-        self.driver.sent()
+        await self._queue(peer, tag, data, functools.partial(self._settle, fut))
         await fut
 
     async def submit(self, peer: Peer, tag: int, data: Any) -> asyncio.Future[None]:
@@ -164,7 +157,12 @@ class Transport:
         that wants back-pressure without waiting a round trip per message.  Not awaiting the
         future is fine: its error is marked retrieved (peer events report failures too)."""
         fut: asyncio.Future[None] = self.loop.create_future()
-        callback = functools.partial(_settle_quietly, fut)
+        await self._queue(peer, tag, data, functools.partial(_settle_quietly, fut))
+        return fut
+
+    async def _queue(self, peer: Peer, tag: int, data: Any, callback: Callable[[BaseException | None], None]) -> None:
+        """Hand the message to the transport, waiting for room while the send buffer is full
+        (what :meth:`send` and :meth:`submit` share)."""
         while True:
             try:
                 self.sync.send(peer, tag, data, callback)
@@ -172,7 +170,6 @@ class Transport:
             except WouldBlock:
                 await self._wait_on(self._room.setdefault(peer, []), None, "room")
         self.driver.sent()
-        return fut
 
     def send_nowait(self, peer: Peer, tag: int, data: Any) -> asyncio.Future[None]:
         """Queue ``data`` now, or raise ``WouldBlock`` (nothing queued) when the send buffer

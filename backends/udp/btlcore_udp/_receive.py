@@ -24,6 +24,14 @@ ARENA_BYTES = 4 << 20
 MAX_ERRORS_PER_POLL = 8
 
 
+def _recv_failed(device: UdpDevice, sock: socket.socket, errors: int) -> int:
+    """A read raised: count it and read the socket's error queue (the ICMP behind it), so
+    the next read gets data again; return the poll's error count."""
+    device.rx_errors += 1
+    device._drain_errqueue(sock)
+    return errors + 1
+
+
 def _drain(device: UdpDevice, sock: socket.socket, out: list[Any], srcs: list[Any], budget: int,
            off: int) -> int:
     """``recvfrom_into`` datagrams back to back into the arena from ``off``, their senders
@@ -44,9 +52,7 @@ def _drain(device: UdpDevice, sock: socket.socket, out: list[Any], srcs: list[An
         except BlockingIOError:
             break
         except OSError:  # an ICMP error reported by this call (IP_RECVERR)
-            device.rx_errors += 1
-            device._drain_errqueue(sock)
-            errors += 1
+            errors = _recv_failed(device, sock, errors)
             if errors >= MAX_ERRORS_PER_POLL:
                 break
             continue
@@ -76,9 +82,7 @@ def _drain_mmsg(device: UdpDevice, sock: socket.socket, out: list[Any], srcs: li
         try:
             k = recv(fd, slot, want)
         except OSError:  # an ICMP error reported by this call (IP_RECVERR)
-            device.rx_errors += 1
-            device._drain_errqueue(sock)
-            errors += 1
+            errors = _recv_failed(device, sock, errors)
             if errors >= MAX_ERRORS_PER_POLL:
                 break
             continue
@@ -122,10 +126,8 @@ def _drain_gro(device: UdpDevice, sock: socket.socket, out: list[Any], srcs: lis
             n, anc, flags, src = recvmsg_into([arena[off:off + GRO_BUFFER]], GRO_CMSG_SPACE)
         except BlockingIOError:
             break
-        except OSError:
-            device.rx_errors += 1
-            device._drain_errqueue(sock)
-            errors += 1
+        except OSError:  # an ICMP error reported by this call (IP_RECVERR)
+            errors = _recv_failed(device, sock, errors)
             if errors >= MAX_ERRORS_PER_POLL:
                 break
             continue
