@@ -6,10 +6,16 @@ The core (this package) is sans-I/O; backends (``btlcore_sim``, ``btlcore_udp``,
 """
 
 import logging
+import sys
 
-from .config import Config
-from .device import Capabilities, Channel, ChannelInfo, Probe, hookimpl
-from .errors import (
+from . import _moved, _native
+
+# first: choose the compiled or the pure build before any module it governs is imported
+_compiled_allowed = _native.select()
+
+from .config import Config  # noqa: E402
+from .device import Capabilities, Channel, ChannelInfo, Probe, hookimpl  # noqa: E402
+from .errors import (  # noqa: E402
     BackendUnavailable,
     BtlError,
     ConfigError,
@@ -23,13 +29,21 @@ from .errors import (
     VersionMismatch,
     WouldBlock,
 )
-from .protocol.engine import Engine
-from .protocol.peers import Peer, PeerState
-from .registry import list_backends
-from .run import open, run_until
-from .transport import Message, Transport
+from .protocol import engine as _engine  # noqa: E402
+from .protocol.engine import Engine  # noqa: E402
+from .protocol.peers import Peer, PeerState  # noqa: E402
+from .registry import list_backends  # noqa: E402
+from .run import open, run_until  # noqa: E402
+from .transport import Message, Transport  # noqa: E402
+
+# btlcore.transport.open and .run_until: the old names, answered for one release (see _moved)
+vars(sys.modules[__name__ + ".transport"])["__getattr__"] = _moved.transport_getattr
 
 __version__ = "0.1.0"
+
+#: whether this process runs the mypyc-compiled hot path (``False``: the pure-Python build,
+#: because nothing was compiled, ``BTL_PURE`` is set, or the build is older than its sources)
+compiled: bool = _compiled_allowed and _native.is_compiled(_engine)
 
 # a library's loggers print nothing until the application configures logging (no "last
 # resort" lines on stderr): the one handler for every btlcore.* logger
@@ -40,5 +54,5 @@ __all__ = [
     "BackendUnavailable", "BtlError", "Capabilities", "Channel", "ChannelInfo", "Config",
     "ConfigError", "MessageTooLarge", "PeerClosed", "PeerError", "PeerRestarted", "PeerUnreachable",
     "Probe", "PutError", "TransportClosed", "WouldBlock", "hookimpl",
-    "VersionMismatch",
+    "VersionMismatch", "compiled",
 ]

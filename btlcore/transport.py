@@ -37,7 +37,6 @@ from typing import Any, cast
 import attrs
 
 from . import addresses, checks
-from ._moved import moved_to_run
 from .config import Config
 from .device import Channel, DeviceOps
 from .errors import TransportClosed, WouldBlock
@@ -686,8 +685,3 @@ class Transport:
 
     def __exit__(self, *exc: object) -> None:
         self.close(flush=exc[0] is None)
-
-
-def __getattr__(name: str) -> Any:
-    """``open`` and ``run_until`` moved to :mod:`btlcore.run` (a warning for one release)."""
-    return moved_to_run(name)

@@ -16,6 +16,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..errors import InvalidTransition as InvalidTransition
 from .stats import PeerCounters
 from .window import ReceiveWindow, SackScoreboard
 
@@ -78,11 +79,6 @@ TRANSITIONS: dict[tuple[PeerState, PeerEvent], PeerState] = {
     (_E, PeerEvent.PEER_CLOSED): _X,
     (_X, PeerEvent.RESET): _C,  # a new connection after a closed one (its ids quarantined)
 }
-
-
-class InvalidTransition(RuntimeError):
-    """An event that the connection's state does not allow (a bug in the engine, never the
-    network's doing: the engine checks what it receives before it moves a state)."""
 
 
 class OutMessage:

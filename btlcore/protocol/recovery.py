@@ -380,7 +380,8 @@ class Recovery:
         self._state.drop_reassembly(peer)
         peer.ready.clear()
 
-    def _fail_peer(self, peer: Peer, exc: BaseException) -> None:
+    def fail_peer(self, peer: Peer, exc: BaseException) -> None:
+        """The peer is gone (public: the guard and version negotiation fail peers too)."""
         self.counters.num_peer_failures += 1
         self.fail_messages(peer, exc)
         peer.transition(PeerEvent.FAILED)
@@ -388,8 +389,6 @@ class Recovery:
         peer.hello_next = None
         self._unschedule(peer)
         self.events.append(PeerFailed(peer, exc))
-
-    fail_peer = _fail_peer  # (public for the parts that fail a peer: version negotiation)
 
     # -- timers: each peer's times are recomputed only when something about it changed (it is
     # in _timed, added by whatever changed it, or _touched); both are kept in heaps
@@ -578,7 +577,7 @@ class Recovery:
                 self._tlp.fire(peer)
         if peer.hello_started is not None and peer.state is _CONNECTING \
                 and peer.hello_started + cfg.handshake_timeout <= now:
-            self._fail_peer(peer, PeerUnreachable(
+            self.fail_peer(peer, PeerUnreachable(
                 f"peer {peer.address.hex()} did not answer the handshake within "
                 f"{cfg.handshake_timeout:g} s"))
 

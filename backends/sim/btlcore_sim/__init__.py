@@ -20,6 +20,8 @@ UDP port), both imported only on demand (scapy is slow to load), ``selftest`` (r
 
 from typing import Any
 
+import btlcore  # noqa: F401 (first: it chooses the compiled or the pure build)
+
 from .fabric import Fabric, default_fabric, reset_default_fabric
 from .links import DROP_CAUSES, Link, LinkModel
 from .nic import SimNIC
