@@ -139,7 +139,10 @@ def try_compile(quiet: bool = False) -> list[str]:
         if isinstance(exc, KeyboardInterrupt):
             raise
         clean()
-        why = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, SystemExit):  # mypyc or the compiler said why, above
+            why = "see the errors above"
+        else:
+            why = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         print(f"btlcore: could not compile the hot path with mypyc ({why}): pure Python build", file=sys.stderr)
         return []
     if not quiet:

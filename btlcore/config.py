@@ -20,7 +20,7 @@ from .errors import ConfigError
 ENV_PREFIX = "BTL_"
 #: ``BTL_`` variables that are not protocol parameters: backend choice, seed, and anything
 #: under a backend's own prefix (``BTL_SIM_...``, ``BTL_UDP_...``, ``BTL_VERBS_...``).
-RESERVED_ENV = ("BTL_BACKEND", "BTL_SEED", "BTL_PLUGINS", "BTL_PCAP", "BTL_TRACE")
+RESERVED_ENV = ("BTL_BACKEND", "BTL_SEED", "BTL_PLUGINS", "BTL_PCAP", "BTL_TRACE", "BTL_PURE")
 RESERVED_ENV_PREFIXES = ("BTL_SIM_", "BTL_UDP_", "BTL_VERBS_", "BTL_TEST_")
 
 

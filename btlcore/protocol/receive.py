@@ -115,7 +115,8 @@ class Receiver:
             return  # nobody will read them: neither deliver nor acknowledge
         head_chunk, check, peers, events = HEADER_CHUNK.unpack_from, crc32c, self.peers_by_conn, self.events
         acking, timed, freq = self._acking, self._timed, self._ack_frequency
-        last_dst = last_inc = last_src = k = -1  # whose peer (and source) passed the checks (dispatch resets them)
+        last_src: Any = -1  # (an address of any type once set; mypyc checks an int-typed local)
+        last_dst = last_inc = k = -1  # whose peer (and source) passed the checks (dispatch resets them)
         peer: Any
         for data in batch:
             k += 1

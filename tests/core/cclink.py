@@ -18,31 +18,18 @@ from typing import Any
 from btlcore import Config
 from btlcore.protocol import congestion
 from btlcore.protocol.congestion.rate import RateSample
+from btlcore.protocol.peers import Peer
+from btlcore.protocol.rtt import RetransmitTimer
 
 DUP_THRESH = 3
 
 
-class Timer:
-    __slots__ = ("srtt", "min_rtt")
-
-    def __init__(self) -> None:
-        self.srtt: float | None = None
-        self.min_rtt: float | None = None
-
-
-class FakePeer:
-    """What an algorithm reads and writes of a :class:`~btlcore.protocol.peers.Peer`."""
-
-    def __init__(self, seg: int, isn: int) -> None:
-        self.cwnd = 0.0
-        self.ssthresh = float("inf")
-        self.pacing_rate = 0.0
-        self.cc_state: Any = None
-        self.isn = isn
-        self.chunk_cap = seg - 32
-        self.timer = Timer()
-        self.unacked: dict[int, Any] = {}
-        self.resend: tuple[()] = ()
+def FakePeer(seg: int, isn: int) -> Peer:
+    """A real :class:`~btlcore.protocol.peers.Peer` with what an algorithm reads set: a
+    stand-in object would not do once the algorithms are compiled (mypyc checks the type)."""
+    peer = Peer(b"\x00" * 6, None, 1, isn, RetransmitTimer(True, 1.0, 0.001, 60.0, 1.0), 1 << 20)
+    peer.chunk_cap = seg - 32
+    return peer
 
 
 class Link:

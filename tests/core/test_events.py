@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -25,6 +24,8 @@ from btlcore.protocol.events import (
     SendCompleted,
     legacy,
 )
+from btlcore.protocol.peers import Peer
+from btlcore.protocol.rtt import RetransmitTimer
 from btlcore.testing.enginepair import EnginePair
 
 
@@ -69,8 +70,9 @@ def test_transport_dispatches_every_event_type() -> None:
     t = btlcore.open("sim")
     try:
         seen: list[Any] = []
-        # (what Transport reads of a peer; and the engine's set_unconsumed, for the inbox)
-        peer = SimpleNamespace(address=b"\x02\x00\x00\x00\x00\x07", unconsumed=0, adv_window=0, remote_known=False)
+        # a peer the engine does not know (a real Peer: the compiled build checks the type)
+        peer = Peer(b"\x02\x00\x00\x00\x00\x07", None, 7, 0, RetransmitTimer(True, 1.0, 0.001, 60.0, 1.0), 0)
+        peer.adv_window = 0
         err = ValueError("boom")
         t.on(9, lambda p, tag, data: seen.append(("msg", p, tag, data)))
         t.on_put(lambda p, k, o, n: seen.append(("put", p, k, o, n)),

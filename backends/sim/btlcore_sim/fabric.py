@@ -22,6 +22,8 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from btlcore.errors import ConfigError
 from btlcore.faults import Faults, Rule, make_rule
 from btlcore.protocol import wire
@@ -37,6 +39,8 @@ NodeRef = Any
 """bytes (an address), str (a name), a SimNIC, or a DeviceOps."""
 
 
+# subclassed by pure Python (third parties, tests): allowed when compiled
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Fabric(Scheduler):
     """Any number of simulated NICs on one virtual clock.  See the module docstring."""
 

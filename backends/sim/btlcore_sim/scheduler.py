@@ -25,11 +25,15 @@ from heapq import heappop, heappush
 from itertools import count
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import mypyc_attr
+
 if TYPE_CHECKING:
     from .links import Link
     from .pcap import PcapWriter
 
 
+# subclassed by the (compiled) Fabric and by pure Python (Lab, tests): allowed when compiled
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Scheduler:
     """The fabric's clock and event heap (the :class:`Fabric` is one).  A plain slotted
     class, not attrs: it is a base class with a hand-written ``__init__``."""

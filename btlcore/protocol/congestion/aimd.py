@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mypy_extensions import mypyc_attr
+
 if TYPE_CHECKING:
     from ...config import Config
     from ..peers import Peer
@@ -15,6 +17,8 @@ CWND_BETA_RANDOM = 0.8  # ... when the RTT shows no queue: the loss was likely n
 VENO_BACKLOG = 3.0  # segments this flow keeps queued (cwnd x (1 - min_rtt/srtt)) below which a loss looks random
 
 
+# subclassed by pure Python (third parties, tests): allowed when compiled
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Aimd:
     """The ``aimd`` algorithm (``Config.cwnd_initial``, ``Config.cwnd_max``; ``cwnd_max=0``
     turns congestion control off: a window so large it never binds)."""

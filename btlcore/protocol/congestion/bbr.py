@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mypy_extensions import mypyc_attr
+
 from .model import MIN_SEGMENTS, PathModel, segments
 
 if TYPE_CHECKING:
@@ -92,6 +94,8 @@ class BbrState(PathModel):
         return MODE_NAMES[self.mode]
 
 
+# subclassed by pure Python (third parties, tests): allowed when compiled
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Bbr:
     """The ``bbr`` algorithm (``Config.cwnd_initial`` is STARTUP's first window;
     ``Config.cwnd_max`` caps the window, ``0``: no cap but the send window)."""

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mypy_extensions import mypyc_attr
+
 from .model import PathModel
 
 if TYPE_CHECKING:
@@ -70,6 +72,8 @@ class CubicState(PathModel):
         return C * d * d * d + self.w_max
 
 
+# subclassed by pure Python (third parties, tests): allowed when compiled
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Cubic:
     """The ``cubic`` algorithm (``Config.cwnd_initial``, ``Config.cwnd_max``: ``0``, no cap
     but the send window)."""

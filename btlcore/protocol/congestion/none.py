@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mypy_extensions import mypyc_attr
+
 from .bbr import Bbr, BbrState
 
 if TYPE_CHECKING:
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
     from .rate import RateSample
 
 
+# subclassed by pure Python (third parties, tests): allowed when compiled
+@mypyc_attr(allow_interpreted_subclasses=True)
 class NoCc(Bbr):
     """The ``none`` algorithm: a fixed window (once STARTUP measured the path), paced at the
     measured delivery rate."""
