@@ -22,7 +22,7 @@ over the mean segment size), never per segment.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from mypy_extensions import mypyc_attr
 
@@ -80,7 +80,7 @@ class Cubic:
 
     __slots__ = ("cwnd_max", "cwnd_initial")
 
-    hystart = True  # HyStart++ in slow start (a subclass may turn it off)
+    hystart: ClassVar[bool] = True  # HyStart++ in slow start (a subclass may turn it off)
 
     def __init__(self, config: Config) -> None:
         self.cwnd_max = float(config.cwnd_max) if config.cwnd_max else float("inf")
