@@ -322,7 +322,10 @@ def machine() -> dict[str, Any]:
                     break
     except OSError:
         pass
+    import btlcore
+
     return {"python": platform.python_version(), "load": list(os.getloadavg()),
+            "build": "compiled" if btlcore.compiled else "pure",
             "implementation": platform.python_implementation(),
             "platform": platform.platform(), "cpus": cpus, "cpu_model": model,
             "pinned_cores": list(core_pair()), "hostname": socket.gethostname(),

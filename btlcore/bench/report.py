@@ -256,6 +256,7 @@ HEADER = ["measurement", "median", "min … max", "IQR", "n", "note"]
 def render_text(report: Mapping[str, Any]) -> str:
     meta = report.get("meta", {})
     out = [f"btl bench ({meta.get('profile', '?')}): {meta.get('time', '')}, Python {meta.get('python', '')}, "
+           f"btlcore {meta.get('build', '?')}, "
            f"cores {meta.get('pinned_cores', '')} of {meta.get('cpus', '')}, {meta.get('elapsed', 0):.1f} s"]
     out += [f"WARNING: {w}" for w in meta.get("warnings", [])]
     for title, body in rows(report["results"]):

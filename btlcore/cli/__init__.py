@@ -28,10 +28,22 @@ COMMANDS = (demo, transfer, serve, backends, params, bench, wireshark, plot)
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="btl", description="btlcore: reliable messaging over unreliable datagrams")
+    p.add_argument("--version", action="version", version=version_line(),
+                   help="print btlcore's version and which build runs (compiled or pure Python), and exit")
     sub = p.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         command.add_parser(sub)
     return p
+
+
+def version_line() -> str:
+    """``btl --version``: the version, the build (mypyc-compiled or pure Python) and Python's."""
+    import platform
+
+    import btlcore
+
+    build = "compiled (mypyc)" if btlcore.compiled else "pure Python"
+    return f"btlcore {btlcore.__version__}, {build}, Python {platform.python_version()}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
