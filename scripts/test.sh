@@ -3,6 +3,8 @@
 # system tools some tests use (as root, where missing), lint (ruff) and type-check (mypy
 # --strict; both configured in pyproject.toml), run the test suite, then the verbs backend's
 # tests inside a qemu VM on Soft-RoCE (skipped, with the reason, where qemu cannot run).
+# The suite runs the compiled build where setup.sh could compile it, then the core and
+# conformance tests again on the pure-Python build (BTL_PURE=1).
 # A lint or type error fails the script; the tests still run, so one run shows everything.
 # Exit 5 from pytest (nothing collected) counts as a failure.
 set -uo pipefail
@@ -33,6 +35,21 @@ echo "== types: mypy (strict: btlcore, backends, plugins) =="
 .venv/bin/python -m pytest -q -p no:cacheprovider -m "not verbs_vm" "$@"
 status=$?
 [ $lint -eq 0 ] || status=1
+
+# The pure-Python build too (BTL_PURE=1: the same sources, uncompiled): the protocol core's
+# tests and the backends' conformance suites, on both cores (about 20 s; the property tests,
+# a minute and a half on the pure build, run on the compiled one above, and
+# tests/regression/test_builds.py checks that both builds give the same bytes).
+if [ $# -eq 0 ]; then
+    if [ "$(.venv/bin/python -W ignore -c 'import btlcore; print(btlcore.compiled)')" = "True" ]; then
+        echo "== the pure-Python build (BTL_PURE=1): core and conformance tests =="
+        BTL_PURE=1 .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 -m "not verbs_vm" \
+            tests/core tests/test_conformance_sim.py tests/test_conformance_udp.py \
+            --ignore=tests/core/test_properties.py || { echo "pure-Python build tests FAILED"; status=1; }
+    else
+        echo "== the suite above ran the pure-Python build (nothing compiled): no second run =="
+    fi
+fi
 
 if [ $# -eq 0 ] && [ -x scripts/vm/run-verbs-tests.sh ]; then
     echo "== verbs backend on Soft-RoCE (rdma_rxe) in a qemu VM =="

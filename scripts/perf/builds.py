@@ -37,10 +37,10 @@ def once(argv: list[str], pure: bool) -> float:
 
 
 def check_builds() -> None:
-    probe = "import btlcore; print(btlcore.compiled)"
-    got = [once(["-c", probe.replace("print(btlcore.compiled)", "print(int(btlcore.compiled))")], p) for p in (False, True)]
+    got = [once(["-c", "import btlcore; print(int(btlcore.compiled))"], pure) for pure in (False, True)]
     if got != [1.0, 0.0]:
-        sys.exit(f"expected a compiled and a pure build, got compiled={got[0]:g}, pure={got[1]:g}: run scripts/setup.sh")
+        sys.exit(f"expected a compiled and a pure build, got compiled={got[0]:g}, pure={got[1]:g}: "
+                 "run scripts/setup.sh")
 
 
 def main(trials: int) -> None:

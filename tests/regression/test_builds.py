@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import btlcore
+
 from record import capture  # type: ignore[import-not-found]
 from scenarios import SCENARIOS  # type: ignore[import-not-found]
 
