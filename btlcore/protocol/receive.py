@@ -143,51 +143,53 @@ class Receiver:
             if n != (_CHUNKED if flags & F_CHUNK else HEADER_LEN) + plen:
                 self.counters.num_malformed_recvs += 1  # drop before anything in it is believed
                 continue
-            (c := peer.counters).num_total_recvs += 1
-            peer.last_heard = now  # the death rule's clock: heard from
-            if flags & F_ACK and ack_w != peer.snd_una & SEQ_MASK:  # _on_piggyback_ack inline (4% of a ping-pong)
-                at_cum = self._on_cum_ack(peer, ack_w, now)
+            pr: Peer = peer  # typed from here on: compiled, its attributes are read from their slots
+            (c := pr.counters).num_total_recvs += 1
+            pr.last_heard = now  # the death rule's clock: heard from
+            if flags & F_ACK and ack_w != pr.snd_una & SEQ_MASK:  # _on_piggyback_ack inline (4% of a ping-pong)
+                at_cum = self._on_cum_ack(pr, ack_w, now)
                 if at_cum is not None:
-                    if at_cum.tx_count == 1 and at_cum.seq == peer.next_seq - 1:
-                        peer.timer.sample(now - at_cum.sent_at)
-                    if peer.unacked:
+                    if at_cum.tx_count == 1 and at_cum.seq == pr.next_seq - 1:
+                        pr.timer.sample(now - at_cum.sent_at)
+                    if pr.unacked:
                         self._detect_losses(peer)
-            cum = (w := peer.window).cum
+            cum = (w := pr.window).cum
             # in order, whole or a middle chunk of a message in reassembly (not its first nor last) within the
             # transport's budget (the peer's: see _over_budget); else (out of order, ...) the general handler
             if seq_w != (cum + 1) & SEQ_MASK or w._starts or flags & F_CHUNK and (
-                    (ras := peer.reassembly.get(msg_id)) is None or ras.msg_len != msg_len or ras.put_key is not None
+                    (ras := pr.reassembly.get(msg_id)) is None or ras.msg_len != msg_len or ras.put_key is not None
                     or plen <= 0 or off + plen >= msg_len or ras.received + plen >= msg_len
                     or st.rx_held + plen > self._rx_limit):
-                self._on_segment(peer, view, n, flags, seq_w, tag, plen, now)
+                self._on_segment(pr, view, n, flags, seq_w, tag, plen, now)
                 continue
             seq = w.cum = cum + 1
             if seq > w.high:
                 w.high = seq
-                peer.rx_high_time = now
+                pr.rx_high_time = now
             if not flags & F_CHUNK:
                 c.num_frag_recvs += 1
                 c.num_msgs_delivered += 1
                 c.num_bytes_delivered += plen
                 events.append(_new(MessageReceived, (
-                    peer, tag, data[HEADER_LEN:] if type(data) is bytes else bytes(view[HEADER_LEN:]))))
+                    pr, tag, data[HEADER_LEN:] if type(data) is bytes else bytes(view[HEADER_LEN:]))))
             else:
                 c.num_chunk_recvs += 1
+                assert ras is not None  # (the fast path's condition found it)
                 parts = ras.parts
                 if parts is not None and off == ras.received and type(view.obj) is bytes:
                     parts.append(view[_CHUNKED:])  # Reassembly.add, inline: kept, not copied
                 else:
                     ras.add(off, view[_CHUNKED:])
                 ras.received += plen
-                peer.rx_held += plen
+                pr.rx_held += plen
                 st.rx_held += plen
-            peer.ack_count += 1
-            if peer.ack_count >= freq:
-                peer.ack_now = True
-            elif peer.ack_deadline is None:
-                peer.ack_deadline = now + self._ack_delay
-            acking[peer] = None
-            timed[peer] = None
+            pr.ack_count += 1
+            if pr.ack_count >= freq:
+                pr.ack_now = True
+            elif pr.ack_deadline is None:
+                pr.ack_deadline = now + self._ack_delay
+            acking[pr] = None
+            timed[pr] = None
 
     def dispatch(self, data: Any, source: Any, now: float) -> None:
         """The general handler for any datagram: checked (version, flags, CRC), counted if
