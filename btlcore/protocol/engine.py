@@ -42,7 +42,7 @@ import random
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from ..config import Config
 from ..errors import MessageTooLarge, PeerUnreachable, TransportClosed, WouldBlock
@@ -67,10 +67,10 @@ from .wire import (
     U32_MASK,
 )
 
-_FAILED = PeerState.FAILED
-_ESTABLISHED = PeerState.ESTABLISHED
-_CLOSING = PeerState.CLOSING
-_CLOSED = PeerState.CLOSED
+_FAILED: Final = PeerState.FAILED
+_ESTABLISHED: Final = PeerState.ESTABLISHED
+_CLOSING: Final = PeerState.CLOSING
+_CLOSED: Final = PeerState.CLOSED
 
 _UNSET: Any = object()  # receive_datagram's now, not given: the old (data, now) form
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from ..errors import PeerUnreachable
 from .peers import Peer, PeerState
@@ -70,17 +70,17 @@ from .wire import (
 log = logging.getLogger("btlcore.protocol")
 
 #: notices a transport may send in one burst, and per second after it (a token bucket)
-NOTICE_BURST = 20
-NOTICE_RATE = 100.0
+NOTICE_BURST: Final = 20
+NOTICE_RATE: Final = 100.0
 #: sources a connection's datagrams may come from (one per channel)
-MAX_SOURCES = 2
+MAX_SOURCES: Final = 2
 #: a challenge is not repeated for the same peer sooner than this (seconds)
-CHALLENGE_INTERVAL = 0.1
+CHALLENGE_INTERVAL: Final = 0.1
 #: an ICMP error fails a peer silent for this fraction of its peer_timeout, never sooner
-ICMP_SILENCE = 0.5
+ICMP_SILENCE: Final = 0.5
 
-_FAILED = PeerState.FAILED
-_CLOSED = PeerState.CLOSED
+_FAILED: Final = PeerState.FAILED
+_CLOSED: Final = PeerState.CLOSED
 #: the last item of ``Peer.sources`` when the device named them (nothing more is learnt)
 _EXACT: Any = object()
 

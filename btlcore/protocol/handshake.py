@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from ..errors import MessageTooLarge, PeerUnreachable
 from ..errors import PeerRestarted as RestartError
@@ -34,18 +34,18 @@ from .wire import (
 )
 
 #: what a HELLO without a parameter block is taken to advertise
-_NO_PARAMS = TransportParameters()
+_NO_PARAMS: Final = TransportParameters()
 
-_HELLO_INTERVAL_MAX = 1.0
+_HELLO_INTERVAL_MAX: Final = 1.0
 
 #: a closed connection's id stays out of use this many peer_timeouts (its late datagrams
 #: are never taken for a new connection's); see lifecycle.py
-QUARANTINE_TIMEOUTS = 3
+QUARANTINE_TIMEOUTS: Final = 3
 
 #: how much older (in incarnation units: 1/1024 s of the clock the driver built them from)
 #: a HELLO's incarnation may be than the one we know and still be a late packet of an older
 #: life; anything else that differs is a restart
-STALE_INCARNATION_WINDOW = 60 * 1024
+STALE_INCARNATION_WINDOW: Final = 60 * 1024
 
 
 def stale_incarnation(candidate: int, current: int) -> bool:

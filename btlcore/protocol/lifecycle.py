@@ -28,7 +28,7 @@ zero-window probes) and its end (graceful CLOSE, disconnect, quarantine).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from ..errors import PeerClosed as PeerClosedError
 from ..errors import PeerUnreachable, TransportClosed
@@ -52,12 +52,12 @@ from .wire import (
     seal,
 )
 
-_ESTABLISHED = PeerState.ESTABLISHED
-_CONNECTING = PeerState.CONNECTING
-_CLOSING = PeerState.CLOSING
-_CLOSED = PeerState.CLOSED
+_ESTABLISHED: Final = PeerState.ESTABLISHED
+_CONNECTING: Final = PeerState.CONNECTING
+_CLOSING: Final = PeerState.CLOSING
+_CLOSED: Final = PeerState.CLOSED
 
-CLOSE_RTOS = 8  # close_timeout is at most this many retransmit timeouts (a few round trips)
+CLOSE_RTOS: Final = 8  # close_timeout is at most this many retransmit timeouts (a few round trips)
 
 
 class Lifecycle:

@@ -15,11 +15,13 @@ together cost the path nothing and save the host a wake-up each.
 
 from __future__ import annotations
 
+from typing import Final
+
 from .peers import Peer
 from .timers import DeadlineHeap
 
-BURST = 1  # datagrams released at once on a device that sends them one by one
-BURST_GATHER = 8  # ... on one that batches them (Packetizer.enable_gather)
+BURST: Final = 1  # datagrams released at once on a device that sends them one by one
+BURST_GATHER: Final = 8  # ... on one that batches them (Packetizer.enable_gather)
 
 
 class Pacer:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import struct
 from math import ceil
-from typing import Any
+from typing import Any, Final
 
 from .delivery import frame_size
 from .pacing import BURST_GATHER
@@ -53,15 +53,15 @@ from .wire import (
     seal,
 )
 
-_U32 = struct.Struct("!I")
-_U64 = struct.Struct("!Q")
-_NO_CRC = bytes(4)
+_U32: Final = struct.Struct("!I")
+_U64: Final = struct.Struct("!Q")
+_NO_CRC: Final = bytes(4)
 #: a HELLO is padded as if the receiver's address were at least this long (udp 12 or 28
 #: bytes, verbs 36, sim 6), so that the HELLO_ACK it provokes is never larger than itself
-HELLO_PAD_ADDRESS = 64
-GATHER_MIN = 2048  # with enable_gather, chunks from this size keep their payload uncopied
+HELLO_PAD_ADDRESS: Final = 64
+GATHER_MIN: Final = 2048  # with enable_gather, chunks from this size keep their payload uncopied
 _PREFIXES_MAX = 4096  # header prefixes kept (EngineState.prefixes)
-_NEVER = 1 << 62  # a size no chunk reaches
+_NEVER: Final = 1 << 62  # a size no chunk reaches
 
 
 class Packetizer:

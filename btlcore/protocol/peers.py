@@ -14,7 +14,7 @@ import enum
 import logging
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import InvalidTransition as InvalidTransition
 from .stats import PeerCounters
@@ -56,7 +56,7 @@ class PeerEvent(enum.Enum):
 
 
 _C, _E, _F, _X = PeerState.CONNECTING, PeerState.ESTABLISHED, PeerState.FAILED, PeerState.CLOSED
-_G = PeerState.CLOSING
+_G: Final = PeerState.CLOSING
 
 #: (state, event) -> next state: every change of Peer.state, and nothing else
 TRANSITIONS: dict[tuple[PeerState, PeerEvent], PeerState] = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Final
 
 from .events import Event, MessageReceived, PutLanded, PutRefused, _new
 from .guard import Guard
@@ -62,12 +62,12 @@ from .wire import (
     crc32c,
 )
 
-_FAILED = PeerState.FAILED
-_ESTABLISHED = PeerState.ESTABLISHED
-_CLOSING = PeerState.CLOSING
+_FAILED: Final = PeerState.FAILED
+_ESTABLISHED: Final = PeerState.ESTABLISHED
+_CLOSING: Final = PeerState.CLOSING
 
-_NOT_FAST = UNKNOWN_FLAGS | F_PUT | F_STATUS  # flags that keep a datagram off the in-order fast path
-_CHUNKED = HEADER_LEN + CHUNK_LEN  # where a chunk's payload starts
+_NOT_FAST: Final = UNKNOWN_FLAGS | F_PUT | F_STATUS  # flags that keep a datagram off the in-order fast path
+_CHUNKED: Final = HEADER_LEN + CHUNK_LEN  # where a chunk's payload starts
 
 
 class Receiver:

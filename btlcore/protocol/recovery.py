@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from itertools import islice
 from operator import attrgetter
-from typing import Any
+from typing import Any, Final
 
 from ..errors import PeerUnreachable, PutError
 from .delivery import frame_size
@@ -45,19 +45,19 @@ from .wire import (
     U32_MASK,
 )
 
-_ESTABLISHED = PeerState.ESTABLISHED
-_ACK_BODY_LEN = ACK_BODY.size
-_SACK_RANGE_LEN = SACK_RANGE.size
-_CONNECTING = PeerState.CONNECTING
-_CLOSING = PeerState.CLOSING
+_ESTABLISHED: Final = PeerState.ESTABLISHED
+_ACK_BODY_LEN: Final = ACK_BODY.size
+_SACK_RANGE_LEN: Final = SACK_RANGE.size
+_CONNECTING: Final = PeerState.CONNECTING
+_CLOSING: Final = PeerState.CLOSING
 _timed_order = attrgetter("timed_order")
 
-LOST_FAST = 1  # Segment.lost: declared lost by the fast-retransmit rule
-LOST_TIMEOUT = 2  # ... by the retransmit timeout
-TIMEOUT_PROBES = 2  # segments a retransmit timeout resends
-REO_PERSIST = 16  # loss episodes a widened reordering allowance lasts (RFC 8985's reo_wnd_persist)
-PERSISTENT_TIMEOUTS = 3  # timeouts in a row that mean persistent congestion: slow start again
-KEEPALIVE_FRACTION = 3  # a keepalive PING after peer_timeout / this of silence (lifecycle.py)
+LOST_FAST: Final = 1  # Segment.lost: declared lost by the fast-retransmit rule
+LOST_TIMEOUT: Final = 2  # ... by the retransmit timeout
+TIMEOUT_PROBES: Final = 2  # segments a retransmit timeout resends
+REO_PERSIST: Final = 16  # loss episodes a widened reordering allowance lasts (RFC 8985's reo_wnd_persist)
+PERSISTENT_TIMEOUTS: Final = 3  # timeouts in a row that mean persistent congestion: slow start again
+KEEPALIVE_FRACTION: Final = 3  # a keepalive PING after peer_timeout / this of silence (lifecycle.py)
 
 
 def _unwired(peer: Peer, now: float) -> None:

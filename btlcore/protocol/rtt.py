@@ -5,8 +5,10 @@ samples, testable alone."""
 
 from __future__ import annotations
 
+from typing import Final
+
 #: clock granularity term of RFC 6298 (G); our clocks are far finer, so it is small
-GRANULARITY = 1e-6
+GRANULARITY: Final = 1e-6
 
 
 class RetransmitTimer:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from ..config import Config
 from . import congestion
@@ -36,8 +36,8 @@ from .wire import (
     SACK_RANGE,
 )
 
-PRIORITY = 0  # channel numbers (btlcore.device.Channel)
-DATA = 1
+PRIORITY: Final = 0  # channel numbers (btlcore.device.Channel)
+DATA: Final = 1
 
 
 class EngineState:

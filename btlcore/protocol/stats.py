@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
@@ -86,8 +86,8 @@ class ModuleCounters:
 
 
 #: counters summed over peers; ``max_*`` ones are high-water marks (max, not sum)
-PEER_COUNTERS = tuple(f.name for f in attrs.fields(PeerCounters))
-MODULE_COUNTERS = tuple(f.name for f in attrs.fields(ModuleCounters))
+PEER_COUNTERS: Final = tuple(f.name for f in attrs.fields(PeerCounters))
+MODULE_COUNTERS: Final = tuple(f.name for f in attrs.fields(ModuleCounters))
 
 
 def aggregate(module: ModuleCounters, peers: Iterable[PeerCounters]) -> dict[str, int]:

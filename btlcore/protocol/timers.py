@@ -10,11 +10,11 @@ per progress pass; see :meth:`btlcore.protocol.recovery.Recovery._refresh_timers
 from __future__ import annotations
 
 from heapq import heapify, heappop, heappush, heapreplace
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 T = TypeVar("T")
 
-_SLACK = 64  # stale entries tolerated beyond the live ones before a rebuild
+_SLACK: Final = 64  # stale entries tolerated beyond the live ones before a rebuild
 
 
 class DeadlineHeap(Generic[T]):

@@ -22,11 +22,12 @@ Response:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 from .peers import Peer, Segment
 
 #: a resend acknowledged within this fraction of the minimum RTT was not needed
-SPURIOUS_RTT_FRACTION = 0.75
+SPURIOUS_RTT_FRACTION: Final = 0.75
 
 
 class Undo:

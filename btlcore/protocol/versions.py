@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from ..errors import VersionMismatch
 from .peers import Peer, PeerState
@@ -39,12 +39,12 @@ from .wire import (
 log = logging.getLogger("btlcore.protocol.versions")
 
 #: at most one VERSION reply per source in this many seconds
-REPLY_INTERVAL = 0.1
+REPLY_INTERVAL: Final = 0.1
 #: sources remembered for the rate limit; past this, the stale ones are forgotten, and while
 #: it is still full no reply is sent (a flood from forged sources costs O(1) each)
-MAX_SOURCES = 4096
+MAX_SOURCES: Final = 4096
 #: the VERSION reply's length: a datagram shorter than this gets none
-REPLY_LEN = len(version_reply(0, 0, SUPPORTED_VERSIONS))
+REPLY_LEN: Final = len(version_reply(0, 0, SUPPORTED_VERSIONS))
 
 
 class Versions:

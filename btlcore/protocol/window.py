@@ -14,16 +14,17 @@ bits, see :func:`btlcore.protocol.wire.unwrap_seq`), so comparisons here are pla
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from typing import Final
 
 # serial arithmetic on the 64-bit wire sequence numbers: half the space, and all of it
-SEQ_HALF = 1 << 63
-SEQ_WRAP = 1 << 64
+SEQ_HALF: Final = 1 << 63
+SEQ_WRAP: Final = 1 << 64
 
 # ReceiveWindow.accept() verdicts
-NEW = 0
-DUPLICATE = 1
-BELOW_WINDOW = 2
-ABOVE_WINDOW = 3
+NEW: Final = 0
+DUPLICATE: Final = 1
+BELOW_WINDOW: Final = 2
+ABOVE_WINDOW: Final = 3
 
 
 class ReceiveWindow:

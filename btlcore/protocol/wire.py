@@ -122,6 +122,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Collection, Iterable
 from types import ModuleType
+from typing import Final
 
 import attrs
 from mypy_extensions import mypyc_attr
@@ -134,25 +135,25 @@ except ImportError:  # pragma: no cover - crc32c is a hard dependency; keep a sl
 
 #: the version this end speaks (and writes in every datagram's first byte); a datagram of
 #: another version is answered with a VERSION reply (the engine's, rate-limited)
-WIRE_VERSION = 2
+WIRE_VERSION: Final = 2
 #: the versions whose datagrams this codec reads and writes (the VERSION reply lists these)
-SUPPORTED_VERSIONS = (2,)
+SUPPORTED_VERSIONS: Final = (2,)
 #: the version byte of a VERSION reply: "version negotiation", not a version
-VERSION_NEGOTIATION = 0
+VERSION_NEGOTIATION: Final = 0
 
-T_DATA = 1
-T_ACK = 2
-T_HELLO = 3
-T_HELLO_ACK = 4
+T_DATA: Final = 1
+T_ACK: Final = 2
+T_HELLO: Final = 3
+T_HELLO_ACK: Final = 4
 # version 2
-T_CLOSE = 5
-T_CLOSE_ACK = 6
-T_UNKNOWN_CONN = 7
-T_CHALLENGE = 8
-T_RESPONSE = 9
-T_PING = 10
-T_VERSION = 11  # only with version byte VERSION_NEGOTIATION
-TYPE_NAMES = {T_DATA: "DATA", T_ACK: "ACK", T_HELLO: "HELLO", T_HELLO_ACK: "HELLO_ACK",
+T_CLOSE: Final = 5
+T_CLOSE_ACK: Final = 6
+T_UNKNOWN_CONN: Final = 7
+T_CHALLENGE: Final = 8
+T_RESPONSE: Final = 9
+T_PING: Final = 10
+T_VERSION: Final = 11  # only with version byte VERSION_NEGOTIATION
+TYPE_NAMES: Final = {T_DATA: "DATA", T_ACK: "ACK", T_HELLO: "HELLO", T_HELLO_ACK: "HELLO_ACK",
               T_CLOSE: "CLOSE", T_CLOSE_ACK: "CLOSE_ACK", T_UNKNOWN_CONN: "UNKNOWN_CONN",
               T_CHALLENGE: "CHALLENGE", T_RESPONSE: "RESPONSE", T_PING: "PING",
               T_VERSION: "VERSION"}
@@ -163,81 +164,81 @@ TYPES_BY_VERSION: dict[int, frozenset[int]] = {
                   T_CHALLENGE, T_RESPONSE, T_PING}),
 }
 
-F_ACK = 0x01
-F_CHUNK = 0x02
-F_PUT = 0x04
-F_CRC = 0x08
-F_STATUS = 0x10  # a put status (see PUT_STATUS), not a message for the application
-KNOWN_FLAGS = F_ACK | F_CHUNK | F_PUT | F_CRC | F_STATUS
+F_ACK: Final = 0x01
+F_CHUNK: Final = 0x02
+F_PUT: Final = 0x04
+F_CRC: Final = 0x08
+F_STATUS: Final = 0x10  # a put status (see PUT_STATUS), not a message for the application
+KNOWN_FLAGS: Final = F_ACK | F_CHUNK | F_PUT | F_CRC | F_STATUS
 #: hello_flags (header byte 3 of a HELLO or HELLO_ACK): the sender drops every datagram
 #: without a CRC32C, so the receiver must put one on everything it sends it
-HF_CRC_REQUIRED = 0x01
+HF_CRC_REQUIRED: Final = 0x01
 
-HEADER = struct.Struct("!BBBBIIIQQHH")
-CHUNK = struct.Struct("!III")
-PUT = struct.Struct("!IQ")
-ACK_BODY = struct.Struct("!IBB2xI")
-SACK_RANGE = struct.Struct("!II")
-HELLO_BODY = struct.Struct("!IIQIIIH")
-PUT_STATUS = struct.Struct("!QB3x")
-PARAM_HEAD = struct.Struct("!HH")
-CLOSE_BODY = struct.Struct("!IIH2x")
-NOTICE_BODY = struct.Struct("!IIB3x")
-CHALLENGE_BODY = struct.Struct("!Q")
-PING_BODY = struct.Struct("!12x")
-VERSION_HEAD = struct.Struct("!BBBxII")
+HEADER: Final = struct.Struct("!BBBBIIIQQHH")
+CHUNK: Final = struct.Struct("!III")
+PUT: Final = struct.Struct("!IQ")
+ACK_BODY: Final = struct.Struct("!IBB2xI")
+SACK_RANGE: Final = struct.Struct("!II")
+HELLO_BODY: Final = struct.Struct("!IIQIIIH")
+PUT_STATUS: Final = struct.Struct("!QB3x")
+PARAM_HEAD: Final = struct.Struct("!HH")
+CLOSE_BODY: Final = struct.Struct("!IIH2x")
+NOTICE_BODY: Final = struct.Struct("!IIB3x")
+CHALLENGE_BODY: Final = struct.Struct("!Q")
+PING_BODY: Final = struct.Struct("!12x")
+VERSION_HEAD: Final = struct.Struct("!BBBxII")
 #: the fixed body size of each version-2 type with a body of its own
-BODY_SIZE = {T_CLOSE: CLOSE_BODY.size, T_CLOSE_ACK: CLOSE_BODY.size,
+BODY_SIZE: Final = {T_CLOSE: CLOSE_BODY.size, T_CLOSE_ACK: CLOSE_BODY.size,
              T_UNKNOWN_CONN: NOTICE_BODY.size, T_CHALLENGE: CHALLENGE_BODY.size,
              T_RESPONSE: CHALLENGE_BODY.size, T_PING: PING_BODY.size}
 #: close reasons (CLOSE_BODY.reason); a receiver takes any other value as "other"
-CR_CLOSED = 0  # the sender's transport closed
-CR_DISCONNECT = 1  # the sender disconnected this peer only
-CR_PROTOCOL_ERROR = 2  # the sender saw the peer break the protocol
-CR_LIMIT = 3  # the peer exceeded a limit the sender advertised
-CLOSE_REASON_NAMES = {CR_CLOSED: "closed", CR_DISCONNECT: "disconnected",
+CR_CLOSED: Final = 0  # the sender's transport closed
+CR_DISCONNECT: Final = 1  # the sender disconnected this peer only
+CR_PROTOCOL_ERROR: Final = 2  # the sender saw the peer break the protocol
+CR_LIMIT: Final = 3  # the peer exceeded a limit the sender advertised
+CLOSE_REASON_NAMES: Final = {CR_CLOSED: "closed", CR_DISCONNECT: "disconnected",
                       CR_PROTOCOL_ERROR: "protocol error", CR_LIMIT: "limit exceeded"}
 #: an UNKNOWN_CONN notice is this long: it answers only datagrams at least as long
-NOTICE_LEN = 36 + NOTICE_BODY.size
+NOTICE_LEN: Final = 36 + NOTICE_BODY.size
 
 #: put status codes (PUT_STATUS.status): how the receiver took a put
-PS_LANDED = 0  # every byte was written into the region
-PS_UNKNOWN_KEY = 1  # no region is exposed under that key
-PS_OUT_OF_BOUNDS = 2  # the put does not fit in the region
-PS_UNEXPOSED = 3  # the region was unexposed while the put was arriving
-PUT_STATUS_NAMES = {PS_LANDED: "landed", PS_UNKNOWN_KEY: "unknown key",
+PS_LANDED: Final = 0  # every byte was written into the region
+PS_UNKNOWN_KEY: Final = 1  # no region is exposed under that key
+PS_OUT_OF_BOUNDS: Final = 2  # the put does not fit in the region
+PS_UNEXPOSED: Final = 3  # the region was unexposed while the put was arriving
+PUT_STATUS_NAMES: Final = {PS_LANDED: "landed", PS_UNKNOWN_KEY: "unknown key",
                     PS_OUT_OF_BOUNDS: "out of bounds",
                     PS_UNEXPOSED: "region unexposed while the put was arriving"}
 
-HEADER_LEN = HEADER.size  # 36
+HEADER_LEN: Final = HEADER.size  # 36
 # The header cut around its CRC field, for the send path, which computes the CRC over the
 # pieces before joining them into one immutable datagram: bytes [0:12] (constant for a
 # peer's data segments, so its CRC is computed once per pass), then [16:36] with the
 # extensions that follow (chunk, put, or both).
-HEAD_PREFIX = struct.Struct("!BBBBII")
-HEAD_REST = struct.Struct("!QQHH")
-HEAD_REST_CHUNK = struct.Struct("!QQHHIII")
-HEAD_REST_PUT = struct.Struct("!QQHHIQ")
-HEAD_REST_CHUNK_PUT = struct.Struct("!QQHHIIIIQ")
-CHUNK_LEN = CHUNK.size  # 12
-PUT_LEN = PUT.size  # 12
-CRC_OFFSET = 12
-ACK_OFFSET = 24
+HEAD_PREFIX: Final = struct.Struct("!BBBBII")
+HEAD_REST: Final = struct.Struct("!QQHH")
+HEAD_REST_CHUNK: Final = struct.Struct("!QQHHIII")
+HEAD_REST_PUT: Final = struct.Struct("!QQHHIQ")
+HEAD_REST_CHUNK_PUT: Final = struct.Struct("!QQHHIIIIQ")
+CHUNK_LEN: Final = CHUNK.size  # 12
+PUT_LEN: Final = PUT.size  # 12
+CRC_OFFSET: Final = 12
+ACK_OFFSET: Final = 24
 assert HEAD_PREFIX.size == CRC_OFFSET and CRC_OFFSET + 4 + HEAD_REST.size == HEADER_LEN
-MAX_SACK_RANGES = 64
-AF_TRUNCATED = 0x01
-AF_DUPLICATE = 0x02
-SEQ_MASK = (1 << 64) - 1
-UNKNOWN_FLAGS = 0xFF & ~KNOWN_FLAGS
+MAX_SACK_RANGES: Final = 64
+AF_TRUNCATED: Final = 0x01
+AF_DUPLICATE: Final = 0x02
+SEQ_MASK: Final = (1 << 64) - 1
+UNKNOWN_FLAGS: Final = 0xFF & ~KNOWN_FLAGS
 # the header and the chunk extension in one unpack (a receiver reads both at once)
-HEADER_CHUNK = struct.Struct(HEADER.format + CHUNK.format[1:])
+HEADER_CHUNK: Final = struct.Struct(HEADER.format + CHUNK.format[1:])
 # where a data segment's payload starts, by its F_CHUNK | F_PUT bits
-PAYLOAD_AT = {0: HEADER_LEN, F_CHUNK: HEADER_LEN + CHUNK_LEN, F_PUT: HEADER_LEN + PUT_LEN,
+PAYLOAD_AT: Final = {0: HEADER_LEN, F_CHUNK: HEADER_LEN + CHUNK_LEN, F_PUT: HEADER_LEN + PUT_LEN,
               F_CHUNK | F_PUT: HEADER_LEN + CHUNK_LEN + PUT_LEN}
-U32_MASK = (1 << 32) - 1
+U32_MASK: Final = (1 << 32) - 1
 
 #: UDP port a pcap of the simulator uses for btlcore frames (Ether/IPv4/UDP/btlcore).
-PCAP_UDP_PORT = 7471
+PCAP_UDP_PORT: Final = 7471
 
 
 def _crc32c_py(data: bytes | bytearray | memoryview, value: int = 0) -> int:
@@ -477,13 +478,13 @@ class Hello:
 # ping and the VERSION reply.
 
 #: transport parameter types (PARAM_HEAD.type): name, value width (bytes), allowed range
-TP_MAX_DATAGRAM_SIZE = 0x0001
-TP_MAX_MESSAGE_SIZE = 0x0002
-TP_PEER_TIMEOUT = 0x0003
-TP_WINDOW_BYTES = 0x0004
+TP_MAX_DATAGRAM_SIZE: Final = 0x0001
+TP_MAX_MESSAGE_SIZE: Final = 0x0002
+TP_PEER_TIMEOUT: Final = 0x0003
+TP_WINDOW_BYTES: Final = 0x0004
 #: padding: skipped as unknown (never in PARAM_SPECS); see padding_param
-TP_PADDING = 0x0000
-_PARAM_FORMAT = {4: struct.Struct("!I"), 8: struct.Struct("!Q")}
+TP_PADDING: Final = 0x0000
+_PARAM_FORMAT: Final = {4: struct.Struct("!I"), 8: struct.Struct("!Q")}
 #: type -> (attribute, width, smallest, largest)
 PARAM_SPECS: dict[int, tuple[str, int, int, int]] = {
     TP_MAX_DATAGRAM_SIZE: ("max_datagram_size", 4, 61, U32_MASK),

@@ -4,7 +4,7 @@ so the loss was likely not congestion); persistent congestion restarts slow star
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -12,9 +12,9 @@ if TYPE_CHECKING:
     from ...config import Config
     from ..peers import Peer
 
-CWND_BETA = 0.7  # multiplicative decrease per loss episode (CUBIC's; Reno halves)
-CWND_BETA_RANDOM = 0.8  # ... when the RTT shows no queue: the loss was likely not congestion (Veno)
-VENO_BACKLOG = 3.0  # segments this flow keeps queued (cwnd x (1 - min_rtt/srtt)) below which a loss looks random
+CWND_BETA: Final = 0.7  # multiplicative decrease per loss episode (CUBIC's; Reno halves)
+CWND_BETA_RANDOM: Final = 0.8  # ... when the RTT shows no queue: the loss was likely not congestion (Veno)
+VENO_BACKLOG: Final = 3.0  # segments this flow keeps queued (cwnd x (1 - min_rtt/srtt)) below which a loss looks random
 
 
 # subclassed by pure Python (third parties, tests): allowed when compiled

@@ -28,7 +28,7 @@ from the model as ACKs come back.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -40,27 +40,27 @@ if TYPE_CHECKING:
     from .rate import RateSample
 
 STARTUP, DRAIN, PROBE_BW, PROBE_RTT = 0, 1, 2, 3
-MODE_NAMES = ("startup", "drain", "probe_bw", "probe_rtt")
+MODE_NAMES: Final = ("startup", "drain", "probe_bw", "probe_rtt")
 
-STARTUP_GAIN = 2.77  # pacing gain in STARTUP (BBRv3's; 2/ln 2 doubles the rate per round)
-DRAIN_GAIN = 1.0 / 2.77  # pacing gain in DRAIN: the queue STARTUP built drains in a round
-CWND_GAIN = 2.0  # window, in BDPs (room for delayed and batched ACKs, and for probing)
-CYCLE = (1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)  # PROBE_BW's pacing gains, one per min RTT
-FULL_BW_GROWTH = 1.25  # STARTUP goes on while the bandwidth grows this much ...
-FULL_BW_ROUNDS = 3  # ... within this many rounds
-DRAIN_ROUNDS = 3  # DRAIN ends after this many rounds even if the flight is still above a BDP
-PROBE_RTT_TIME = 0.2  # seconds PROBE_RTT holds its small window
-PROBE_RTT_GAIN = 0.5  # PROBE_RTT's window, in BDPs (BBRv2's: keeps half the throughput)
+STARTUP_GAIN: Final = 2.77  # pacing gain in STARTUP (BBRv3's; 2/ln 2 doubles the rate per round)
+DRAIN_GAIN: Final = 1.0 / 2.77  # pacing gain in DRAIN: the queue STARTUP built drains in a round
+CWND_GAIN: Final = 2.0  # window, in BDPs (room for delayed and batched ACKs, and for probing)
+CYCLE: Final = (1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)  # PROBE_BW's pacing gains, one per min RTT
+FULL_BW_GROWTH: Final = 1.25  # STARTUP goes on while the bandwidth grows this much ...
+FULL_BW_ROUNDS: Final = 3  # ... within this many rounds
+DRAIN_ROUNDS: Final = 3  # DRAIN ends after this many rounds even if the flight is still above a BDP
+PROBE_RTT_TIME: Final = 0.2  # seconds PROBE_RTT holds its small window
+PROBE_RTT_GAIN: Final = 0.5  # PROBE_RTT's window, in BDPs (BBRv2's: keeps half the throughput)
 # a round losing more than this fraction of its bytes saw congestion.  A compromise between
 # flows sharing a queue and random loss: at 20% one of 8 flows kept 27% of the link (Jain
 # 0.83 on tests/core/cclink.py); at 5% (2% is BBRv2's) 8 flows on the engine reach Jain 0.96
 # but random loss above it bounds every round, the bound (a BDP) shrinks with the delivery
 # rate, and 1 Gb/s at 10 ms with 10% loss fell to 0.31 of the link; at 10%, 0.76 there, and
 # Jain 0.93 for 8 flows (16 s on the engine's sim, 1 BDP queue), 0.96-0.99 on cclink
-LOSS_THRESH = 0.1
-LOSS_MIN_SEGMENTS = 3  # ... and at least this many segments' worth
-LOSS_BETA = 0.7  # inflight_hi after such a round: the flight then, times this
-HI_GROWTH = 2.0  # inflight_hi per round without high loss (it lets go fast, then is dropped)
+LOSS_THRESH: Final = 0.1
+LOSS_MIN_SEGMENTS: Final = 3  # ... and at least this many segments' worth
+LOSS_BETA: Final = 0.7  # inflight_hi after such a round: the flight then, times this
+HI_GROWTH: Final = 2.0  # inflight_hi per round without high loss (it lets go fast, then is dropped)
 
 
 class BbrState(PathModel):

@@ -22,7 +22,7 @@ over the mean segment size), never per segment.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -33,16 +33,16 @@ if TYPE_CHECKING:
     from ..peers import Peer
     from .rate import RateSample
 
-C = 0.4  # segments / s^3
-BETA = 0.7  # window after a loss, as a fraction of before
-ALPHA = 3.0 * (1.0 - BETA) / (1.0 + BETA)  # Reno-friendly increase per round, segments
-MIN_CWND = 2.0
+C: Final = 0.4  # segments / s^3
+BETA: Final = 0.7  # window after a loss, as a fraction of before
+ALPHA: Final = 3.0 * (1.0 - BETA) / (1.0 + BETA)  # Reno-friendly increase per round, segments
+MIN_CWND: Final = 2.0
 # HyStart++ (RFC 9406)
 HS_MIN_RTT_THRESH, HS_MAX_RTT_THRESH = 0.004, 0.016  # seconds
-HS_MIN_RTT_DIVISOR = 8
-HS_RTT_SAMPLES = 8  # RTT samples a round needs before its min RTT is compared
-CSS_GROWTH_DIVISOR = 4
-CSS_ROUNDS = 5
+HS_MIN_RTT_DIVISOR: Final = 8
+HS_RTT_SAMPLES: Final = 8  # RTT samples a round needs before its min RTT is compared
+CSS_GROWTH_DIVISOR: Final = 4
+CSS_ROUNDS: Final = 5
 
 
 class CubicState(PathModel):

@@ -17,17 +17,17 @@ the path built from :class:`~.rate.RateSample` s.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from ..peers import Peer
     from .rate import RateSample
 
-BW_ROUNDS = 10  # rounds the bandwidth filter remembers (BBR's)
-MIN_RTT_WINDOW = 10.0  # seconds the min RTT filter remembers (BBR's)
-SEGMENT_GUESS = 1200  # bytes per segment before the engine told its payload size
-MIN_SEGMENTS = 4.0  # no window below this: a loss must still be detectable by later ACKs
-_SEG_EWMA = 0.25  # weight of a new mean-segment-size observation
+BW_ROUNDS: Final = 10  # rounds the bandwidth filter remembers (BBR's)
+MIN_RTT_WINDOW: Final = 10.0  # seconds the min RTT filter remembers (BBR's)
+SEGMENT_GUESS: Final = 1200  # bytes per segment before the engine told its payload size
+MIN_SEGMENTS: Final = 4.0  # no window below this: a loss must still be detectable by later ACKs
+_SEG_EWMA: Final = 0.25  # weight of a new mean-segment-size observation
 
 
 class PathModel:
