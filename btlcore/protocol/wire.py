@@ -137,7 +137,7 @@ except ImportError:  # pragma: no cover - crc32c is a hard dependency; keep a sl
 #: another version is answered with a VERSION reply (the engine's, rate-limited)
 WIRE_VERSION: Final = 2
 #: the versions whose datagrams this codec reads and writes (the VERSION reply lists these)
-SUPPORTED_VERSIONS: Final = (2,)
+SUPPORTED_VERSIONS = (2,)
 #: the version byte of a VERSION reply: "version negotiation", not a version
 VERSION_NEGOTIATION: Final = 0
 

@@ -40,12 +40,12 @@ if TYPE_CHECKING:
     from .rate import RateSample
 
 STARTUP, DRAIN, PROBE_BW, PROBE_RTT = 0, 1, 2, 3
-MODE_NAMES: Final = ("startup", "drain", "probe_bw", "probe_rtt")
+MODE_NAMES = ("startup", "drain", "probe_bw", "probe_rtt")
 
 STARTUP_GAIN: Final = 2.77  # pacing gain in STARTUP (BBRv3's; 2/ln 2 doubles the rate per round)
 DRAIN_GAIN: Final = 1.0 / 2.77  # pacing gain in DRAIN: the queue STARTUP built drains in a round
 CWND_GAIN: Final = 2.0  # window, in BDPs (room for delayed and batched ACKs, and for probing)
-CYCLE: Final = (1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)  # PROBE_BW's pacing gains, one per min RTT
+CYCLE = (1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)  # PROBE_BW's pacing gains, one per min RTT
 FULL_BW_GROWTH: Final = 1.25  # STARTUP goes on while the bandwidth grows this much ...
 FULL_BW_ROUNDS: Final = 3  # ... within this many rounds
 DRAIN_ROUNDS: Final = 3  # DRAIN ends after this many rounds even if the flight is still above a BDP
