@@ -262,6 +262,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
     ap.add_argument("--cprofile", metavar="DIR", default=None,
                     help="write cProfile stats of every btlcore side to DIR (figures are then slower)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    ap.add_argument("--builds", action="store_true",
+                    help="compare the compiled and the pure-Python build instead, interleaved "
+                    "(engine CPU per segment, simulator segments/s; --trials pairs, default 5)")
     rg = ap.add_argument_group("the regime sweep (btl bench --regimes [--quick]; see btlcore.bench.regimes)")
     rg.add_argument("--regimes", action="store_true",
                     help="sweep rate, delay, loss, queue and flow count on the simulator instead "
@@ -287,6 +290,10 @@ def run_args(args: argparse.Namespace) -> int:
         from . import regimes
 
         return regimes.run_args(args)
+    if args.builds:
+        from . import builds
+
+        return builds.main(args.trials or 5)
     try:
         sections = select_sections(args.only)
     except ValueError as exc:

@@ -153,7 +153,7 @@ T_CHALLENGE: Final = 8
 T_RESPONSE: Final = 9
 T_PING: Final = 10
 T_VERSION: Final = 11  # only with version byte VERSION_NEGOTIATION
-TYPE_NAMES: Final = {T_DATA: "DATA", T_ACK: "ACK", T_HELLO: "HELLO", T_HELLO_ACK: "HELLO_ACK",
+TYPE_NAMES: Final[dict[int, str]] = {T_DATA: "DATA", T_ACK: "ACK", T_HELLO: "HELLO", T_HELLO_ACK: "HELLO_ACK",
               T_CLOSE: "CLOSE", T_CLOSE_ACK: "CLOSE_ACK", T_UNKNOWN_CONN: "UNKNOWN_CONN",
               T_CHALLENGE: "CHALLENGE", T_RESPONSE: "RESPONSE", T_PING: "PING",
               T_VERSION: "VERSION"}
@@ -188,7 +188,7 @@ CHALLENGE_BODY: Final = struct.Struct("!Q")
 PING_BODY: Final = struct.Struct("!12x")
 VERSION_HEAD: Final = struct.Struct("!BBBxII")
 #: the fixed body size of each version-2 type with a body of its own
-BODY_SIZE: Final = {T_CLOSE: CLOSE_BODY.size, T_CLOSE_ACK: CLOSE_BODY.size,
+BODY_SIZE: Final[dict[int, int]] = {T_CLOSE: CLOSE_BODY.size, T_CLOSE_ACK: CLOSE_BODY.size,
              T_UNKNOWN_CONN: NOTICE_BODY.size, T_CHALLENGE: CHALLENGE_BODY.size,
              T_RESPONSE: CHALLENGE_BODY.size, T_PING: PING_BODY.size}
 #: close reasons (CLOSE_BODY.reason); a receiver takes any other value as "other"
@@ -196,7 +196,7 @@ CR_CLOSED: Final = 0  # the sender's transport closed
 CR_DISCONNECT: Final = 1  # the sender disconnected this peer only
 CR_PROTOCOL_ERROR: Final = 2  # the sender saw the peer break the protocol
 CR_LIMIT: Final = 3  # the peer exceeded a limit the sender advertised
-CLOSE_REASON_NAMES: Final = {CR_CLOSED: "closed", CR_DISCONNECT: "disconnected",
+CLOSE_REASON_NAMES: Final[dict[int, str]] = {CR_CLOSED: "closed", CR_DISCONNECT: "disconnected",
                       CR_PROTOCOL_ERROR: "protocol error", CR_LIMIT: "limit exceeded"}
 #: an UNKNOWN_CONN notice is this long: it answers only datagrams at least as long
 NOTICE_LEN: Final = 36 + NOTICE_BODY.size
@@ -206,7 +206,7 @@ PS_LANDED: Final = 0  # every byte was written into the region
 PS_UNKNOWN_KEY: Final = 1  # no region is exposed under that key
 PS_OUT_OF_BOUNDS: Final = 2  # the put does not fit in the region
 PS_UNEXPOSED: Final = 3  # the region was unexposed while the put was arriving
-PUT_STATUS_NAMES: Final = {PS_LANDED: "landed", PS_UNKNOWN_KEY: "unknown key",
+PUT_STATUS_NAMES: Final[dict[int, str]] = {PS_LANDED: "landed", PS_UNKNOWN_KEY: "unknown key",
                     PS_OUT_OF_BOUNDS: "out of bounds",
                     PS_UNEXPOSED: "region unexposed while the put was arriving"}
 
@@ -233,7 +233,7 @@ UNKNOWN_FLAGS: Final = 0xFF & ~KNOWN_FLAGS
 # the header and the chunk extension in one unpack (a receiver reads both at once)
 HEADER_CHUNK: Final = struct.Struct(HEADER.format + CHUNK.format[1:])
 # where a data segment's payload starts, by its F_CHUNK | F_PUT bits
-PAYLOAD_AT: Final = {0: HEADER_LEN, F_CHUNK: HEADER_LEN + CHUNK_LEN, F_PUT: HEADER_LEN + PUT_LEN,
+PAYLOAD_AT: Final[dict[int, int]] = {0: HEADER_LEN, F_CHUNK: HEADER_LEN + CHUNK_LEN, F_PUT: HEADER_LEN + PUT_LEN,
               F_CHUNK | F_PUT: HEADER_LEN + CHUNK_LEN + PUT_LEN}
 U32_MASK: Final = (1 << 32) - 1
 
@@ -484,7 +484,7 @@ TP_PEER_TIMEOUT: Final = 0x0003
 TP_WINDOW_BYTES: Final = 0x0004
 #: padding: skipped as unknown (never in PARAM_SPECS); see padding_param
 TP_PADDING: Final = 0x0000
-_PARAM_FORMAT: Final = {4: struct.Struct("!I"), 8: struct.Struct("!Q")}
+_PARAM_FORMAT: Final[dict[int, struct.Struct]] = {4: struct.Struct("!I"), 8: struct.Struct("!Q")}
 #: type -> (attribute, width, smallest, largest)
 PARAM_SPECS: dict[int, tuple[str, int, int, int]] = {
     TP_MAX_DATAGRAM_SIZE: ("max_datagram_size", 4, 61, U32_MASK),
