@@ -88,7 +88,9 @@ def compile_in_place(jobs: int = 2) -> list[str]:
     try:
         clean()  # the old files must not outlive a failed build
         sources = sorted(nat.MODULES.values())
-        exts = mypycify(sources, opt_level="3", group_name=nat.GROUP, target_dir=BUILD, multi_file=True)
+        # its own mypy cache: one shared with the venv's mypy could hold another environment's types
+        options = [f"--cache-dir={os.path.join(BUILD, 'cache')}"]
+        exts = mypycify([*options, *sources], opt_level="3", group_name=nat.GROUP, target_dir=BUILD, multi_file=True)
         dist = Distribution({"ext_modules": exts, "script_name": "hatch_build.py"})
         cmd: Any = dist.get_command_obj("build_ext")
         cmd.build_lib = os.path.join(BUILD, "lib")
