@@ -140,6 +140,22 @@ def markdown(rep: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+BUILDS_START = "<!-- builds: start -->"
+BUILDS_END = "<!-- builds: end -->"
+
+
+def builds_section(path: str) -> str | None:
+    """The compiled-vs-pure section of the file at ``path``, if it has one."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return None
+    if BUILDS_START in text and BUILDS_END in text:
+        return BUILDS_START + text.split(BUILDS_START, 1)[1].split(BUILDS_END, 1)[0] + BUILDS_END
+    return None
+
+
 def write(rep: Mapping[str, Any], root: str = ".") -> tuple[str, str]:
     """Write docs/benchmarks.md and docs/benchmarks-loss.png under ``root``; return their paths.
     Ratios and targets are computed afresh from the results (a saved report may be older)."""
@@ -148,9 +164,11 @@ def write(rep: Mapping[str, Any], root: str = ".") -> tuple[str, str]:
     os.makedirs(d, exist_ok=True)
     md, png = os.path.join(d, MD), os.path.join(d, PNG)
     plot(rep, png)
-    kept = regimes_report.kept_section(md)  # (the regime sweep's section: its own command writes it)
+    # kept as they are: the compiled-vs-pure section (btl bench --builds, written by hand from
+    # its output) and the regime sweep's (its own command writes it)
+    kept = [k for k in (builds_section(md), regimes_report.kept_section(md)) if k]
     with open(md, "w") as f:
-        f.write(markdown(rep) + ("\n" + kept + "\n" if kept else ""))
+        f.write(markdown(rep) + "".join("\n" + k + "\n" for k in kept))
     return md, png
 
 
