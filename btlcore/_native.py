@@ -1,7 +1,7 @@
 """Which build runs: the modules compiled with mypyc, or the same sources as pure Python.
 
-The hot path (the protocol core, the transport's progress pass, the simulator's per-frame path
-and the udp backend's per-datagram loops) may be compiled by mypyc into C extensions that sit
+The hot path (the protocol core, the transport's progress pass, the simulator's scheduler and
+fabric) may be compiled by mypyc into C extensions that sit
 beside their ``.py`` sources (``scripts/setup.sh`` and ``pip wheel`` build them where a C
 compiler is present; see ``hatch_build.py``).  A compiled extension shadows the ``.py`` of the
 same name, so choosing the pure build takes an import hook: :func:`select` puts a finder first
@@ -47,7 +47,6 @@ MODULES: dict[str, str] = {
     **{f"btlcore_sim.{m}": f"backends/sim/btlcore_sim/{m}.py" for m in (
         "fabric", "scheduler")},
     "btlcore.transport": "btlcore/transport.py",
-    **{f"btlcore_udp.{m}": f"backends/udp/btlcore_udp/{m}.py" for m in ("_receive", "_send")},
 }
 
 #: mypyc's shared library for the whole group (a top-level module beside ``btlcore``)

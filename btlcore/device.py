@@ -67,46 +67,17 @@ from __future__ import annotations
 
 import argparse
 import enum
-import functools
 import types
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any
 
 import attrs
 import pluggy
 
 PROJECT = "btlcore"
 hookspec = pluggy.HookspecMarker(PROJECT)
-_marker = pluggy.HookimplMarker(PROJECT)
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-class _HookimplMarker:
-    """pluggy's ``HookimplMarker("btlcore")``, which also takes a function compiled by mypyc
-    (a backend's hot path): such a function takes no attributes, where pluggy keeps its mark,
-    so it is marked through a plain wrapper that keeps its signature, and
-    :meth:`DeviceOps.bind` calls the compiled function itself (``_btl_direct``)."""
-
-    @overload
-    def __call__(self, function: _F, **options: Any) -> _F: ...
-
-    @overload
-    def __call__(self, function: None = None, **options: Any) -> Callable[[_F], _F]: ...
-
-    def __call__(self, function: Any = None, **options: Any) -> Any:
-        if function is not None and not hasattr(function, "__dict__"):
-            compiled = function
-
-            @functools.wraps(compiled)
-            def function(*args: Any) -> Any:
-                return compiled(*args)
-
-            function._btl_direct = compiled
-        return _marker(function, **options)
-
-
-hookimpl = _HookimplMarker()
+hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 class Channel(enum.IntEnum):
@@ -500,7 +471,6 @@ class DeviceOps:
 
         def bound(hook: str, default: Callable[..., Any] | None = None) -> Callable[..., Any]:
             fn = getattr(plugin, hook, None) or default
-            fn = getattr(fn, "_btl_direct", fn)  # (a compiled function, marked by its wrapper)
             if fn is None:  # pragma: no cover - registry validates this first
                 raise TypeError(f"backend {backend!r} does not implement {hook}")
             if isinstance(fn, types.MethodType):  # a method of a plugin object

@@ -29,8 +29,6 @@ Open it by name: ``btlcore.registry.open_device("udp", {"bind": "127.0.0.1:0"})`
   whole flush) and ``device.stats()``.
 """
 
-import btlcore  # noqa: F401 (first: it chooses the compiled or the pure build)
-
 from ._device import UdpDevice
 from ._options import ALLOWED as OPTIONS
 from ._options import UdpOptions
