@@ -6,9 +6,8 @@ The core (this package) is sans-I/O; backends (``btlcore_sim``, ``btlcore_udp``,
 """
 
 import logging
-import sys
 
-from . import _moved, _native
+from . import _native
 
 # first: choose the compiled or the pure build before any module it governs is imported
 _compiled_allowed = _native.select()
@@ -35,9 +34,6 @@ from .protocol.peers import Peer, PeerState  # noqa: E402
 from .registry import list_backends  # noqa: E402
 from .run import open, run_until  # noqa: E402
 from .transport import Message, Transport  # noqa: E402
-
-# btlcore.transport.open and .run_until: the old names, answered for one release (see _moved)
-vars(sys.modules[__name__ + ".transport"])["__getattr__"] = _moved.transport_getattr
 
 __version__ = "0.1.0"
 

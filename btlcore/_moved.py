@@ -100,13 +100,6 @@ def alias_subpackages(old: str, targets: Mapping[str, str]) -> None:
         sys.meta_path.insert(0, _AliasFinder(old, targets))
 
 
-def transport_getattr(name: str) -> object:
-    """``btlcore.transport``'s module ``__getattr__``, set by ``btlcore/__init__.py`` rather
-    than defined in the module (mypyc, which compiles it, mishandles a module ``__getattr__``:
-    it is called before the module's globals exist)."""
-    return moved_to_run(name)
-
-
 def moved_to_run(name: str) -> object:
     """``btlcore.transport.open`` and ``run_until`` moved to :mod:`btlcore.run` (the transport
     module holds the Transport); the old names work for one release, with a warning."""

@@ -1,11 +1,11 @@
 """Which build runs: the modules compiled with mypyc, or the same sources as pure Python.
 
-The hot path (the protocol core, the transport's progress pass, the simulator's scheduler and
-fabric) may be compiled by mypyc into C extensions that sit
-beside their ``.py`` sources (``scripts/setup.sh`` and ``pip wheel`` build them where a C
-compiler is present; see ``hatch_build.py``).  A compiled extension shadows the ``.py`` of the
-same name, so choosing the pure build takes an import hook: :func:`select` puts a finder first
-on ``sys.meta_path`` that loads every name of :data:`MODULES` from its ``.py`` source.
+The hot path (the protocol core and the simulator's scheduler and fabric) may be compiled
+by mypyc into C extensions that sit beside their ``.py`` sources (``scripts/setup.sh`` and
+``pip wheel`` build them where a C compiler is present; see ``hatch_build.py``).  A compiled
+extension shadows the ``.py`` of the same name, so choosing the pure build takes an import
+hook: :func:`select` puts a finder first on ``sys.meta_path`` that loads every name of
+:data:`MODULES` from its ``.py`` source.
 
 It does so when ``BTL_PURE`` is set (to anything but ``0`` or empty), and when the compiled
 build is stale: the build writes the SHA-256 of every source it compiled into
@@ -46,7 +46,6 @@ MODULES: dict[str, str] = {
         "aimd", "bbr", "cubic", "model", "none", "rate")},
     **{f"btlcore_sim.{m}": f"backends/sim/btlcore_sim/{m}.py" for m in (
         "fabric", "scheduler")},
-    "btlcore.transport": "btlcore/transport.py",
 }
 
 #: mypyc's shared library for the whole group (a top-level module beside ``btlcore``)

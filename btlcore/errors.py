@@ -85,10 +85,3 @@ class AddressUnreachable(PeerUnreachable, ValueError):
     """The peer's address cannot be reached from where this transport's device is bound (a
     loopback-bound device toward another host, no route): raised by ``connect()`` at once,
     naming both addresses, instead of a handshake that times out in silence."""
-
-
-class InvalidTransition(RuntimeError):
-    """An event that the connection's state does not allow (a bug in the engine, never the
-    network's doing: the engine checks what it receives before it moves a state).  Defined
-    here, not in :mod:`btlcore.protocol.peers` (which re-exports it): a class compiled by
-    mypyc cannot inherit ``RuntimeError``."""

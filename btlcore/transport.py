@@ -37,6 +37,7 @@ from typing import Any, cast
 import attrs
 
 from . import addresses, checks
+from ._moved import moved_to_run
 from .config import Config
 from .device import Channel, DeviceOps
 from .errors import TransportClosed, WouldBlock
@@ -685,3 +686,8 @@ class Transport:
 
     def __exit__(self, *exc: object) -> None:
         self.close(flush=exc[0] is None)
+
+
+def __getattr__(name: str) -> Any:
+    """``open`` and ``run_until`` moved to :mod:`btlcore.run` (a warning for one release)."""
+    return moved_to_run(name)

@@ -16,7 +16,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from ..errors import InvalidTransition as InvalidTransition
+from .invalid import InvalidTransition as InvalidTransition
 from .stats import PeerCounters
 from .window import ReceiveWindow, SackScoreboard
 

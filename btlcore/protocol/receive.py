@@ -68,6 +68,9 @@ _CLOSING: Final = PeerState.CLOSING
 
 _NOT_FAST: Final = UNKNOWN_FLAGS | F_PUT | F_STATUS  # flags that keep a datagram off the in-order fast path
 _CHUNKED: Final = HEADER_LEN + CHUNK_LEN  # where a chunk's payload starts
+#: the start value of receive_datagrams' peer and last_src, which it types Any through it (a
+#: source is of any type; compiled by mypyc, a local typed int would take ints only)
+_ANY: Any = -1
 
 
 class Receiver:
@@ -114,10 +117,8 @@ class Receiver:
         if st.closed:
             return  # nobody will read them: neither deliver nor acknowledge
         head_chunk, check, peers, events = HEADER_CHUNK.unpack_from, crc32c, self.peers_by_conn, self.events
-        acking, timed, freq = self._acking, self._timed, self._ack_frequency
-        last_src: Any = -1  # (an address of any type once set; mypyc checks an int-typed local)
+        acking, timed, freq, peer, last_src = self._acking, self._timed, self._ack_frequency, _ANY, _ANY
         last_dst = last_inc = k = -1  # whose peer (and source) passed the checks (dispatch resets them)
-        peer: Any
         for data in batch:
             k += 1
             n = len(data)
@@ -157,7 +158,7 @@ class Receiver:
             # in order, whole or a middle chunk of a message in reassembly (not its first nor last) within the
             # transport's budget (the peer's: see _over_budget); else (out of order, ...) the general handler
             if seq_w != (cum + 1) & SEQ_MASK or w._starts or flags & F_CHUNK and (
-                    (ras := pr.reassembly.get(msg_id)) is None or ras.msg_len != msg_len or ras.put_key is not None
+                    (ras := peer.reassembly.get(msg_id)) is None or ras.msg_len != msg_len or ras.put_key is not None
                     or plen <= 0 or off + plen >= msg_len or ras.received + plen >= msg_len
                     or st.rx_held + plen > self._rx_limit):
                 self._on_segment(pr, view, n, flags, seq_w, tag, plen, now)
@@ -174,7 +175,6 @@ class Receiver:
                     pr, tag, data[HEADER_LEN:] if type(data) is bytes else bytes(view[HEADER_LEN:]))))
             else:
                 c.num_chunk_recvs += 1
-                assert ras is not None  # (the fast path's condition found it)
                 parts = ras.parts
                 if parts is not None and off == ras.received and type(view.obj) is bytes:
                     parts.append(view[_CHUNKED:])  # Reassembly.add, inline: kept, not copied
