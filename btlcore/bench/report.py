@@ -7,6 +7,7 @@ they are never timed tests.  A target whose figures are missing shows ``n/a`` an
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -169,9 +170,23 @@ def ratios(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         vb, vr = _median(res, b), _median(res, r)
         unit = (res.get(b) or res.get(r) or {}).get("unit", "")
         ratio = vb / vr if vb is not None and vr else None
+        spread = _pair_ratios(res, b, r) if ratio is not None else []
+        if spread:  # trials run side by side (btl bench's rounds): the median of the per-pair ratios
+            ratio = statistics.median(spread)
         out.append({"label": label, "btlcore": b, "reference": r, "unit": unit, "btlcore_value": vb,
-                    "reference_value": vr, "ratio": ratio, "why": "" if ratio is not None else _why(res, b, r)})
+                    "reference_value": vr, "ratio": ratio, "pairs": len(spread),
+                    "ratio_min": min(spread) if spread else None, "ratio_max": max(spread) if spread else None,
+                    "why": "" if ratio is not None else _why(res, b, r)})
     return out
+
+
+def _pair_ratios(res: Mapping[str, Mapping[str, Any]], b: str, r: str) -> list[float]:
+    """btlcore's trial i over the reference's trial i, where both have the same number (> 1) of
+    trials: the rounds of an interleaved run measure them one after the other."""
+    vb, vr = res[b].get("values") or [], res[r].get("values") or []
+    if len(vb) != len(vr) or len(vb) < 2 or not all(vr):
+        return []
+    return sorted(x / y for x, y in zip(vb, vr, strict=True))
 
 
 # -- targets --------------------------------------------------------------------------------
@@ -262,9 +277,12 @@ def render_text(report: Mapping[str, Any]) -> str:
     for title, body in rows(report["results"]):
         out += ["", title, text_table(HEADER, body)]
     rat = [[r["label"], fmt(r["btlcore_value"], r["unit"]), fmt(r["reference_value"], r["unit"]),
-            f"{r['ratio']:.3g}x" if r["ratio"] is not None else "-", r["why"][:70]] for r in report.get("ratios", [])]
+            f"{r['ratio']:.3g}x" if r["ratio"] is not None else "-",
+            f"{r['ratio_min']:.3g} … {r['ratio_max']:.3g} (n={r['pairs']})" if r.get("pairs") else "",
+            r["why"][:70]] for r in report.get("ratios", [])]
     if rat:
-        out += ["", "btlcore / reference", text_table(["comparison", "btlcore", "reference", "ratio", ""], rat)]
+        out += ["", "btlcore / reference (ratio: the median of the trials' pairs where they ran side by side)",
+                text_table(["comparison", "btlcore", "reference", "ratio", "pairs min … max", ""], rat)]
     tg = [[MARK[t["status"]] + " " + t["status"], t["target"], t["goal"], t["shown"] or "-", t["why"][:70]]
           for t in report.get("targets", [])]
     if tg:

@@ -168,6 +168,62 @@ def select_sections(sections: Iterable[str] | str | None) -> tuple[str, ...]:
     return tuple(chosen)
 
 
+PAIRED = ("raw_udp", "tcp", "quic", "btl_udp")  # sections whose figures are ratios to one another
+
+
+def rounds(p: Profile, chosen: Sequence[str]) -> list[tuple[Profile, tuple[str, ...]]]:
+    """The run as rounds: with ``p.interleave``, the paired sections (references and btlcore
+    over UDP) one trial per round, ``p.trials`` rounds (the warm-up in the first), so each
+    trial of a reference runs next to the same trial of what it is compared with (reference,
+    btlcore, reference, btlcore, ...) and load that drifts moves both; then the in-process
+    sections (simulator, scale) once, with every trial (their trials differ by seed)."""
+    paired = tuple(s for s in chosen if s in PAIRED)
+    rest = tuple(s for s in chosen if s not in PAIRED)
+    if not p.interleave or p.trials <= 1 or not paired:
+        return [(p, tuple(chosen))]
+    out = [(dataclasses.replace(p, trials=1, warmup=p.warmup if i == 0 else 0), paired) for i in range(p.trials)]
+    return out + ([(p, rest)] if rest else [])
+
+
+def merge(old: Result | None, new: Result) -> Result:
+    """One figure's trials gathered over the rounds (a round that failed leaves the others')."""
+    if old is None or not old.ok:
+        return new if old is None or new.ok else old
+    if not new.ok:
+        old.extra["rounds_failed"] = old.extra.get("rounds_failed", 0) + 1
+        return old
+    old.values.extend(new.values)
+    old.stats = harness.summarize(old.values)
+    return old
+
+
+def _run_item(item: Item, p: Profile, t_start: float, cprofile: str | None, log: TextIO | None) -> list[Result]:
+    """Run one measurement (unless the run's time budget is spent) and log its figures."""
+    t0 = time.monotonic()
+    if t0 - t_start > p.budget:
+        why = f"the run's time budget ({p.budget:g} s, profile {p.name}) was spent"
+        return [skipped(i, item.section, n, u, why, better=b) for i, n, u, b in item.specs]
+    if cprofile:
+        os.environ[harness.CPROFILE_ENV] = os.path.abspath(cprofile)
+        os.environ[harness.LABEL_ENV] = item.specs[0][0]
+    try:
+        got = item.run()
+    finally:
+        os.environ.pop(harness.CPROFILE_ENV, None)
+        os.environ.pop(harness.LABEL_ENV, None)
+    if log is not None:
+        for r in got:
+            if r.ok:
+                s = r.stats
+                shown = (f"{report.fmt(s['median'], r.unit)}  [{report.fmt(s['min'], r.unit)} … "
+                         f"{report.fmt(s['max'], r.unit)}]")
+            else:
+                shown = f"skipped: {r.skipped}" if r.skipped else f"ERROR: {report.short_error(r.error or '')}"
+            print(f"[{time.monotonic() - t_start:6.1f}s] {r.name}: {shown}  ({time.monotonic() - t0:.1f}s)",
+                  file=log, flush=True)
+    return got
+
+
 def run(quick: bool = True, json: bool = False, sections: Iterable[str] | str | None = None, *,
         profile: Profile | str | None = None, out: TextIO | None | Literal["stdout"] = "stdout",
         log: TextIO | None | Literal["stderr"] = "stderr",
@@ -195,34 +251,14 @@ def run(quick: bool = True, json: bool = False, sections: Iterable[str] | str | 
     if busy_before and log is not None:
         print(f"btl bench: warning: {busy_before}", file=log, flush=True)
     t_start = time.monotonic()
-    results: list[Result] = []
-    for item in plan(p, host):
-        if item.section not in chosen:
-            continue
-        t0 = time.monotonic()
-        if t0 - t_start > p.budget:
-            why = f"the run's time budget ({p.budget:g} s, profile {p.name}) was spent"
-            got = [skipped(i, item.section, n, u, why, better=b) for i, n, u, b in item.specs]
-        else:
-            if cprofile:
-                os.environ[harness.CPROFILE_ENV] = os.path.abspath(cprofile)
-                os.environ[harness.LABEL_ENV] = item.specs[0][0]
-            try:
-                got = item.run()
-            finally:
-                os.environ.pop(harness.CPROFILE_ENV, None)
-                os.environ.pop(harness.LABEL_ENV, None)
-        results.extend(got)
-        if log is not None:
-            for r in got:
-                if r.ok:
-                    s = r.stats
-                    shown = (f"{report.fmt(s['median'], r.unit)}  [{report.fmt(s['min'], r.unit)} … "
-                             f"{report.fmt(s['max'], r.unit)}]")
-                else:
-                    shown = f"skipped: {r.skipped}" if r.skipped else f"ERROR: {report.short_error(r.error or '')}"
-                print(f"[{time.monotonic() - t_start:6.1f}s] {r.name}: {shown}  ({time.monotonic() - t0:.1f}s)",
-                      file=log, flush=True)
+    merged: dict[str, Result] = {}
+    for rp, sections in rounds(p, chosen):
+        for item in plan(rp, host):
+            if item.section not in sections:
+                continue
+            for r in _run_item(item, rp, t_start, cprofile, log):
+                merged[r.id] = merge(merged.get(r.id), r)
+    results = list(merged.values())
     meta = machine()
     busy_after = harness.contention()
     meta.update(host=host, warnings=[w for w in (busy_before, busy_after) if w][:1], profile=p.name,
