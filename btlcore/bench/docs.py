@@ -92,7 +92,8 @@ def markdown(rep: Mapping[str, Any]) -> str:
         f"*Profile `{meta.get('profile', '?')}`, {meta.get('trials', '?')} trials after "
         f"{meta.get('warmup', '?')} warm-up, measured {meta.get('time', '?')} "
         f"on {meta.get('cpu_model') or 'unknown CPU'} ({len(meta.get('cpus', []))} CPUs), "
-        f"Python {meta.get('python', '?')}, aioquic {meta.get('aioquic') or 'not installed'}; "
+        f"Python {meta.get('python', '?')} (btlcore {meta.get('build', '?')}), "
+        f"aioquic {meta.get('aioquic') or 'not installed'}; "
         f"the two ends pinned to cores {meta.get('pinned_cores', '?')}; the run took {meta.get('elapsed', 0):.0f} s.*",
         "",
         "Each figure is the median of its trials; the spread is min … max and the inter-quartile range.",
@@ -106,9 +107,13 @@ def markdown(rep: Mapping[str, Any]) -> str:
     rat = rep.get("ratios", [])
     if rat:
         lines += ["## btlcore / reference", "",
-                  R.md_table(["comparison", "btlcore", "reference", "ratio", "note"],
+                  "The ratio is the median of the per-pair ratios where the trials ran side by side.", "",
+                  R.md_table(["comparison", "btlcore", "reference", "ratio", "pairs min … max", "note"],
                              [[r["label"], R.fmt(r["btlcore_value"], r["unit"]), R.fmt(r["reference_value"], r["unit"]),
-                               f"{r['ratio']:.3g}x" if r["ratio"] is not None else "-", r["why"]] for r in rat]), ""]
+                               f"{r['ratio']:.3g}x" if r["ratio"] is not None else "-",
+                               (f"{r['ratio_min']:.3g} … {r['ratio_max']:.3g} (n={r['pairs']})"
+                                if r.get("pairs") else ""),
+                               r["why"]] for r in rat]), ""]
     tg = rep.get("targets", [])
     if tg:
         lines += ["## Targets", "", "Goals of issue 6, printed by the benchmark (never timed tests).", "",
