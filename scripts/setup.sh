@@ -6,7 +6,7 @@
 # about a minute and a half on 2 cores) and otherwise stays pure Python, saying so in one line.
 # When only the compiled modules' sources changed since, it recompiles them in place: a stale
 # build would not run anyway (btlcore/_native.py runs pure Python when a source no longer
-# matches what was compiled).  BTL_NO_COMPILE=1: set up the pure build only.
+# matches what was compiled).  BTL_NO_COMPILE=1 at install: set up the pure build only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -16,6 +16,7 @@ fi
 stamp=.venv/.btlcore-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 log=.venv/install.log
+installed=0
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     # Left by the setuptools editable install of releases before 0.2: its old entry points
     # would shadow the installed ones (the checkout's root is on sys.path in editable mode).
@@ -28,6 +29,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         exit 1
     fi
     echo "$want" > "$stamp"
+    installed=1  # (the install compiled the hot path: hatch_build.py)
 fi
 
 # the compiled build: rebuilt in place when a compiled module's source (or the list) changed
@@ -36,7 +38,7 @@ s = u.spec_from_file_location("n", "btlcore/_native.py"); m = u.module_from_spec
 print("\n".join(sorted(m.MODULES.values())))'; }
 built=.venv/.btlcore-compiled
 have=$(cat hatch_build.py btlcore/_native.py $(sources) | sha256sum | cut -d' ' -f1)
-if [ "${BTL_NO_COMPILE:-0}" = "0" ] && [ -f "$built" ] && [ "$(cat "$built")" != "$have" ]; then
+if [ $installed = 0 ] && [ "${BTL_NO_COMPILE:-0}" = "0" ] && [ -f "$built" ] && [ "$(cat "$built")" != "$have" ]; then
     echo "recompiling the hot path (sources changed since the last build; log in $log)"
     .venv/bin/python hatch_build.py >"$log" 2>&1 || true
 fi
