@@ -60,7 +60,7 @@ class Handshake:
     __slots__ = ("_state", "config", "crc", "incarnation", "counters", "events", "peers_by_addr",
                  "peers_by_conn", "_cc", "_rng", "_hello", "_timed", "_touched", "_sending", "_acking",
                  "_ack_channel", "_unschedule", "_fail_messages", "_build_hello", "hello_ack_len",
-                 "_challenge", "_learn_remote", "_foreign")
+                 "_challenge", "_learn_remote", "_foreign", "_on_handshake_rtt")
 
     def __init__(self, state: EngineState, packetizer: Packetizer, recovery: Recovery) -> None:
         self._state = state  # for closed and resolve
@@ -72,6 +72,8 @@ class Handshake:
         self.peers_by_addr = state.peers_by_addr
         self.peers_by_conn = state.peers_by_conn
         self._cc = state.cc
+        # the algorithm's optional hook for the handshake's RTT sample (looked up once)
+        self._on_handshake_rtt: Callable[[Peer], None] | None = getattr(state.cc, "on_handshake_rtt", None)
         self._rng = state.rng
         self._hello = state.hello
         self._timed = state.timed
@@ -161,6 +163,7 @@ class Handshake:
         peer.hello_next = now
         peer.hello_interval = self.config.handshake_interval
         peer.hello_started = now
+        peer.hello_sent_at = None  # (the first HELLO's time: the handshake's RTT sample)
         self._hello[peer] = None
         self._timed[peer] = None
 
@@ -257,8 +260,8 @@ class Handshake:
         # it); a HELLO does only if it is addressed to it.
         elif hello.echo_incarnation == self.incarnation and (typ == T_HELLO_ACK or dst == peer.local_conn):
             first = not peer.confirmed
-            if first and typ == T_HELLO_ACK and peer.hello_count == 1 and peer.hello_sent_at is not None:
-                peer.timer.sample(now - peer.hello_sent_at)  # one HELLO, one answer: an RTT
+            if first and typ == T_HELLO_ACK and peer.hello_sent_at is not None:
+                self._handshake_rtt(peer, now - peer.hello_sent_at)
             self.confirm(peer, now)
             if first and typ == T_HELLO_ACK:
                 # let the other side know at once that we know it (confirms it)
@@ -266,6 +269,18 @@ class Handshake:
                 self._acking[peer] = None
         elif peer.state is PeerState.CONNECTING and peer.hello_next is None and peer.queue:
             self.start_hello(peer, now)
+
+    def _handshake_rtt(self, peer: Peer, since_first: float) -> None:
+        """The HELLO_ACK that confirms the connection came ``since_first`` after our first
+        HELLO: an RTT sample before any data.  With one HELLO sent it is exact; with retries
+        (``handshake_interval`` below the path's round trip, or a HELLO lost) the answer may
+        be to a later HELLO, so it is an upper bound of the RTT, never below it (no spurious
+        timeout can follow), and is taken only while below the guess it replaces (the
+        initial RTT, a third of ``rto_initial``)."""
+        if peer.hello_count == 1 or since_first < self.config.rto_initial / 3:
+            peer.timer.sample(since_first)
+            if self._on_handshake_rtt is not None:
+                self._on_handshake_rtt(peer)  # (e.g. pace the first window by it)
 
     def _unproven(self, peer: Peer, dst: int, hello: Hello, source: Any) -> bool:
         """Would this HELLO or HELLO_ACK replace a live connection (a restart, or a new
@@ -426,7 +441,8 @@ class Handshake:
                 peer.counters.num_hello_sends += 1
                 peer.counters.num_total_sends += 1
                 peer.hello_count += 1
-                peer.hello_sent_at = now
+                if peer.hello_sent_at is None:
+                    peer.hello_sent_at = now
                 peer.hello_next = now + peer.hello_interval
                 peer.hello_interval = min(peer.hello_interval * 2, _HELLO_INTERVAL_MAX)
             if peer.hello_next is None or peer.confirmed:

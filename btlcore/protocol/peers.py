@@ -266,8 +266,8 @@ class Peer:
         self.crc = False  # put a CRC32C on what we send it (we or it require one; the engine sets it)
         self.hello_next: float | None = None  # when to (re)send a HELLO
         self.hello_interval = 0.0
-        self.hello_count = 0  # HELLOs sent (an RTT sample needs exactly one)
-        self.hello_sent_at: float | None = None
+        self.hello_count = 0  # HELLOs sent (with one, the handshake's RTT sample is exact)
+        self.hello_sent_at: float | None = None  # the first HELLO of this handshake, when
         self.hello_started: float | None = None
         self.hello_reply = False  # a HELLO_ACK is owed
         self.reply_dest: Any = None  # where to: the HELLO's source as a dest (None: ``dest``)

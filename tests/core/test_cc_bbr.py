@@ -202,3 +202,29 @@ def test_flows_sharing_a_queue_converge_to_equal_shares(flows: int) -> None:
     rates = [r.goodput(since=5.0) for r in runs]
     assert sum(rates) >= 0.95 * link.rate
     assert jain(rates) >= 0.95
+
+
+def test_the_engine_paces_the_first_window_over_the_handshake_rtt() -> None:
+    """The congestion state is made before the handshake (no RTT yet); the handshake's sample
+    then paces the first window (STARTUP's gain over one round trip), so many flows starting
+    together do not land their first windows in a shared queue at once."""
+    from btlcore.protocol.wire import T_DATA
+    from btlcore.testing.enginepair import EnginePair, safe_decode
+
+    p = EnginePair(Config(cc="bbr", cwnd_initial=16), delay=0.004)
+    p.handshake()
+    peer = p.pa
+    st = peer.cc_state
+    assert st.min_rtt == pytest.approx(0.008) and st.bw == 0.0
+    first_rate = bbr.STARTUP_GAIN * st.cwnd_bytes / 0.008
+    assert peer.pacing_rate == pytest.approx(first_rate)
+    mark = len(p.log)
+    for i in range(16):
+        p.send(0, 1, 1, bytes(1400), key=i)
+    p.run(lambda: all(p.completions[i] for i in range(16)), max_time=p.now + 1)
+    sent = [(t, len(raw)) for t, s, _d, raw in p.log[mark:]
+            if s == 0 and (d := safe_decode(raw)) is not None and d.type == T_DATA]
+    assert len(sent) == 16
+    # at that rate, not at once: each datagram leaves after the bytes before it were paced out
+    paced = sum(n for _t, n in sent[:-1]) / first_rate
+    assert sent[-1][0] - sent[0][0] == pytest.approx(paced, rel=0.05)

@@ -18,6 +18,8 @@ Optional, looked up once per engine (an algorithm that lacks one is never called
 * ``on_rate_sample(peer, sample)``: once per ACK datagram that acknowledged something new,
   with a :class:`~btlcore.protocol.congestion.rate.RateSample` (delivery rate, RTT, bytes
   acknowledged, lost and in flight) -- what model-based algorithms (``bbr``) steer by;
+* ``on_handshake_rtt(peer)``: the handshake gave an RTT sample (``peer.timer.min_rtt``)
+  before any data was sent -- what an algorithm that paces spreads its first window over;
 * ``on_spurious(peer)``: the last loss episode (or timeout) proved spurious: undo its decrease.
   Before each ``on_loss_episode`` and ``on_persistent_congestion`` the engine keeps
   ``peer.undo_cwnd`` and ``peer.undo_ssthresh`` (the values the decrease replaces), which it

@@ -114,6 +114,16 @@ class Bbr:
         # gain); unpaced when there is none
         peer.pacing_rate = STARTUP_GAIN * st.cwnd_bytes / st.min_rtt if st.min_rtt else 0.0
 
+    def on_handshake_rtt(self, peer: Peer) -> None:
+        """The handshake measured the round trip before any data: pace the first window
+        over it, at STARTUP's gain (unpaced, a window of many flows' first segments lands in
+        a shared queue at once, and the latecomers lose theirs)."""
+        st: BbrState = peer.cc_state
+        rtt = peer.timer.min_rtt
+        if rtt and st.bw == 0.0:
+            st.min_rtt = rtt
+            peer.pacing_rate = STARTUP_GAIN * st.cwnd_bytes / rtt
+
     def on_ack(self, peer: Peer) -> None:
         """Nothing per segment: the window follows the model, per ACK datagram."""
 
