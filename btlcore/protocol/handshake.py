@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import MessageTooLarge, PeerUnreachable
 from ..errors import PeerRestarted as RestartError
+from .autotune import initial_cap, send_window
 from .events import PeerRestarted, SendCompleted
 from .packetizer import Packetizer
 from .peers import OutMessage, Peer, PeerEvent, PeerState
@@ -73,7 +74,7 @@ class Handshake:
         self.peers_by_conn = state.peers_by_conn
         self._cc = state.cc
         # the algorithm's optional hook for the handshake's RTT sample (looked up once)
-        self._on_handshake_rtt: Callable[[Peer], None] | None = getattr(state.cc, "on_handshake_rtt", None)
+        self._on_handshake_rtt: Callable[[Peer, float], None] | None = getattr(state.cc, "on_handshake_rtt", None)
         self._rng = state.rng
         self._hello = state.hello
         self._timed = state.timed
@@ -133,9 +134,10 @@ class Handshake:
         peer.single_cap = min(state.single_cap, datagram - HEADER_LEN)
         peer.chunk_cap = min(state.chunk_cap, datagram - HEADER_LEN - CHUNK_LEN)
         # its receive window in bytes (its recv_buffer; 0: none) caps what is in flight to
-        # it, in our largest chunks: never less than one segment, so any message still goes
-        if p.window_bytes:
-            peer.window_cap = min(cfg.window, max(1, p.window_bytes // peer.chunk_cap))
+        # it, in our largest chunks: never less than one segment, so any message still goes;
+        # and the congestion window's cap starts from it (autotune.py)
+        peer.window_cap = send_window(cfg, peer.chunk_cap, p.window_bytes)
+        peer.cwnd_cap = initial_cap(cfg, state.cwnd_max, peer)
         if peer.queue:
             kept: deque[OutMessage] = deque()
             for msg in peer.queue:
@@ -272,15 +274,15 @@ class Handshake:
 
     def _handshake_rtt(self, peer: Peer, since_first: float) -> None:
         """The HELLO_ACK that confirms the connection came ``since_first`` after our first
-        HELLO: an RTT sample before any data.  With one HELLO sent it is exact; with retries
-        (``handshake_interval`` below the path's round trip, or a HELLO lost) the answer may
-        be to a later HELLO, so it is an upper bound of the RTT, never below it (no spurious
-        timeout can follow), and is taken only while below the guess it replaces (the
-        initial RTT, a third of ``rto_initial``)."""
-        if peer.hello_count == 1 or since_first < self.config.rto_initial / 3:
+        HELLO.  With one HELLO sent that is the round trip: the timer's first sample.  With
+        retries (``handshake_interval`` below the path's round trip, or a HELLO lost) the
+        answer may be to a later HELLO: no sample (Karn's rule), but an upper bound of the
+        RTT, never below it, which an algorithm that paces may still spread its first
+        window over (slower than the path allows, never faster)."""
+        if peer.hello_count == 1:
             peer.timer.sample(since_first)
-            if self._on_handshake_rtt is not None:
-                self._on_handshake_rtt(peer)  # (e.g. pace the first window by it)
+        if self._on_handshake_rtt is not None and since_first < self.config.rto_initial / 3:
+            self._on_handshake_rtt(peer, since_first)  # (below the initial RTT guess: news)
 
     def _unproven(self, peer: Peer, dst: int, hello: Hello, source: Any) -> bool:
         """Would this HELLO or HELLO_ACK replace a live connection (a restart, or a new

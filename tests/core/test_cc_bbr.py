@@ -228,3 +228,39 @@ def test_the_engine_paces_the_first_window_over_the_handshake_rtt() -> None:
     # at that rate, not at once: each datagram leaves after the bytes before it were paced out
     paced = sum(n for _t, n in sent[:-1]) / first_rate
     assert sent[-1][0] - sent[0][0] == pytest.approx(paced, rel=0.05)
+
+
+def _first_pace(delay: float, lost_hellos: int = 0, **cfg: object) -> tuple[object, float]:
+    from btlcore.protocol.wire import T_HELLO
+    from btlcore.testing.enginepair import EnginePair
+
+    p = EnginePair(Config(cc="bbr", **cfg), delay=delay)  # type: ignore[arg-type]
+    if lost_hellos:
+        p.faults.drop(where=lambda d: d.type == T_HELLO, count=lost_hellos)
+    p.handshake()
+    return p.pa, bbr.STARTUP_GAIN * p.pa.cc_state.cwnd_bytes
+
+
+def test_a_retried_hello_paces_the_first_window_by_the_bound_it_gives() -> None:
+    # a 16 ms round trip is longer than the first HELLO retry (10 ms): two HELLOs left before
+    # the answer.  Ambiguous, so no timer sample (Karn) -- but the answer came 16 ms after the
+    # first HELLO, at most the round trip: the first window is paced over that
+    peer, window = _first_pace(0.008)
+    assert peer.hello_count == 2 and peer.timer.srtt is None
+    assert peer.pacing_rate == pytest.approx(window / 0.016)
+
+
+def test_a_lost_hello_paces_the_first_window_no_faster_than_the_path() -> None:
+    # the first HELLO lost: the answer to the second comes 18 ms after the first, more than
+    # the 8 ms round trip -- a pace slower than the path's, never faster
+    peer, window = _first_pace(0.004, lost_hellos=1)
+    assert peer.timer.srtt is None
+    assert peer.pacing_rate == pytest.approx(window / 0.018)
+    assert peer.pacing_rate < window / 0.008
+
+
+def test_hellos_retried_past_the_initial_rtt_leave_the_first_window_unpaced() -> None:
+    # three HELLOs lost: 70 ms after the first (10 + 20 + 40 ms of retries), above the initial
+    # RTT guess (rto_initial / 3 = 50 ms): no news, as before
+    peer, _window = _first_pace(0.0005, lost_hellos=3, rto_initial=0.15)
+    assert peer.hello_count == 4 and peer.pacing_rate == 0.0

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from btlcore import Config
-from btlcore.protocol.wire import T_ACK, T_DATA, T_HELLO
+from btlcore.protocol.wire import T_ACK, T_DATA
 from btlcore.testing.enginepair import DROP, EnginePair, safe_decode
 
 
@@ -37,37 +37,6 @@ def test_the_handshake_gives_the_connecting_side_its_rtt() -> None:
     assert t.rto == pytest.approx(0.008 + 4 * 0.004 + 0.0002)
     assert p.pb.timer.srtt is None  # the answering side has no sample yet ...
     assert p.pb.timer.rto == Config().rto_initial == 1.0  # ... so it waits RFC 6298's 1 s
-
-
-def test_a_retried_hello_still_gives_the_rtt_from_the_first() -> None:
-    # a 16 ms round trip is longer than the first HELLO retry interval (10 ms): two HELLOs
-    # leave before the answer to the first comes back, and that answer is still a sample
-    p = pair(delay=0.008)
-    assert p.pa.hello_count == 2
-    t = p.pa.timer
-    assert t.srtt == pytest.approx(0.016) and t.min_rtt == pytest.approx(0.016)
-    assert t.rto == pytest.approx(0.016 + 4 * 0.008 + 0.0002)
-
-
-def test_a_lost_hello_gives_an_rtt_never_below_the_path_s() -> None:
-    # the first HELLO is lost: the HELLO_ACK answers the second, sent 10 ms later; the
-    # sample counts from the first (an upper bound), so no timeout can come too early
-    p = EnginePair(Config(), delay=0.004)
-    p.faults.drop(where=lambda d: d.type == T_HELLO, count=1)
-    p.handshake()
-    t = p.pa.timer
-    assert t.srtt is not None and 0.008 <= t.srtt == pytest.approx(0.018)
-
-
-def test_hellos_retried_past_the_initial_rtt_give_no_sample() -> None:
-    # three HELLOs lost: the answer comes 70 ms after the first (10 + 20 + 40 ms of retries),
-    # a bound above the initial RTT guess (rto_initial / 3 = 50 ms here): no sample, the
-    # initial timeout stands
-    p = EnginePair(Config(rto_initial=0.15), delay=0.0005)
-    p.faults.drop(where=lambda d: d.type == T_HELLO, count=3)
-    p.handshake()
-    assert p.pa.hello_count == 4
-    assert p.pa.timer.srtt is None and p.pa.timer.rto == pytest.approx(0.15)
 
 
 def test_the_first_timeout_without_a_sample_is_one_second() -> None:
