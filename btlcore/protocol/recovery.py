@@ -211,8 +211,6 @@ class Recovery:
         if peer.timer.backoff != 1:  # (the look spares a call per ACK: nearly always 1)
             peer.timer.progress()
         peer.timeouts = 0
-        if peer.cwnd >= peer.cwnd_cap and peer.cwnd_cap < peer.window_cap and self._autotune:
-            grow_cap(peer, now)  # the window at its cap: cover the measured BDP (autotune.py)
         if peer.probe_seq is not None and peer.snd_una >= peer.probe_seq:
             # A timeout's probes are acknowledged.  Had the originals arrived, the receiver
             # would have reported a duplicate (AF_DUPLICATE): without one, they were lost,
@@ -222,6 +220,8 @@ class Recovery:
             peer.probe_seq = None
         if peer.queue and peer.state is _ESTABLISHED:
             self._sending[peer] = None
+            if peer.cwnd >= peer.cwnd_cap and peer.cwnd_cap < peer.window_cap and self._autotune:
+                grow_cap(peer, now)  # more to send, the window at its cap: cover the measured BDP (autotune.py)
         self._touched[peer] = None
 
     def on_ack(self, peer: Peer, data: memoryview, n: int, ack_w: int, plen: int, now: float) -> None:
