@@ -277,12 +277,15 @@ class Handshake:
         HELLO.  With one HELLO sent that is the round trip: the timer's first sample.  With
         retries (``handshake_interval`` below the path's round trip, or a HELLO lost) the
         answer may be to a later HELLO: no sample (Karn's rule), but an upper bound of the
-        RTT, never below it, which an algorithm that paces may still spread its first
-        window over (slower than the path allows, never faster)."""
+        RTT, never below it: the first timeout need not wait longer than such a sample
+        would make it, and an algorithm that paces may spread its first window over it
+        (slower than the path allows, never faster)."""
         if peer.hello_count == 1:
             peer.timer.sample(since_first)
-        if self._on_handshake_rtt is not None and since_first < self.config.rto_initial / 3:
-            self._on_handshake_rtt(peer, since_first)  # (below the initial RTT guess: news)
+        if since_first < self.config.rto_initial / 3:  # (below the initial RTT guess: news)
+            peer.timer.bound(since_first)  # (no sample, but no need to wait the initial timeout)
+            if self._on_handshake_rtt is not None:
+                self._on_handshake_rtt(peer, since_first)
 
     def _unproven(self, peer: Peer, dst: int, hello: Hello, source: Any) -> bool:
         """Would this HELLO or HELLO_ACK replace a live connection (a restart, or a new
