@@ -264,3 +264,22 @@ def test_hellos_retried_past_the_initial_rtt_leave_the_first_window_unpaced() ->
     # RTT guess (rto_initial / 3 = 50 ms): no news, as before
     peer, _window = _first_pace(0.0005, lost_hellos=3, rto_initial=0.15)
     assert peer.hello_count == 4 and peer.pacing_rate == 0.0
+
+
+def test_in_startup_the_pace_only_rises() -> None:
+    """The first rate samples (a segment or two over a whole round trip) are far below the
+    path's rate: until STARTUP has found the bandwidth the pace never falls to them (on a
+    100 ms round trip, a pace set by them held 1 Gb/s to 0.86 of the link over 2 s)."""
+    from btlcore.testing.enginepair import EnginePair
+
+    p = EnginePair(Config(cc="bbr"), delay=0.05, mtu=9000)
+    p.handshake()
+    peer = p.pa
+    first = peer.pacing_rate
+    assert first == pytest.approx(bbr.STARTUP_GAIN * 32 * (peer.chunk_cap + 32) / 0.1)  # its real segments
+    paces: list[float] = []
+    p.add_hook(lambda s, d, data, k: paces.append(peer.pacing_rate) if s == 0 and not peer.cc_state.filled else None)
+    for i in range(4):
+        p.send(0, 1, 1, bytes(1 << 20), key=i)
+    p.run(lambda: all(p.completions[i] for i in range(4)), max_time=p.now + 5)
+    assert len(paces) > 100 and paces == sorted(paces) and paces[0] == first

@@ -124,6 +124,9 @@ class Bbr:
         if st.bw == 0.0:
             if st.min_rtt_at < 0.0:
                 st.min_rtt = rtt  # (replaced by the first sample: min_rtt_at < 0)
+            if peer.chunk_cap and st.rounds == 0:  # (its largest segments, now known)
+                st.seg = float(peer.chunk_cap + 32)
+                st.cwnd_bytes = self.cwnd_initial * st.seg
             peer.pacing_rate = STARTUP_GAIN * st.cwnd_bytes / rtt
 
     def on_ack(self, peer: Peer) -> None:
@@ -172,7 +175,12 @@ class Bbr:
             self._probe_rtt(peer, st, s)
         bw = st.bw
         if bw > 0.0:
-            peer.pacing_rate = st.pacing_gain * bw
+            rate = st.pacing_gain * bw
+            # (until STARTUP has found the bandwidth, the pace only rises: the first samples,
+            # a segment or two acknowledged over a whole round trip, are far below the path's
+            # rate, and a pace set by them would hold the first rounds back: the draft's rule)
+            if st.filled or rate > peer.pacing_rate:
+                peer.pacing_rate = rate
         self._set_cwnd(peer, st, s)
 
     def _set_cwnd(self, peer: Peer, st: BbrState, s: RateSample) -> None:
