@@ -42,6 +42,21 @@ POLL_INTERVAL = 0.0005
 #: per QUIET_ROUND of the loop's time until something happens (idle keepalives do not spin)
 QUIET_ROUNDS = 16
 QUIET_ROUND = 0.001
+#: a timer armed for a deadline that has since moved later is moved too when it would fire
+#: before this share of the wait is over (a round trip's retransmit and probe times move by a
+#: round trip each: left alone, the timer would wake the loop for nothing once a round trip);
+#: else it is left to fire early and re-arm (no re-arming per pass for far deadlines)
+EARLY_SHARE = 0.5
+#: added to a timer's delay on a loop that rounds delays to the nearest millisecond (uvloop,
+#: libuv's timers): unpadded, a deadline under half a millisecond away fires at once, and the
+#: re-check re-arms it at once, spinning the loop until the deadline (asyncio rounds its waits
+#: up: no pad).  Timers are thus as late as asyncio's (a millisecond at most), never early.
+ROUNDING_PAD = 0.0005
+
+
+def timer_pad(loop: asyncio.AbstractEventLoop) -> float:
+    """What :class:`Driver` adds to a delay on ``loop`` (see ``ROUNDING_PAD``)."""
+    return ROUNDING_PAD if type(loop).__module__.partition(".")[0] == "uvloop" else 0.0
 
 
 class Timer:
@@ -70,7 +85,7 @@ class Driver:
     user's plain handler)."""
 
     __slots__ = ("transport", "loop", "now", "_after", "_on_error", "_fds", "_timer", "_timer_at",
-                 "_soon", "_stopped", "_passing", "_watched", "_arming")
+                 "_soon", "_stopped", "_passing", "_watched", "_arming", "_pad")
 
     def __init__(self, transport: Transport, loop: asyncio.AbstractEventLoop,
                  after_pass: Callable[[], bool], on_error: Callable[[BaseException], None]) -> None:
@@ -85,6 +100,7 @@ class Driver:
         self._stopped = False
         self._passing = False
         self._arming = False  # an _arm_now is scheduled
+        self._pad = timer_pad(loop)
         self._fds = list(transport.device.fds())
         # a loop on the device's own virtual clock (btlcore_sim.vloop) says when frames land
         watch = None if self._fds else getattr(loop, "btl_watch", None)
@@ -109,7 +125,8 @@ class Driver:
         return timer
 
     def _schedule(self, timer: Timer) -> None:
-        timer.handle = self.loop.call_at(self.loop.time() + max(0.0, timer.when - self.now()), self._due, timer)
+        delay = max(0.0, timer.when - self.now()) + self._pad
+        timer.handle = self.loop.call_at(self.loop.time() + delay, self._due, timer)
 
     def _due(self, timer: Timer) -> None:
         if timer.cancelled:
@@ -220,8 +237,8 @@ class Driver:
     def _fire(self) -> None:
         self._timer = None
         self._timer_at = float("inf")
-        if self._stopped:
-            return
+        if self._stopped or self._arming:
+            return  # (tasks woken by a pass run first: _arm_now then sets the timer)
         t = self.transport
         deadline = t.next_deadline()
         if deadline is not None and deadline > self.now():
@@ -241,14 +258,15 @@ class Driver:
                 return
             self.kick()
             return
-        if deadline < self._timer_at:
+        at = self._timer_at
+        if deadline < at or (deadline > at and at - now < (deadline - now) * EARLY_SHARE):
             self._set_timer(deadline, now)
 
     def _set_timer(self, deadline: float, now: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
         self._timer_at = deadline
-        self._timer = self.loop.call_at(self.loop.time() + (deadline - now), self._fire)
+        self._timer = self.loop.call_at(self.loop.time() + (deadline - now) + self._pad, self._fire)
 
 
 class Pump:
