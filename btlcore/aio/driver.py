@@ -36,6 +36,7 @@ from typing import Any
 
 from ..transport import Transport
 
+_INF = float("inf")
 #: a device with neither descriptors nor virtual time is polled this often (seconds)
 POLL_INTERVAL = 0.0005
 #: the simulator's pump, after QUIET_ROUNDS rounds that only moved the clock, runs one round
@@ -85,7 +86,7 @@ class Driver:
     user's plain handler)."""
 
     __slots__ = ("transport", "loop", "now", "_after", "_on_error", "_fds", "_timer", "_timer_at",
-                 "_soon", "_stopped", "_passing", "_watched", "_arming", "_pad")
+                 "_soon", "_stopped", "_passing", "_watched", "_arming", "_pad", "_known")
 
     def __init__(self, transport: Transport, loop: asyncio.AbstractEventLoop,
                  after_pass: Callable[[], bool], on_error: Callable[[BaseException], None]) -> None:
@@ -101,6 +102,9 @@ class Driver:
         self._passing = False
         self._arming = False  # an _arm_now is scheduled
         self._pad = timer_pad(loop)
+        # the transport's timer_deadline() as read after the last pass or send (inf: none),
+        # None once something else may have moved it: the next input pass skips reading it
+        self._known: float | None = None
         self._fds = list(transport.device.fds())
         # a loop on the device's own virtual clock (btlcore_sim.vloop) says when frames land
         watch = None if self._fds else getattr(loop, "btl_watch", None)
@@ -138,6 +142,7 @@ class Driver:
 
     def kick(self) -> None:
         """A pass soon (new work was queued); many kicks in one iteration make one pass."""
+        self._known = None
         if self._soon is None and not self._stopped:
             self._soon = self.loop.call_soon(self._run)
 
@@ -147,18 +152,19 @@ class Driver:
         t = self.transport
         if self._passing:
             return  # queued by a handler inside a pass: the pass sends it
-        if self._stopped or t._backlog:
+        if self._stopped or t.backlogged:
             self.kick()
             return
-        now = self.now()
-        t._flush_sends(now)
-        engine = t.engine
-        if engine.has_work():
+        t.post_sends()
+        if t.engine.has_work():
             self.kick()
             return
         if self._arming:
-            return  # (the timer is set after the tasks of this iteration, this one included)
-        deadline = self._deadline(engine)  # (what a send adds: its retransmit timeout)
+            self._known = None  # (read again, with the timer set, after this iteration's tasks)
+            return
+        deadline = t.timer_deadline()  # (what a send adds: its retransmit timeout)
+        self._known = _INF if deadline is None else deadline
+        now = self.now()
         if deadline is not None and deadline < self._timer_at:
             if deadline <= now:
                 self.kick()
@@ -185,14 +191,16 @@ class Driver:
 
     # -- passes -------------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _run(self, timer: float | None = None) -> None:
+        """One pass, then the timer; ``timer``: the transport's timer deadline if known."""
         if self._stopped:
             return
         self._soon = None
+        self._known = None
         t = self.transport
         self._passing = True
         try:
-            t._pass()
+            t.run_pass(timer)
         except Exception as exc:  # a plain handler raised: to the loop's handler, and go on
             self._on_error(exc)
         finally:
@@ -200,20 +208,14 @@ class Driver:
         woke = self._after()
         if t.closed:
             return
-        engine = t.engine
-        if t._backlog or engine.events or engine.has_work() or t._stats_interval:
-            self._arm(t.next_deadline())  # (work left: a pass soon; or the rare cases)
+        if t.pass_due():
+            self._arm(t.next_deadline())  # work left: a pass soon (a backlog: a retry later)
         elif woke:
             self._arm_after()  # a woken task may send first: one timer for both, after it
-        else:  # t.next_deadline()'s answer when nothing is pending, asked directly
-            self._arm(self._deadline(engine))
-
-    def _deadline(self, engine: Any) -> float | None:
-        """The engine's next deadline, or sooner the device's (a delay fault's datagram)."""
-        timer: float | None = engine.next_deadline()
-        due = self.transport.device.next_due
-        held = None if due is None else due()
-        return timer if held is None or (timer is not None and timer <= held) else held
+        else:
+            deadline = t.timer_deadline()
+            self._known = _INF if deadline is None else deadline
+            self._arm(deadline)
 
     def _arm_after(self) -> None:
         """Set the timer once the tasks woken by this pass have run (the ACK a reply would
@@ -226,13 +228,19 @@ class Driver:
     def _arm_now(self) -> None:
         self._arming = False
         t = self.transport
-        if not self._stopped and not t.closed:
+        if self._stopped or t.closed:
+            return
+        if t.pass_due():
             self._arm(t.next_deadline())
+            return
+        deadline = t.timer_deadline()
+        self._known = _INF if deadline is None else deadline
+        self._arm(deadline)
 
     def _readable(self, hint: Callable[[int], None], fd: int) -> None:
         if not self._stopped:
             hint(fd)
-            self._run()
+            self._run(self._known)
 
     def _fire(self) -> None:
         self._timer = None
@@ -392,7 +400,7 @@ class PumpedDriver:
         if self._stopped or t.closed:
             return False
         try:
-            n = t._pass()
+            n = t.run_pass()
         except Exception as exc:
             self._on_error(exc)
             n = 1
