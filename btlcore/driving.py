@@ -99,13 +99,14 @@ class Driving:
     def recv_nowait(self: _Driven, tag: int | None = None) -> Message | None:
         """The oldest queued message (of ``tag``, if given), or None: ``recv`` without
         progressing.  Its bytes no longer count against its peer's receive window."""
+        if tag is not None:
+            checks.tag(tag)
         inbox = self._inbox
         if not inbox:
             return None
         if tag is None:
             msg = inbox.popleft()
         else:
-            checks.tag(tag)
             for i, msg in enumerate(inbox):
                 if msg.tag == tag:
                     del inbox[i]
