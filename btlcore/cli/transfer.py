@@ -155,7 +155,7 @@ def run_local(backend: str, pair: LocalPair, messages: list[bytes], cfg: Config,
         rep["errors"].append(f"{len(errors)} sends failed: {errors[0]}")
     sim_time = a.now() if a.capabilities.virtual_time else None
     stats, rstats = a.stats(), b.stats()
-    path = _path(a, peer, stats)
+    path = _path(a, peer)
     lines = [a.stats_line(), b.stats_line()]
     a.close()
     b.close()
@@ -174,10 +174,14 @@ def run_local(backend: str, pair: LocalPair, messages: list[bytes], cfg: Config,
     }
 
 
-def _path(t: Transport, peer: Any, stats: dict[str, int]) -> dict[str, Any]:
-    """What the sender knew of the path at the end (``Transport.peer_stats``, counters aside)."""
-    path = {k: v for k, v in t.peer_stats(peer).items() if not k.startswith(("num_", "max_"))}
-    path["num_spurious_retrans"] = stats.get("num_spurious_retrans", 0)
+def _path(t: Transport, peer: Any) -> dict[str, Any]:
+    """What the sender knew of the path at the end (``Transport.peer_stats``, counters aside;
+    nothing if the peer was replaced: the server restarted)."""
+    try:
+        path = {k: v for k, v in t.peer_stats(peer).items() if not k.startswith(("num_", "max_"))}
+    except ValueError:
+        return {}
+    path["num_spurious_retrans"] = t.stats().get("num_spurious_retrans", 0)
     return path
 
 
@@ -285,11 +289,7 @@ def run_remote(args: argparse.Namespace, options: dict[str, Any], cfg: Config, s
         failed.append(f"server failed: {exc}")
     progress.close()
     wall = time.perf_counter() - t0
-    stats, line = t.stats(), t.stats_line()
-    try:
-        path = _path(t, peer, stats)
-    except ValueError:  # the server's peer was replaced (it restarted): nothing to say of it
-        path = {}
+    stats, line, path = t.stats(), t.stats_line(), _path(t, peer)
     t.close(flush=not failed)
     result = _remote_result(args, seed, cfg, fin, reports, done, timed_out, wall, sent, stats, line)
     result["path"] = path
