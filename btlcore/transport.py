@@ -40,6 +40,7 @@ from . import addresses, checks
 from ._moved import moved_to_run
 from .config import Config
 from .device import Channel, DeviceOps
+from .driving import Driving
 from .errors import TransportClosed, WouldBlock
 from .lives import this_life
 from .protocol.engine import Engine
@@ -81,7 +82,7 @@ def _flat(buf: Any) -> bytes:
     return b"".join(buf) if type(buf) is list else bytes(buf)
 
 
-class Transport:
+class Transport(Driving):
     """A reliable transport on one device.  Create it with :func:`btlcore.open`.
 
     One thread owns it: the first that drives it (``connect``, ``send``, ``put``,

@@ -138,6 +138,10 @@ def test_udp_transfer_to_serve_with_host_port(tmp_path: Path) -> None:
                 "--size", "100-200000", "--seed", "3", "--json")
         d = json.loads(r.stdout)
         assert r.returncode == 0 and d["verified"] and d["messages_delivered"] == 300, d
+        # #12 item 8: what the sender measured of the path, toward a server too
+        path = d["path"]
+        assert path["srtt"] > 0 and path["min_rtt"] > 0 and path["cwnd"] > 0, path
+        assert {"rttvar", "pacing_rate", "delivery_rate", "bytes_in_flight", "num_spurious_retrans"} <= set(path)
     finally:
         server.terminate()
         server.wait(timeout=10)

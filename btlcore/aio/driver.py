@@ -36,12 +36,28 @@ from typing import Any
 
 from ..transport import Transport
 
+_INF = float("inf")
 #: a device with neither descriptors nor virtual time is polled this often (seconds)
 POLL_INTERVAL = 0.0005
 #: the simulator's pump, after QUIET_ROUNDS rounds that only moved the clock, runs one round
 #: per QUIET_ROUND of the loop's time until something happens (idle keepalives do not spin)
 QUIET_ROUNDS = 16
 QUIET_ROUND = 0.001
+#: a timer armed for a deadline that has since moved later is moved too when it would fire
+#: before this share of the wait is over (a round trip's retransmit and probe times move by a
+#: round trip each: left alone, the timer would wake the loop for nothing once a round trip);
+#: else it is left to fire early and re-arm (no re-arming per pass for far deadlines)
+EARLY_SHARE = 0.5
+#: added to a timer's delay on a loop that rounds delays to the nearest millisecond (uvloop,
+#: libuv's timers): unpadded, a deadline under half a millisecond away fires at once, and the
+#: re-check re-arms it at once, spinning the loop until the deadline (asyncio rounds its waits
+#: up: no pad).  Timers are thus as late as asyncio's (a millisecond at most), never early.
+ROUNDING_PAD = 0.0005
+
+
+def timer_pad(loop: asyncio.AbstractEventLoop) -> float:
+    """What :class:`Driver` adds to a delay on ``loop`` (see ``ROUNDING_PAD``)."""
+    return ROUNDING_PAD if type(loop).__module__.partition(".")[0] == "uvloop" else 0.0
 
 
 class Timer:
@@ -70,7 +86,7 @@ class Driver:
     user's plain handler)."""
 
     __slots__ = ("transport", "loop", "now", "_after", "_on_error", "_fds", "_timer", "_timer_at",
-                 "_soon", "_stopped", "_passing", "_watched", "_arming")
+                 "_soon", "_stopped", "_passing", "_watched", "_arming", "_pad", "_known")
 
     def __init__(self, transport: Transport, loop: asyncio.AbstractEventLoop,
                  after_pass: Callable[[], bool], on_error: Callable[[BaseException], None]) -> None:
@@ -85,6 +101,10 @@ class Driver:
         self._stopped = False
         self._passing = False
         self._arming = False  # an _arm_now is scheduled
+        self._pad = timer_pad(loop)
+        # the transport's timer_deadline() as read after the last pass or send (inf: none),
+        # None once something else may have moved it: the next input pass skips reading it
+        self._known: float | None = None
         self._fds = list(transport.device.fds())
         # a loop on the device's own virtual clock (btlcore_sim.vloop) says when frames land
         watch = None if self._fds else getattr(loop, "btl_watch", None)
@@ -109,7 +129,8 @@ class Driver:
         return timer
 
     def _schedule(self, timer: Timer) -> None:
-        timer.handle = self.loop.call_at(self.loop.time() + max(0.0, timer.when - self.now()), self._due, timer)
+        delay = max(0.0, timer.when - self.now()) + self._pad
+        timer.handle = self.loop.call_at(self.loop.time() + delay, self._due, timer)
 
     def _due(self, timer: Timer) -> None:
         if timer.cancelled:
@@ -121,6 +142,7 @@ class Driver:
 
     def kick(self) -> None:
         """A pass soon (new work was queued); many kicks in one iteration make one pass."""
+        self._known = None
         if self._soon is None and not self._stopped:
             self._soon = self.loop.call_soon(self._run)
 
@@ -130,18 +152,19 @@ class Driver:
         t = self.transport
         if self._passing:
             return  # queued by a handler inside a pass: the pass sends it
-        if self._stopped or t._backlog:
+        if self._stopped or t.backlogged:
             self.kick()
             return
-        now = self.now()
-        t._flush_sends(now)
-        engine = t.engine
-        if engine.has_work():
+        t.post_sends()
+        if t.engine.has_work():
             self.kick()
             return
         if self._arming:
-            return  # (the timer is set after the tasks of this iteration, this one included)
-        deadline = self._deadline(engine)  # (what a send adds: its retransmit timeout)
+            self._known = None  # (read again, with the timer set, after this iteration's tasks)
+            return
+        deadline = t.timer_deadline()  # (what a send adds: its retransmit timeout)
+        self._known = _INF if deadline is None else deadline
+        now = self.now()
         if deadline is not None and deadline < self._timer_at:
             if deadline <= now:
                 self.kick()
@@ -168,14 +191,16 @@ class Driver:
 
     # -- passes -------------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _run(self, timer: float | None = None) -> None:
+        """One pass, then the timer; ``timer``: the transport's timer deadline if known."""
         if self._stopped:
             return
         self._soon = None
+        self._known = None
         t = self.transport
         self._passing = True
         try:
-            t._pass()
+            t.run_pass(timer)
         except Exception as exc:  # a plain handler raised: to the loop's handler, and go on
             self._on_error(exc)
         finally:
@@ -183,20 +208,14 @@ class Driver:
         woke = self._after()
         if t.closed:
             return
-        engine = t.engine
-        if t._backlog or engine.events or engine.has_work() or t._stats_interval:
-            self._arm(t.next_deadline())  # (work left: a pass soon; or the rare cases)
+        if t.pass_due():
+            self._arm(t.next_deadline())  # work left: a pass soon (a backlog: a retry later)
         elif woke:
             self._arm_after()  # a woken task may send first: one timer for both, after it
-        else:  # t.next_deadline()'s answer when nothing is pending, asked directly
-            self._arm(self._deadline(engine))
-
-    def _deadline(self, engine: Any) -> float | None:
-        """The engine's next deadline, or sooner the device's (a delay fault's datagram)."""
-        timer: float | None = engine.next_deadline()
-        due = self.transport.device.next_due
-        held = None if due is None else due()
-        return timer if held is None or (timer is not None and timer <= held) else held
+        else:
+            deadline = t.timer_deadline()
+            self._known = _INF if deadline is None else deadline
+            self._arm(deadline)
 
     def _arm_after(self) -> None:
         """Set the timer once the tasks woken by this pass have run (the ACK a reply would
@@ -209,19 +228,25 @@ class Driver:
     def _arm_now(self) -> None:
         self._arming = False
         t = self.transport
-        if not self._stopped and not t.closed:
+        if self._stopped or t.closed:
+            return
+        if t.pass_due():
             self._arm(t.next_deadline())
+            return
+        deadline = t.timer_deadline()
+        self._known = _INF if deadline is None else deadline
+        self._arm(deadline)
 
     def _readable(self, hint: Callable[[int], None], fd: int) -> None:
         if not self._stopped:
             hint(fd)
-            self._run()
+            self._run(self._known)
 
     def _fire(self) -> None:
         self._timer = None
         self._timer_at = float("inf")
-        if self._stopped:
-            return
+        if self._stopped or self._arming:
+            return  # (tasks woken by a pass run first: _arm_now then sets the timer)
         t = self.transport
         deadline = t.next_deadline()
         if deadline is not None and deadline > self.now():
@@ -241,14 +266,15 @@ class Driver:
                 return
             self.kick()
             return
-        if deadline < self._timer_at:
+        at = self._timer_at
+        if deadline < at or (deadline > at and at - now < (deadline - now) * EARLY_SHARE):
             self._set_timer(deadline, now)
 
     def _set_timer(self, deadline: float, now: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
         self._timer_at = deadline
-        self._timer = self.loop.call_at(self.loop.time() + (deadline - now), self._fire)
+        self._timer = self.loop.call_at(self.loop.time() + (deadline - now) + self._pad, self._fire)
 
 
 class Pump:
@@ -374,7 +400,7 @@ class PumpedDriver:
         if self._stopped or t.closed:
             return False
         try:
-            n = t._pass()
+            n = t.run_pass()
         except Exception as exc:
             self._on_error(exc)
             n = 1

@@ -74,7 +74,6 @@ class Transport:
         self._closing = False
         self._woke = False  # a pass settled an awaited send or woke a waiter (see _after_pass)
         sync.on_peer(self._peer_event)
-        self._inbox = sync._inbox
         self.driver: Driver | PumpedDriver = driver_for(sync, self.loop, self._after_pass, self._report)
         self.driver.kick()
 
@@ -147,7 +146,13 @@ class Transport:
         wait for room (nothing is queued meanwhile).  Do not modify ``data`` until it returns.
         Cancelled: see the module docstring."""
         fut: asyncio.Future[None] = self.loop.create_future()
-        await self._queue(peer, tag, data, functools.partial(self._settle, fut))
+        callback = functools.partial(self._settle, fut)
+        try:  # (the common case, room in the buffer, without a coroutine more)
+            self.sync.send(peer, tag, data, callback)
+        except WouldBlock:
+            await self._queue(peer, tag, data, callback)
+        else:
+            self.driver.sent()
         await fut
 
     async def submit(self, peer: Peer, tag: int, data: Any) -> asyncio.Future[None]:
@@ -237,7 +242,7 @@ class Transport:
             return await fut
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled() and fut.exception() is None:
-                self._unget(fut.result())  # handed over as we were cancelled: not lost
+                self.sync.requeue(fut.result())  # handed over as we were cancelled: not lost
             raise
         finally:
             if timer is not None:
@@ -370,7 +375,7 @@ class Transport:
         """After each pass: hand out queued messages, wake flushers and handshake waiters.
         True if a task waiting here was woken (it runs in the next iteration, and may send:
         the driver then sets its timer after it, once)."""
-        if self._recv_waiters and self._inbox:
+        if self._recv_waiters and self.sync.queued:
             self._hand_out()
         if self._flushers:  # (they look again: cheaper than deciding here which may go)
             _wake_all(self._flushers)
@@ -394,34 +399,15 @@ class Transport:
                 continue
             fut.set_result(msg)
             self._woke = True
-            if not self._inbox:
+            if not self.sync.queued:
                 return
 
     def _take(self, tag: int | None) -> Message | None:
         """The oldest queued message (of ``tag``), no longer held against its peer's window."""
-        inbox = self._inbox
-        if not inbox:
-            return None
-        if tag is None:
-            msg = inbox.popleft()
-        else:
-            for i, msg in enumerate(inbox):
-                if msg.tag == tag:
-                    del inbox[i]
-                    break
-            else:
-                return None
-        peer = msg.peer
-        engine = self.sync.engine
-        engine.set_unconsumed(peer, peer.unconsumed - len(msg.data))
-        if engine.has_work():  # the window opened: the ACK that says so goes now
-            self.driver.kick()
+        msg = self.sync.recv_nowait(tag)
+        if msg is not None and self.sync.engine.has_work():
+            self.driver.kick()  # the window opened: the ACK that says so goes now
         return msg
-
-    def _unget(self, msg: Message) -> None:
-        self._inbox.appendleft(msg)
-        peer = msg.peer
-        self.sync.engine.set_unconsumed(peer, peer.unconsumed + len(msg.data))
 
     def _peer_event(self, event: str, peer: Peer, exc: BaseException | None) -> None:
         # (the sync transport logged it, and calls this as its user's handler)

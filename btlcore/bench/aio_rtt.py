@@ -13,8 +13,9 @@ Two pinned processes on loopback (``harness.run_pair``), both ends on the API me
 
 Each round runs the three one after the other (so that load from elsewhere falls on all of
 them alike); a round's figure per mode is its median round trip; the table shows the median
-over rounds and the ratio to ``sync`` (#13's goal: at most 1.3), and each end's CPU time per
-round trip (what the API costs, which the machine's load does not change as much).
+over rounds and the ratio to ``sync`` (#13's goal: at most 1.3), the spread of the ratio
+round by round (each against the sync run beside it), and each end's CPU time per round trip
+(what the API costs, which the machine's load does not change as much).
 """
 
 from __future__ import annotations
@@ -201,13 +202,23 @@ def main(argv: list[str] | None = None) -> int:
     med = {m: [statistics.median(f[i] for f in figures[m]) for i in range(3)] for m in modes}
     print(f"udp round trip, {args.size} B, both ends on the API named; median of {args.rounds} "
           f"interleaved runs of {args.seconds:g} s (a run's figure: its median round trip)")
-    print(f"  {'mode':8s} {'round trip':>10s} {'vs sync':>8s}   {'CPU/rt client':>13s} {'server':>7s}   runs (us)")
+    print(f"  {'mode':8s} {'round trip':>10s} {'vs sync':>8s} {'per round':>11s}   {'CPU/rt client':>13s} "
+          f"{'server':>7s}   runs (us)")
     for mode in modes:
         rt, c_cpu, s_cpu = med[mode]
-        ratio = f"{rt / med['sync'][0]:7.2f}x" if "sync" in med else ""
+        ratio = spread = ""
+        if "sync" in med:
+            ratio = f"{rt / med['sync'][0]:7.2f}x"
+            spread = _spread([f[0] / g[0] for f, g in zip(figures[mode], figures["sync"], strict=True)])
         runs = " ".join(f"{f[0] * 1e6:.1f}" for f in figures[mode])
-        print(f"  {mode:8s} {rt * 1e6:8.1f}us {ratio}   {c_cpu * 1e6:11.1f}us {s_cpu * 1e6:5.1f}us   {runs}")
+        cpu = f"{c_cpu * 1e6:11.1f}us {s_cpu * 1e6:5.1f}us"
+        print(f"  {mode:8s} {rt * 1e6:8.1f}us {ratio} {spread:>11s}   {cpu}   {runs}")
     return 0
+
+
+def _spread(ratios: list[float]) -> str:
+    """Each round's ratio to that round's sync figure (load moves both alike): ``min-max``."""
+    return f"{min(ratios):.2f}-{max(ratios):.2f}"
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from functools import partial
 from typing import Any
 
 from ..config import Config
+from ..protocol.autotune import tunes_cwnd
 from ..protocol.wire import HEADER_LEN, crc32c
 from ..verify import FRAME, Verifier
 from .harness import BenchError
@@ -89,14 +90,18 @@ def jain(xs: Sequence[float]) -> float:
 
 def window_needs(path: PathSpec, cfg: Config, mtu: int = MTU) -> dict[str, int]:
     """The parameters too small to keep a path's BDP in flight, with the value that would:
-    the sweep lists them beside the cells that need them."""
+    the sweep lists them beside the cells that need them.  At its default ``cwnd_max`` is
+    no bound: the window grows to the BDP by itself (window auto-tuning,
+    :mod:`btlcore.protocol.autotune`) as far as ``window`` and ``recv_buffer`` allow, so it
+    is listed only where they do not (raising them is then enough)."""
     bdp = path.bdp
     seg = mtu - HEADER_LEN - 4
     segments = int(bdp / seg) + 1
     needs: dict[str, int] = {}
     if cfg.window < segments:
         needs["window"] = segments
-    if cfg.cwnd_max and cfg.cwnd_max < segments:
+    reach = min(cfg.window, cfg.recv_buffer // seg) if tunes_cwnd(cfg) else cfg.cwnd_max
+    if cfg.cwnd_max and reach < segments:
         needs["cwnd_max"] = segments
     for name in ("send_buffer", "recv_buffer"):
         if getattr(cfg, name) < bdp:

@@ -155,8 +155,7 @@ def run_local(backend: str, pair: LocalPair, messages: list[bytes], cfg: Config,
         rep["errors"].append(f"{len(errors)} sends failed: {errors[0]}")
     sim_time = a.now() if a.capabilities.virtual_time else None
     stats, rstats = a.stats(), b.stats()
-    path = {k: v for k, v in a.peer_stats(peer).items() if not k.startswith(("num_", "max_"))}
-    path["num_spurious_retrans"] = stats.get("num_spurious_retrans", 0)
+    path = _path(a, peer)
     lines = [a.stats_line(), b.stats_line()]
     a.close()
     b.close()
@@ -173,6 +172,17 @@ def run_local(backend: str, pair: LocalPair, messages: list[bytes], cfg: Config,
         "stats": stats, "receiver_stats": rstats, "stats_line": lines,
         "path": path,  # what the sender knew of the path at the end (Transport.peer_stats)
     }
+
+
+def _path(t: Transport, peer: Any) -> dict[str, Any]:
+    """What the sender knew of the path at the end (``Transport.peer_stats``, counters aside;
+    nothing if the peer was replaced: the server restarted)."""
+    try:
+        path = {k: v for k, v in t.peer_stats(peer).items() if not k.startswith(("num_", "max_"))}
+    except ValueError:
+        return {}
+    path["num_spurious_retrans"] = t.stats().get("num_spurious_retrans", 0)
+    return path
 
 
 def _goodput(delivered: int, elapsed: float) -> float | None:
@@ -279,9 +289,10 @@ def run_remote(args: argparse.Namespace, options: dict[str, Any], cfg: Config, s
         failed.append(f"server failed: {exc}")
     progress.close()
     wall = time.perf_counter() - t0
-    stats, line = t.stats(), t.stats_line()
+    stats, line, path = t.stats(), t.stats_line(), _path(t, peer)
     t.close(flush=not failed)
     result = _remote_result(args, seed, cfg, fin, reports, done, timed_out, wall, sent, stats, line)
+    result["path"] = path
     if failed:
         result["server_failed"] = failed[0]
         result["errors"].insert(0, failed[0])

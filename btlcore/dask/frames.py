@@ -241,10 +241,19 @@ class Incoming:
         self._view = view[end:]
 
     def rndv_buffers(self, alloc: Callable[[int], Any] = bytearray) -> list[Any]:
-        """For a rendezvous message: a writable buffer per frame (``alloc(n)``: one that is
-        not zero-filled saves touching every page twice), which the puts fill."""
-        self._frames = [alloc(n) if n else bytearray() for n in self._lengths]
-        return self._frames
+        """For a rendezvous message: a writable buffer per frame, which the puts fill: views,
+        back to back, of one ``alloc(total)`` (one that is not zero-filled saves touching
+        every page twice), as the tcp comm reads a message.  Dask joins the shards of a
+        frame it split (``frame_split_size``) without a copy only when they are views of one
+        buffer, adjacent; separate buffers cost a copy of the whole frame."""
+        whole = memoryview(alloc(sum(self._lengths))).cast("B")
+        frames: list[Any] = []
+        pos = 0
+        for n in self._lengths:
+            frames.append(whole[pos:pos + n])
+            pos += n
+        self._frames = frames
+        return frames
 
     def first_payload(self) -> memoryview:
         """The frame bytes the first chunk carried (feed them with :meth:`feed`)."""

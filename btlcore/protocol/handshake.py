@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from ..errors import MessageTooLarge, PeerUnreachable
 from ..errors import PeerRestarted as RestartError
+from .autotune import initial_cap, send_window
 from .events import PeerRestarted, SendCompleted
 from .packetizer import Packetizer
 from .peers import OutMessage, Peer, PeerEvent, PeerState
@@ -60,7 +61,7 @@ class Handshake:
     __slots__ = ("_state", "config", "crc", "incarnation", "counters", "events", "peers_by_addr",
                  "peers_by_conn", "_cc", "_rng", "_hello", "_timed", "_touched", "_sending", "_acking",
                  "_ack_channel", "_unschedule", "_fail_messages", "_build_hello", "hello_ack_len",
-                 "_challenge", "_learn_remote", "_foreign")
+                 "_challenge", "_learn_remote", "_foreign", "_on_handshake_rtt")
 
     def __init__(self, state: EngineState, packetizer: Packetizer, recovery: Recovery) -> None:
         self._state = state  # for closed and resolve
@@ -72,6 +73,8 @@ class Handshake:
         self.peers_by_addr = state.peers_by_addr
         self.peers_by_conn = state.peers_by_conn
         self._cc = state.cc
+        # the algorithm's optional hook for the handshake's RTT sample (looked up once)
+        self._on_handshake_rtt: Callable[[Peer, float], None] | None = getattr(state.cc, "on_handshake_rtt", None)
         self._rng = state.rng
         self._hello = state.hello
         self._timed = state.timed
@@ -131,9 +134,10 @@ class Handshake:
         peer.single_cap = min(state.single_cap, datagram - HEADER_LEN)
         peer.chunk_cap = min(state.chunk_cap, datagram - HEADER_LEN - CHUNK_LEN)
         # its receive window in bytes (its recv_buffer; 0: none) caps what is in flight to
-        # it, in our largest chunks: never less than one segment, so any message still goes
-        if p.window_bytes:
-            peer.window_cap = min(cfg.window, max(1, p.window_bytes // peer.chunk_cap))
+        # it, in our largest chunks: never less than one segment, so any message still goes;
+        # and the congestion window's cap starts from it (autotune.py)
+        peer.window_cap = send_window(cfg, peer.chunk_cap, p.window_bytes)
+        peer.cwnd_cap = initial_cap(cfg, state.cwnd_max, peer)
         if peer.queue:
             kept: deque[OutMessage] = deque()
             for msg in peer.queue:
@@ -161,6 +165,7 @@ class Handshake:
         peer.hello_next = now
         peer.hello_interval = self.config.handshake_interval
         peer.hello_started = now
+        peer.hello_sent_at = None  # (the first HELLO's time: the handshake's RTT sample)
         self._hello[peer] = None
         self._timed[peer] = None
 
@@ -257,8 +262,8 @@ class Handshake:
         # it); a HELLO does only if it is addressed to it.
         elif hello.echo_incarnation == self.incarnation and (typ == T_HELLO_ACK or dst == peer.local_conn):
             first = not peer.confirmed
-            if first and typ == T_HELLO_ACK and peer.hello_count == 1 and peer.hello_sent_at is not None:
-                peer.timer.sample(now - peer.hello_sent_at)  # one HELLO, one answer: an RTT
+            if first and typ == T_HELLO_ACK and peer.hello_sent_at is not None:
+                self._handshake_rtt(peer, now - peer.hello_sent_at)
             self.confirm(peer, now)
             if first and typ == T_HELLO_ACK:
                 # let the other side know at once that we know it (confirms it)
@@ -266,6 +271,21 @@ class Handshake:
                 self._acking[peer] = None
         elif peer.state is PeerState.CONNECTING and peer.hello_next is None and peer.queue:
             self.start_hello(peer, now)
+
+    def _handshake_rtt(self, peer: Peer, since_first: float) -> None:
+        """The HELLO_ACK that confirms the connection came ``since_first`` after our first
+        HELLO.  With one HELLO sent that is the round trip: the timer's first sample.  With
+        retries (``handshake_interval`` below the path's round trip, or a HELLO lost) the
+        answer may be to a later HELLO: no sample (Karn's rule), but an upper bound of the
+        RTT, never below it: the first timeout need not wait longer than such a sample
+        would make it, and an algorithm that paces may spread its first window over it
+        (slower than the path allows, never faster)."""
+        if peer.hello_count == 1:
+            peer.timer.sample(since_first)
+        if since_first < self.config.rto_initial / 3:  # (below the initial RTT guess: news)
+            peer.timer.bound(since_first)  # (no sample, but no need to wait the initial timeout)
+            if self._on_handshake_rtt is not None:
+                self._on_handshake_rtt(peer, since_first)
 
     def _unproven(self, peer: Peer, dst: int, hello: Hello, source: Any) -> bool:
         """Would this HELLO or HELLO_ACK replace a live connection (a restart, or a new
@@ -426,7 +446,8 @@ class Handshake:
                 peer.counters.num_hello_sends += 1
                 peer.counters.num_total_sends += 1
                 peer.hello_count += 1
-                peer.hello_sent_at = now
+                if peer.hello_sent_at is None:
+                    peer.hello_sent_at = now
                 peer.hello_next = now + peer.hello_interval
                 peer.hello_interval = min(peer.hello_interval * 2, _HELLO_INTERVAL_MAX)
             if peer.hello_next is None or peer.confirmed:

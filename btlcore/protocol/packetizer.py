@@ -137,7 +137,6 @@ class Packetizer:
     def send_pass(self, out: list[Any], now: float, budget: int) -> None:
         cfg = self.config
         credits_per_peer = cfg.send_credits
-        window = cfg.window
         sending = self._sending
         sampler, pacer = self._state.sampler, self._pacer
         for peer in list(sending):
@@ -146,7 +145,8 @@ class Packetizer:
                 del sending[peer]
                 pacer.wait(peer)  # back when the bucket allows (the timer heap)
                 continue
-            limit = peer.snd_una + min(window, peer.remote_window, peer.window_cap)
+            # (window_cap is within our own window: autotune.send_window)
+            limit = peer.snd_una + min(peer.remote_window, peer.window_cap)
             unacked, resend, cwnd = peer.unacked, peer.resend, peer.cwnd
             # how many segments this peer may send now: credits, flow and congestion window
             room = min(credits_per_peer, limit + 1 - peer.next_seq, budget - len(out))

@@ -214,6 +214,7 @@ class Peer:
         # send side
         "isn", "next_seq", "snd_una", "queue", "unacked", "resend", "scoreboard",
         "tx_serial", "acked_serial", "reo_mult", "reo_persist", "loss_seq_limit", "cwnd", "ssthresh", "pacing_rate",
+        "cwnd_cap", "tune_at",
         "recovery_serial", "timeouts", "probe_seq", "probe_serial", "probe_dup", "timer",
         "last_progress", "rto_base", "msg_counter", "puts",
         # delivery-rate sampling (delivery.py) and pacing (pacing.py)
@@ -262,16 +263,15 @@ class Peer:
         self.crc = False  # put a CRC32C on what we send it (we or it require one; the engine sets it)
         self.hello_next: float | None = None  # when to (re)send a HELLO
         self.hello_interval = 0.0
-        self.hello_count = 0  # HELLOs sent (an RTT sample needs exactly one)
-        self.hello_sent_at: float | None = None
+        self.hello_count = 0  # HELLOs sent (with one, the handshake's RTT sample is exact)
+        self.hello_sent_at: float | None = None  # the first HELLO of this handshake, when
         self.hello_started: float | None = None
         self.hello_reply = False  # a HELLO_ACK is owed
         self.reply_dest: Any = None  # where to: the HELLO's source as a dest (None: ``dest``)
         # its limits (ours, then its transport parameters): largest message, payloads, peer_timeout
         self.max_message, self.single_cap, self.chunk_cap = (1 << 32) - 1, 0, 0
         self.peer_timeout = peer_timeout
-        # segments in flight its byte window (TP_WINDOW_BYTES) allows, in our largest chunks
-        self.window_cap = window
+        self.window_cap = window  # segments in flight its byte window allows (autotune.send_window)
         self.error: BaseException | None = None
         self.user_data: Any = None
         self.source: Any = None  # where its last accepted handshake came from (None: not reported)
@@ -291,7 +291,7 @@ class Peer:
         self.acked_serial = [0, 0]  # per channel: highest transmission serial acknowledged
         self.loss_seq_limit: int | None = None  # no loss declared above (truncated SACK)
         self.cwnd = 0.0  # congestion window, segments (set by the engine)
-        self.ssthresh = float("inf")
+        self.ssthresh = self.cwnd_cap = float("inf")  # (cwnd_cap: the window's cap, autotune.py)
         self.pacing_rate = 0.0  # bytes/s the congestion controller wants sends spread at (0: unpaced)
         self.new_flight()
         self.recovery_serial = 0  # losses of segments sent before this serial: same episode
@@ -344,6 +344,7 @@ class Peer:
         # time of the last timeout's oldest probe
         self.undo_cwnd = self.undo_ssthresh = self.probe_sent = 0.0
         self.undo_retrans = 0
+        self.tune_at = 0.0  # autotune.py: the cap grows again no sooner than this
         self.tlp_progress = -1.0  # tlp.py: last_progress when the tail's probe was sent ...
         self.tlp_seg: Segment | None = None  # ... and this segment waits to go as one
 

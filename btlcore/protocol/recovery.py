@@ -22,6 +22,8 @@ from operator import attrgetter
 from typing import Any, Final
 
 from ..errors import PeerUnreachable, PutError
+from .autotune import grow as grow_cap
+from .autotune import tunes_cwnd
 from .delivery import frame_size
 from .events import PeerFailed, PeerWritable, SendCompleted, _new
 from .packetizer import Packetizer
@@ -69,7 +71,7 @@ class Recovery:
     """What the sender learns from ACKs: completions, RTT samples, losses (fast retransmit and
     the retransmit timeout), peer death."""
 
-    __slots__ = ("_state", "config", "events", "counters", "_cc", "_cc_on_ack", "_cwnd_max",
+    __slots__ = ("_state", "config", "events", "counters", "_cc", "_cc_on_ack", "_autotune",
                  "_granularity", "_resending", "_sending", "_touched", "_timed", "_deadlines",
                  "_actions", "_timed_order", "_stamp", "_unschedule", "_confirm", "_close_timer",
                  "_live_at", "_liveness",
@@ -82,7 +84,7 @@ class Recovery:
         self.counters = state.counters
         self._cc = state.cc
         self._cc_on_ack = state.cc.on_ack  # (bound once: called per ACKed segment)
-        self._cwnd_max = state.cwnd_max
+        self._autotune = tunes_cwnd(state.config)  # (autotune.py: cwnd_max at its default)
         self._granularity = state.granularity
         self._resending = state.resending
         self._sending = state.sending
@@ -155,7 +157,7 @@ class Recovery:
                 peer.reo_mult += 1
                 peer.reo_persist = REO_PERSIST
             self._undo.resend_acked(peer, seg, self._state.now)  # spurious? then undo (undo.py)
-        if peer.cwnd < self._cwnd_max:  # (the congestion controller's on_ack, bound once)
+        if peer.cwnd < peer.cwnd_cap:  # (the congestion controller's on_ack, bound once)
             self._cc_on_ack(peer)
         msg = seg.msg
         msg.outstanding -= 1
@@ -218,6 +220,8 @@ class Recovery:
             peer.probe_seq = None
         if peer.queue and peer.state is _ESTABLISHED:
             self._sending[peer] = None
+            if peer.cwnd >= peer.cwnd_cap and peer.cwnd_cap < peer.window_cap and self._autotune:
+                grow_cap(peer, now)  # more to send, the window at its cap: cover the measured BDP (autotune.py)
         self._touched[peer] = None
 
     def on_ack(self, peer: Peer, data: memoryview, n: int, ack_w: int, plen: int, now: float) -> None:

@@ -60,6 +60,20 @@ class RetransmitTimer:
             self._base = self.rto_max if self.rto_max < rto else rto
             self._update()
 
+    def bound(self, rtt: float) -> None:
+        """Before any sample, the round trip is known to be at most ``rtt`` (a handshake whose
+        HELLO was retried: its answer came that long after the first).  Not a sample (Karn's
+        rule: srtt stays unknown), but the first timeout need not wait longer than a sample
+        that large would make it (``3 rtt``, RFC 6298's first RTO for one sample) when that
+        is shorter than the initial one."""
+        if self.srtt is None and self.adaptive:
+            rto = 3 * rtt + self.max_ack_delay
+            if self.rto_min > rto:
+                rto = self.rto_min
+            if rto < self._base:
+                self._base = rto
+                self._update()
+
     def set_max_ack_delay(self, delay: float) -> None:
         """The peer told us how long it may hold an ACK back (its HELLO)."""
         self.max_ack_delay = delay

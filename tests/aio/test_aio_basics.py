@@ -295,3 +295,51 @@ async def test_a_delay_fault_on_udp_is_released_on_time_by_the_loop() -> None:
         m = await b.recv(7, timeout=10)
         assert m.data == b"held back"
         assert time.monotonic() - start < 2.5  # at 0.3 s, not at the keepalive (3.3 s) or the RTO (5 s)
+
+
+async def test_a_conversation_does_not_wake_the_loop_for_timers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Request/reply on udp: the timer the driver keeps at the engine's deadline (retransmit,
+    probe, delayed ACK) moves with the conversation instead of firing for nothing once per
+    round trip (as it did), and on uvloop (delays rounded to the millisecond) it does not
+    spin the loop until a deadline under a millisecond away (it fired ~10 times per round
+    trip).  Counted, not timed: a loaded machine may make a few fire for real."""
+    from btlcore.aio import driver
+
+    fired = 0
+    original = driver.Driver._fire
+
+    def counted(self: driver.Driver) -> None:
+        nonlocal fired
+        fired += 1
+        original(self)
+
+    monkeypatch.setattr(driver.Driver, "_fire", counted)
+    rounds = 300
+    async with btlcore.aio.open("udp") as a, btlcore.aio.open("udp") as b:
+        b.on(1, lambda peer, tag, data: b.send_nowait(peer, 1, data))
+        peer = a.connect(b.address_text)
+        await a.wait_connected(peer, timeout=10)
+        for _ in range(20):  # RTT estimates settle
+            await a.send(peer, 1, b"x" * 64)
+            await a.recv(1, timeout=10)
+        fired = 0
+        for _ in range(rounds):
+            await a.send(peer, 1, b"x" * 64)
+            assert (await a.recv(1, timeout=10)).data == b"x" * 64
+        assert fired < rounds // 3, fired
+
+
+def test_timer_pad_only_where_delays_are_rounded_to_the_millisecond() -> None:
+    from btlcore.aio.driver import ROUNDING_PAD, timer_pad
+
+    loop = asyncio.new_event_loop()
+    try:
+        assert timer_pad(loop) == 0.0  # asyncio rounds its waits up: never early
+    finally:
+        loop.close()
+    uvloop = pytest.importorskip("uvloop")
+    uv = uvloop.new_event_loop()
+    try:
+        assert timer_pad(uv) == ROUNDING_PAD > 0
+    finally:
+        uv.close()

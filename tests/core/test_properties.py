@@ -35,7 +35,7 @@ configs = st.fixed_dictionaries({
     "fast_retransmit_threshold": st.sampled_from([1, 3]),
     "rto_mode": st.sampled_from(["adaptive", "adaptive", "fixed"]),
     "max_reassemblies": st.sampled_from([1, 2048]),
-    "cwnd_max": st.sampled_from([0, 1024]),
+    "cc": st.sampled_from(["aimd", "none", "cubic", "bbr"]),  # every built-in algorithm
 })
 
 

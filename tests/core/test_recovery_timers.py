@@ -39,6 +39,16 @@ def test_the_handshake_gives_the_connecting_side_its_rtt() -> None:
     assert p.pb.timer.rto == Config().rto_initial == 1.0  # ... so it waits RFC 6298's 1 s
 
 
+def test_a_retried_hello_bounds_the_first_timeout_but_gives_no_sample() -> None:
+    # a 16 ms round trip, longer than the first HELLO retry (10 ms): the answer may be to
+    # either HELLO, so no sample (Karn) -- but the round trip is at most the 16 ms since the
+    # first: the first timeout is what one such sample would make it, not the initial 1 s
+    p = pair(delay=0.008)
+    t = p.pa.timer
+    assert p.pa.hello_count == 2 and t.srtt is None and t.min_rtt is None
+    assert t.rto == pytest.approx(3 * 0.016 + 0.0002)
+
+
 def test_the_first_timeout_without_a_sample_is_one_second() -> None:
     p = pair(tlp=False)
     mark = len(p.log)

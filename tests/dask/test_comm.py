@@ -410,3 +410,34 @@ def test_a_comm_dropped_without_close_is_closed_for_its_peer_as_tcp_does() -> No
         listener.stop()
 
     run(main())
+
+
+def test_a_frame_dask_splits_into_shards_is_joined_without_a_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frame larger than Dask's shard size travels as shards; a rendezvous lands them back to
+    back in one buffer, so Dask joins them as views (as on tcp), never by copying them all."""
+    import importlib
+
+    serialize_module = importlib.import_module("distributed.protocol.serialize")
+
+    copies: list[int] = []
+    original = serialize_module.host_array_from_buffers
+
+    def counted(buffers: Any) -> Any:
+        copies.append(len(buffers))
+        return original(buffers)
+
+    monkeypatch.setattr(serialize_module, "host_array_from_buffers", counted)
+    monkeypatch.setattr(BTLComm, "max_shard_size", 1 << 20)  # (Dask's: 64 MiB, read at import)
+
+    async def main() -> None:
+        a, b, listener = await comm_pair()
+        data = np.arange(5 << 20, dtype="u1")  # five shards
+        await a.write({"x": to_serialize(data)})
+        got = await b.read()
+        assert (got["x"] == data).all()
+        await a.close()
+        await b.close()
+        listener.stop()
+
+    run(main())
+    assert copies == []

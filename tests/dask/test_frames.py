@@ -87,3 +87,25 @@ def test_a_small_message_in_one_chunk_is_what_outgoing_cuts() -> None:
     import array
 
     assert fr.single_chunk([memoryview(array.array("i", [1]))], 9, False, 1 << 20) is None
+
+
+def test_a_rendezvous_lands_in_views_of_one_buffer_back_to_back() -> None:
+    """Dask joins the shards of a frame it split without a copy only when they are adjacent
+    views of one buffer (``merge_memoryviews``), as the tcp comm reads them."""
+    distributed_utils = pytest.importorskip("distributed.protocol.utils")
+    frames = [b"head", b"x" * 5000, b"", b"y" * 3000, b"z"]
+    out = fr.Outgoing(frames, 3, True, chunk=1000, rndv=100)
+    assert out.rndv
+    allocated: list[int] = []
+
+    def alloc(n: int) -> bytearray:
+        allocated.append(n)
+        return bytearray(n)
+
+    buffers = fr.Incoming(out.next_chunk()).rndv_buffers(alloc)
+    assert allocated == [sum(map(len, frames))]  # one allocation for the whole message
+    assert [len(b) for b in buffers] == [len(f) for f in frames]
+    for buf, data in zip(buffers, frames, strict=True):  # each is writable (puts fill it)
+        buf[:] = data
+    joined = distributed_utils.merge_memoryviews(buffers[1:4])  # raises unless adjacent views of one
+    assert bytes(joined) == frames[1] + frames[3]

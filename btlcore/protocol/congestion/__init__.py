@@ -7,8 +7,8 @@ serves every peer of that engine and keeps its per-peer state on the
 
 * :meth:`CongestionControl.on_new_peer`: a connection starts (or starts again after a reset);
 * :meth:`CongestionControl.on_ack`: one segment was acknowledged (cumulatively or by SACK) while
-  the window is below ``cwnd_max`` -- this runs per segment, so the engine binds it once and it
-  should stay a few lines;
+  the window is below its cap (``peer.cwnd_cap``) -- this runs per segment, so the engine binds
+  it once and it should stay a few lines;
 * :meth:`CongestionControl.on_loss_episode`: a loss episode began (fast retransmit, or a
   timeout's probes were found lost); once per episode;
 * :meth:`CongestionControl.on_persistent_congestion`: several retransmit timeouts in a row.
@@ -18,6 +18,9 @@ Optional, looked up once per engine (an algorithm that lacks one is never called
 * ``on_rate_sample(peer, sample)``: once per ACK datagram that acknowledged something new,
   with a :class:`~btlcore.protocol.congestion.rate.RateSample` (delivery rate, RTT, bytes
   acknowledged, lost and in flight) -- what model-based algorithms (``bbr``) steer by;
+* ``on_handshake_rtt(peer, rtt)``: the handshake took ``rtt`` seconds (the round trip, or
+  an upper bound of it when a HELLO was retried), before any data was sent -- what an
+  algorithm that paces spreads its first window over;
 * ``on_spurious(peer)``: the last loss episode (or timeout) proved spurious: undo its decrease.
   Before each ``on_loss_episode`` and ``on_persistent_congestion`` the engine keeps
   ``peer.undo_cwnd`` and ``peer.undo_ssthresh`` (the values the decrease replaces), which it
@@ -37,6 +40,10 @@ Algorithms are registered in the entry-point group ``btlcore.congestion`` and pi
 * ``none`` (:mod:`.none`): a fixed window (``cwnd_max``), paced at the measured delivery rate.
 
 Whatever the algorithm, ``Config.cwnd_max`` caps the window (``0``: only the send window does).
+The cap is kept per peer, ``peer.cwnd_cap``, which an algorithm sets to its ``cwnd_max`` in
+``on_new_peer`` and never exceeds: at the default ``cwnd_max`` the engine raises it to cover the
+path's measured bandwidth-delay product, within the memory budgets (window auto-tuning,
+:mod:`..autotune`).
 Third parties add theirs the same way: a class taking the Config, in the group.
 """
 
@@ -60,8 +67,9 @@ GROUP = "btlcore.congestion"
 class CongestionControl(Protocol):
     """What the engine needs of a congestion control algorithm (see the module docstring)."""
 
-    #: the largest window it ever sets (``inf``: none); the engine skips :meth:`on_ack`
-    #: while a peer's window is there, so that a full window costs no call per ACK
+    #: the largest window it sets (``inf``: none), as ``peer.cwnd_cap`` at ``on_new_peer``;
+    #: the engine skips :meth:`on_ack` while a peer's window is at its cap, so that a full
+    #: window costs no call per ACK
     cwnd_max: float
 
     def on_new_peer(self, peer: Peer) -> None:

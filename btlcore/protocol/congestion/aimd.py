@@ -31,10 +31,11 @@ class Aimd:
 
     def on_new_peer(self, peer: Peer) -> None:
         peer.cwnd = self.cwnd_initial
+        peer.cwnd_cap = self.cwnd_max  # (the engine's auto-tuning may move it: autotune.py)
 
     def on_ack(self, peer: Peer) -> None:
         cwnd = peer.cwnd
-        if cwnd < self.cwnd_max:  # slow start, then one segment per window
+        if cwnd < peer.cwnd_cap:  # slow start, then one segment per window
             peer.cwnd = cwnd + (1.0 if cwnd < peer.ssthresh else 1.0 / cwnd)
 
     def on_loss_episode(self, peer: Peer) -> None:
@@ -50,7 +51,7 @@ class Aimd:
         """The last decrease was for nothing (undo.py): back to the window and threshold it
         replaced, or what grew since."""
         if peer.undo_cwnd > peer.cwnd:
-            peer.cwnd = min(peer.undo_cwnd, self.cwnd_max)
+            peer.cwnd = min(peer.undo_cwnd, peer.cwnd_cap)
         if peer.undo_ssthresh > peer.ssthresh:
             peer.ssthresh = peer.undo_ssthresh
 

@@ -114,9 +114,24 @@ class Bbr:
     def on_new_peer(self, peer: Peer) -> None:
         st = peer.cc_state = BbrState(peer, self.cwnd_initial)
         peer.cwnd = self.cwnd_initial
+        peer.cwnd_cap = self.cwnd_max  # (the engine's auto-tuning may move it: autotune.py)
         # before any rate sample, pace the first window over the handshake's RTT (STARTUP's
         # gain); unpaced when there is none
         peer.pacing_rate = STARTUP_GAIN * st.cwnd_bytes / st.min_rtt if st.min_rtt else 0.0
+
+    def on_handshake_rtt(self, peer: Peer, rtt: float) -> None:
+        """The handshake took ``rtt`` (the round trip, or an upper bound of it), before any
+        data: pace the first window over it, at STARTUP's gain.  Unpaced, the first windows
+        of flows starting together land in a shared queue at once, and the latecomers lose
+        theirs (and, with no RTT sample yet, wait the 1 s initial timeout)."""
+        st: BbrState = peer.cc_state
+        if st.bw == 0.0:
+            if st.min_rtt_at < 0.0:
+                st.min_rtt = rtt  # (replaced by the first sample: min_rtt_at < 0)
+            if peer.chunk_cap and st.rounds == 0:  # (its largest segments, now known)
+                st.seg = float(peer.chunk_cap + 32)
+                st.cwnd_bytes = self.cwnd_initial * st.seg
+            peer.pacing_rate = STARTUP_GAIN * st.cwnd_bytes / rtt
 
     def on_ack(self, peer: Peer) -> None:
         """Nothing per segment: the window follows the model, per ACK datagram."""
@@ -128,7 +143,7 @@ class Bbr:
         st: BbrState = peer.cc_state
         st.prior_cwnd = max(st.prior_cwnd, st.cwnd_bytes)
         st.cwnd_bytes = MIN_SEGMENTS * st.seg
-        peer.cwnd = min(MIN_SEGMENTS, self.cwnd_max)
+        peer.cwnd = min(MIN_SEGMENTS, peer.cwnd_cap)
 
     def on_spurious(self, peer: Peer) -> None:
         """The last loss response was a mistake: give back the bound and the window."""
@@ -141,7 +156,7 @@ class Bbr:
             st.mode, st.pacing_gain, st.cwnd_gain = STARTUP, STARTUP_GAIN, STARTUP_GAIN
         if st.prior_cwnd > st.cwnd_bytes and st.mode != PROBE_RTT:
             st.cwnd_bytes, st.prior_cwnd = st.prior_cwnd, 0.0
-        peer.cwnd = segments(st.cwnd_bytes, st, self.cwnd_max)
+        peer.cwnd = segments(st.cwnd_bytes, st, peer.cwnd_cap)
 
     def on_rate_sample(self, peer: Peer, s: RateSample) -> None:
         """Per ACK datagram: update the model, move the state machine, set pacing and window."""
@@ -164,7 +179,12 @@ class Bbr:
             self._probe_rtt(peer, st, s)
         bw = st.bw
         if bw > 0.0:
-            peer.pacing_rate = st.pacing_gain * bw
+            rate = st.pacing_gain * bw
+            # (until STARTUP has found the bandwidth, the pace only rises: the first samples,
+            # a segment or two acknowledged over a whole round trip, are far below the path's
+            # rate, and a pace set by them would hold the first rounds back: the draft's rule)
+            if st.filled or rate > peer.pacing_rate:
+                peer.pacing_rate = rate
         self._set_cwnd(peer, st, s)
 
     def _set_cwnd(self, peer: Peer, st: BbrState, s: RateSample) -> None:
@@ -185,7 +205,7 @@ class Bbr:
             if st.mode == PROBE_RTT:
                 cwnd = min(cwnd, PROBE_RTT_GAIN * bdp)
         st.cwnd_bytes = cwnd
-        peer.cwnd = segments(cwnd, st, self.cwnd_max)
+        peer.cwnd = segments(cwnd, st, peer.cwnd_cap)
 
     def _round(self, peer: Peer, st: BbrState, s: RateSample) -> None:
         """Once a round: STARTUP's full-bandwidth test and the loss-rate response."""

@@ -90,6 +90,7 @@ class Cubic:
         peer.cc_state = CubicState(peer)
         peer.cwnd = self.cwnd_initial
         peer.ssthresh = float("inf")
+        peer.cwnd_cap = self.cwnd_max  # (the engine's auto-tuning may move it: autotune.py)
 
     def on_ack(self, peer: Peer) -> None:
         """Nothing per segment: the window grows per ACK datagram (on_rate_sample)."""
@@ -108,7 +109,8 @@ class Cubic:
             if s.app_limited:
                 return
             cwnd = self._avoid(peer, st, s, cwnd)
-        peer.cwnd = cwnd if cwnd < self.cwnd_max else self.cwnd_max
+        cap = peer.cwnd_cap
+        peer.cwnd = cwnd if cwnd < cap else cap
 
     def _avoid(self, peer: Peer, st: CubicState, s: RateSample, cwnd: float) -> float:
         """Congestion avoidance: toward W_cubic(t + RTT), never below the Reno estimate."""

@@ -36,7 +36,7 @@ class NoCc(Bbr):
 
     def _set_cwnd(self, peer: Peer, st: BbrState, s: RateSample) -> None:
         if st.filled:
-            peer.cwnd = self.cwnd_max
+            peer.cwnd = peer.cwnd_cap
         else:
             super()._set_cwnd(peer, st, s)
 
