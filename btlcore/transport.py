@@ -418,8 +418,11 @@ class Transport(Driving):
         kernel anyway), and the timers are walked once per call instead of four times."""
         engine = self.engine
         now = self.now()
-        timer = engine.next_deadline()
-        if (timer is not None and timer <= now) or self._backlog or engine.events:
+        # sends due (the one just queued): the cached timers serve this pass, recomputed
+        # once, after the sends, before the wait (a refresh less per request sent)
+        busy = self._backlog or engine.events or engine.has_work()
+        timer = engine.cached_deadline() if busy else engine.next_deadline()
+        if busy or (timer is not None and timer <= now):
             n = self._pass(now, receive=False, timer=_INF if timer is None else timer)
             if n:
                 return n
