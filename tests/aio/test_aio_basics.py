@@ -10,7 +10,7 @@ import pytest
 
 import btlcore
 import btlcore.aio
-from btlcore.errors import MessageTooLarge, TransportClosed
+from btlcore.errors import MessageTooLarge, PutError, TransportClosed
 
 pytestmark = pytest.mark.anyio
 Opener = Callable[..., btlcore.aio.Transport]
@@ -343,3 +343,18 @@ def test_timer_pad_only_where_delays_are_rounded_to_the_millisecond() -> None:
         assert timer_pad(uv) == ROUNDING_PAD > 0
     finally:
         uv.close()
+
+
+async def test_put_returns_once_landed_and_a_refused_put_raises(opener: Opener) -> None:
+    """#13 item 1: ``await t.put(...)`` returns once the bytes are in the peer's exposed
+    region, and a put the peer refuses (outside its region) raises ``PutError``."""
+    async with opener() as a, opener() as b:
+        region = bytearray(300_000)
+        key = b.expose(region)
+        peer = a.connect(b.address)
+        data = bytes(i % 253 for i in range(200_000))
+        await a.put(peer, key, 50_000, data)
+        assert region[50_000:250_000] == data and not any(region[:50_000]) and not any(region[250_000:])
+        with pytest.raises(PutError):
+            await a.put(peer, key, 299_000, b"y" * 2000)  # runs past the region's end
+        assert region[299_000:] == bytes(1000)  # refused whole: nothing written
