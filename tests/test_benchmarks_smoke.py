@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import socket
 import time
 import warnings
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 
 from btlcore.bench import docs, harness, ref_quic, ref_tcp, ref_udp, report, runner
 from btlcore.bench.profiles import TINY
+from btlcore.testing.hosts import has_ipv6_loopback
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -81,21 +81,13 @@ def test_raw_udp_blast() -> None:
     assert 0.0 <= r.extra["loss_median"] <= 1.0
 
 
-def _ipv6() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
-            s.bind(("::1", 0))
-        return True
-    except OSError:
-        return False
-
 
 @pytest.mark.parametrize("busy", [False, True])
 def test_udp_pingpong(busy: bool) -> None:
     _check(ref_udp.pingpong(TINY, 64, busy), "s")
 
 
-@pytest.mark.skipif(not _ipv6(), reason="no IPv6 loopback")
+@pytest.mark.skipif(not has_ipv6_loopback(), reason="no IPv6 loopback")
 def test_ipv6_loopback() -> None:
     _check(ref_udp.pingpong(TINY, 64, False, host="::1"), "s")
     _check(ref_tcp.stream(TINY, host="::1"), "B/s")

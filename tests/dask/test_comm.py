@@ -22,6 +22,7 @@ from distributed.protocol import Serialized, deserialize, serialize, to_serializ
 
 from btlcore.dask import BTLBackend, BTLComm  # noqa: E402
 from btlcore.dask import mux as mux_module  # noqa: E402
+from btlcore.testing.hosts import has_ipv6_loopback  # noqa: E402
 
 
 def test_the_entry_point_gives_dask_the_btl_backend() -> None:
@@ -98,18 +99,8 @@ def test_listener_addresses() -> None:
     run(main())
 
 
-def _has_ipv6_loopback() -> bool:
-    import socket
 
-    try:
-        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
-            s.bind(("::1", 0))
-        return True
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopback here")
+@pytest.mark.skipif(not has_ipv6_loopback(), reason="no IPv6 loopback here")
 def test_ipv6_addresses() -> None:
     async def main() -> None:
         a, b, listener = await comm_pair("btl://[::1]")

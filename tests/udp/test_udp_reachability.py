@@ -22,6 +22,7 @@ import pytest
 
 import btlcore
 from btlcore.errors import AddressUnreachable
+from btlcore.testing.hosts import has_ipv6_loopback
 from btlcore_udp import _address
 
 import netns
@@ -30,16 +31,8 @@ pytestmark = pytest.mark.timeout(60)
 
 
 
-def _ipv6() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
-            s.bind(("::1", 0))
-        return True
-    except OSError:
-        return False
 
-
-needs_ipv6 = pytest.mark.skipif(not _ipv6(), reason="no IPv6 here (::1 cannot be bound)")
+needs_ipv6 = pytest.mark.skipif(not has_ipv6_loopback(), reason="no IPv6 here (::1 cannot be bound)")
 
 
 def _refused_at_once(t: btlcore.Transport, address: bytes, *names: str) -> str:
