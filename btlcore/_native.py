@@ -45,7 +45,7 @@ MODULES: dict[str, str] = {
     **{f"btlcore.protocol.congestion.{m}": f"btlcore/protocol/congestion/{m}.py" for m in (
         "aimd", "bbr", "cubic", "model", "none", "rate")},
     **{f"btlcore_sim.{m}": f"backends/sim/btlcore_sim/{m}.py" for m in (
-        "fabric", "scheduler")},
+        "fabric", "links", "nic", "scheduler")},
 }
 
 #: mypyc's shared library for the whole group (a top-level module beside ``btlcore``)

@@ -9,9 +9,9 @@ impairments, scripted faults, pcapng capture and per-link statistics.
     b = fabric.open_device(name="b")
     fabric.set_link("a", "b", LinkModel(delay=10e-6, loss=0.01))
 
-Modules, one concept each: ``scheduler`` (virtual time), ``links`` (link models and
-impairments), ``nic`` (the device object), ``queues`` (queue sizes, the shared
-bottleneck and its AQM), ``rules`` (partitions; every other scripted fault is a rule of
+Modules, one concept each: ``scheduler`` (virtual time), ``models`` (link models),
+``links`` (the impairments, applied per frame), ``nic`` (the device object), ``queues``
+(queue sizes, the shared bottleneck and its AQM), ``rules`` (partitions; every other scripted fault is a rule of
 :mod:`btlcore.faults` on ``fabric.faults``), ``pcap``
 (capture), ``fabric`` (putting them together), ``plugin`` (the hooks), ``layers`` (scapy
 layers) and ``scapy`` (``import btlcore_sim.scapy``: those layers bound for ``rdpcap``, on any
@@ -23,7 +23,8 @@ from typing import Any
 import btlcore  # noqa: F401 (first: it chooses the compiled or the pure build)
 
 from .fabric import Fabric, default_fabric, reset_default_fabric
-from .links import DROP_CAUSES, Link, LinkModel
+from .links import DROP_CAUSES, Link
+from .models import LinkModel
 from .nic import SimNIC
 from .queues import Bottleneck, parse_queue
 from .rules import Partition

@@ -28,7 +28,8 @@ from btlcore.errors import ConfigError
 from btlcore.faults import Faults, Rule, make_rule
 from btlcore.protocol import wire
 
-from .links import DROP_CAUSES, Link, LinkModel
+from .links import DROP_CAUSES, Link
+from .models import LinkModel
 from .nic import MAX_NODES, SimNIC, check_options, parse_address
 from .pcap import PcapWriter
 from .queues import Bottleneck

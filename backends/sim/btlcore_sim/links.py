@@ -1,9 +1,10 @@
-"""Link models (what a direction of the fabric does to frames) and the links that apply them.
+"""The links: one direction of the fabric at run time, applying its link model to frames.
 
-A :class:`LinkModel` is a frozen description, shared and reused; a :class:`Link` is one
-direction between two NICs at run time, holding the model's numbers unpacked into plain
-slots, its own random stream and its counters.  The per-frame path reads those slots only:
-no attrs instance, closure or dict is built per frame.
+A :class:`~btlcore_sim.models.LinkModel` (:mod:`.models`, imported here too) is a frozen
+description, shared and reused; a :class:`Link` is one direction between two NICs at run
+time, holding the model's numbers unpacked into plain slots, its own random stream and its
+counters.  The per-frame path reads those slots only: no attrs instance, closure or dict is
+built per frame (this module is compiled where the build can; see ``btlcore/_native.py``).
 
 What happens to a frame offered to a link, in this order (each stage counted by cause):
 
@@ -56,10 +57,9 @@ from collections.abc import Sequence
 from heapq import heappush
 from typing import TYPE_CHECKING, Any
 
-import attrs
-
-from btlcore.errors import ConfigError
-
+from .models import _IDEAL
+from .models import JITTER_DISTS as JITTER_DISTS  # (re-exported: defined here before models.py)
+from .models import LinkModel as LinkModel
 from .queues import queue_bytes
 
 if TYPE_CHECKING:
@@ -67,7 +67,6 @@ if TYPE_CHECKING:
     from .nic import SimNIC
     from .queues import Bottleneck
 
-JITTER_DISTS = ("normal", "uniform", "pareto")
 PARETO_SHAPE = 3.0
 """Shape of the Pareto jitter: heavy tail, finite variance."""
 NO_LIMIT = 1 << 62
@@ -76,175 +75,114 @@ DROP_CAUSES = ("mtu", "queue", "aqm", "partition", "nth", "rule", "fault", "loss
                "rx_queue", "closed")
 
 
-def _bad(name: str, value: Any, allowed: str) -> ConfigError:
-    return ConfigError(f"bad value {value!r} for link parameter {name!r}: allowed is {allowed}")
-
-
-def _prob(_inst: Any, field: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise _bad(field.name, value, "a probability from 0 to 1")
-
-
-def _nonneg(_inst: Any, field: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise _bad(field.name, value, "a number >= 0")
-
-
-def _burst(_inst: Any, field: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
-    if value is None:
-        return
-    allowed = "None or (p, mean_len) with 0 <= p < 1, mean_len >= 1, p <= mean_len/(mean_len+1)"
-    try:
-        p, mean_len = value
-        p, mean_len = float(p), float(mean_len)
-    except (TypeError, ValueError):
-        raise _bad(field.name, value, allowed) from None
-    if not (0.0 <= p < 1.0 and mean_len >= 1.0 and p <= mean_len / (mean_len + 1.0)):
-        raise _bad(field.name, value, allowed)
-
-
-def _mtu(_inst: Any, field: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _bad(field.name, value, "None (no link limit) or an integer >= 1")
-
-
-def _queue_limit(_inst: Any, field: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _bad(field.name, value, "an integer number of bytes >= 0 (0: unlimited)")
-
-
-def _dist(_inst: Any, field: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
-    if value not in JITTER_DISTS:
-        raise _bad(field.name, value, "one of " + ", ".join(JITTER_DISTS))
-
-
-@attrs.define(slots=True, frozen=True)
-class LinkModel:
-    """What one direction of a link does to frames.  The default is a perfect link: no
-    loss, no delay, unlimited rate.  Times are seconds; see the module docstring for the
-    order of the stages and the models behind them."""
-
-    loss: float = attrs.field(default=0.0, validator=_prob)
-    """Probability that a frame is lost, independently of the others."""
-    burst: tuple[float, float] | None = attrs.field(default=None, validator=_burst)
-    """Gilbert-Elliott burst loss ``(long-run loss rate, mean burst length in frames)``."""
-    delay: float = attrs.field(default=0.0, validator=_nonneg)
-    """One-way propagation delay."""
-    jitter: float = attrs.field(default=0.0, validator=_nonneg)
-    """Spread of the delay (the distribution's sigma, half-width or mean; see above)."""
-    jitter_dist: str = attrs.field(default="normal", validator=_dist)
-    reorder: float = attrs.field(default=0.0, validator=_prob)
-    """Probability that a frame skips the delay and overtakes earlier ones (netem)."""
-    duplicate: float = attrs.field(default=0.0, validator=_prob)
-    """Probability that a frame is delivered twice."""
-    corrupt: float = attrs.field(default=0.0, validator=_prob)
-    """Probability that a delivered copy has one bit flipped."""
-    rate_mbps: float = attrs.field(default=0.0, validator=_nonneg)
-    """Serialisation rate in megabits per second (10**6); 0 is unlimited."""
-    queue_limit: int = attrs.field(default=0, validator=_queue_limit)
-    """Bytes the rate limiter may hold before it tail-drops; 0 is unlimited (unless
-    ``queue_bdp`` is set)."""
-    queue_bdp: float = attrs.field(default=0.0, validator=_nonneg)
-    """The queue as a multiple of the path's bandwidth-delay product (rate x this delay plus
-    the reverse direction's), never under a few frames (:mod:`.queues`); 0: not used."""
-    mtu: int | None = attrs.field(default=None, validator=_mtu)
-    """Largest frame the link carries (longer ones are dropped); None: no link limit."""
-
-    def __attrs_post_init__(self) -> None:
-        if self.queue_limit and self.queue_bdp:
-            raise ConfigError("link parameters 'queue_limit' (bytes) and 'queue_bdp' (a multiple of the "
-                              "bandwidth-delay product) size the same queue: give one of them")
-        if self.reorder and not self.delay:
-            raise ConfigError(
-                "link parameter 'reorder' needs 'delay' > 0: a reordered frame skips the delay "
-                "and overtakes frames still in flight (netem's model)")
-
-    @property
-    def ideal(self) -> bool:
-        """True if the link neither loses, delays, limits nor alters anything."""
-        return self == _IDEAL
-
-    def gilbert_elliott(self) -> tuple[float, float]:
-        """``(q, r)``: the Good->Bad and Bad->Good transition probabilities per frame."""
-        if self.burst is None:
-            return 0.0, 0.0
-        p, mean_len = float(self.burst[0]), float(self.burst[1])
-        r = 1.0 / mean_len
-        return (p * r / (1.0 - p) if p else 0.0), r
-
-
-_IDEAL = LinkModel()
-
-
-@attrs.define(slots=True, eq=False)
 class Link:
     """One direction ``src -> dst`` of the fabric at run time.
 
     The model's numbers are copied into slots (``apply``) so the per-frame path costs a
     slot read per stage; counters are plain ints; randomness comes from this direction's
     own ``random.Random``, seeded from the fabric seed and the two node ids, so adding
-    traffic on one link never changes what happens on another."""
+    traffic on one link never changes what happens on another.  A plain slotted class, not
+    attrs: compiled (``btlcore/_native.py``), every slot below is a typed C field."""
 
+    __slots__ = ("fabric", "src", "dst", "rng", "model", "name", "ideal", "plain", "head", "fifo", "dst_rx",
+                 "dst_rx_from", "sources", "dst_mtus", "dst_depth", "mtu", "loss", "ge_q", "ge_r", "ge_bad",
+                 "delay", "jitter", "jitter_dist", "reorder", "duplicate", "corrupt", "bytes_per_s",
+                 "queue_limit", "shared", "busy_until", "partitions", "rules", "held", "fast_frames",
+                 "fast_bytes", "offered", "bytes_offered", "delivered", "bytes_delivered", "duplicated",
+                 "corrupted", "drops")
     fabric: Fabric
     src: SimNIC
     dst: SimNIC
     rng: random.Random
-    model: LinkModel = _IDEAL
-    name: str = ""
+    model: LinkModel
+    name: str
     # -- what the per-frame path reads --------------------------------------------------
-    ideal: bool = True
+    ideal: bool
     """No stage can act: post_send delivers at once without calling :meth:`transmit`."""
-    plain: bool = True
+    plain: bool
     """No stage after the rate limiter can act but the fixed delay (:meth:`transmit`'s
     short cut)."""
-    head: tuple[Any, ...] | None = None
+    head: tuple[Any, ...] | None
     """The event of this link's that stands in the fabric's heap for ``fifo`` (see
     :class:`~.scheduler.Scheduler`)."""
-    fifo: deque[tuple[Any, ...]] = attrs.Factory(deque)
+    fifo: deque[tuple[Any, ...]]
     """Plain-path frames in flight behind ``head``, in arrival order: they join the heap
     one at a time, or land straight from here when nothing in the heap comes first."""
-    dst_rx: list[list[bytes]] = attrs.Factory(list)
-    dst_rx_from: list[list[Any]] = attrs.Factory(list)
+    dst_rx: list[list[bytes]]
+    dst_rx_from: list[list[Any]]
     """``dst.rx_from``: where a frame landing in ``dst_rx`` records its source."""
-    sources: tuple[Any, ...] = ()
+    sources: tuple[Any, ...]
     """Per channel: the source a frame sent on it carries, ``(src address, channel)``."""
-    dst_mtus: list[int] = attrs.Factory(list)
-    dst_depth: list[int] = attrs.Factory(list)
-    mtu: int = NO_LIMIT
-    loss: float = 0.0
-    ge_q: float = 0.0
-    ge_r: float = 0.0
-    ge_bad: bool = False
-    delay: float = 0.0
-    jitter: float = 0.0
-    jitter_dist: str = "normal"
-    reorder: float = 0.0
-    duplicate: float = 0.0
-    corrupt: float = 0.0
-    bytes_per_s: float = 0.0
-    queue_limit: int = 0
+    dst_mtus: list[int]
+    dst_depth: list[int]
+    mtu: int
+    loss: float
+    ge_q: float
+    ge_r: float
+    ge_bad: bool
+    delay: float
+    jitter: float
+    jitter_dist: str
+    reorder: float
+    duplicate: float
+    corrupt: float
+    bytes_per_s: float
+    queue_limit: int
     """The byte limit in force (``queue_bdp`` resolved by the fabric); 0: unlimited."""
-    shared: Bottleneck | None = None
+    shared: Bottleneck | None
     """The bottleneck that serialises this direction's frames instead of its own limiter."""
-    busy_until: float = 0.0
-    partitions: tuple[tuple[float, float], ...] = ()
-    rules: tuple[Any, ...] = ()
+    busy_until: float
+    partitions: tuple[tuple[float, float], ...]
+    rules: tuple[Any, ...]
     """The fabric's fault rules that may act on this direction (:mod:`btlcore.faults`)."""
-    held: list[list[Any]] = attrs.Factory(list)
+    held: list[list[Any]]
     """Reordered frames: ``[frames still to pass, channel, frame]``."""
     # -- counters -----------------------------------------------------------------------
-    fast_frames: int = 0
+    fast_frames: int
     """Frames that took the ideal path (offered and delivered at once)."""
-    fast_bytes: int = 0
-    offered: int = 0
-    bytes_offered: int = 0
-    delivered: int = 0
-    bytes_delivered: int = 0
-    duplicated: int = 0
-    corrupted: int = 0
-    drops: dict[str, int] = attrs.Factory(dict)
+    fast_bytes: int
+    offered: int
+    bytes_offered: int
+    delivered: int
+    bytes_delivered: int
+    duplicated: int
+    corrupted: int
+    drops: dict[str, int]
+
+    def __init__(self, fabric: Fabric, src: SimNIC, dst: SimNIC, rng: random.Random,
+                 model: LinkModel = _IDEAL, name: str = "") -> None:
+        self.fabric = fabric
+        self.src = src
+        self.dst = dst
+        self.rng = rng
+        self.model = model
+        self.name = name
+        self.ideal = self.plain = True
+        self.head = None
+        self.fifo = deque()
+        self.dst_rx = []
+        self.dst_rx_from = []
+        self.sources = ()
+        self.dst_mtus = []
+        self.dst_depth = []
+        self.mtu = NO_LIMIT
+        self.loss = self.ge_q = self.ge_r = 0.0
+        self.ge_bad = False
+        self.delay = self.jitter = 0.0
+        self.jitter_dist = "normal"
+        self.reorder = self.duplicate = self.corrupt = self.bytes_per_s = 0.0
+        self.queue_limit = 0
+        self.shared = None
+        self.busy_until = 0.0
+        self.partitions = ()
+        self.rules = ()
+        self.held = []
+        self.fast_frames = self.fast_bytes = self.offered = self.bytes_offered = 0
+        self.delivered = self.bytes_delivered = self.duplicated = self.corrupted = 0
+        self.drops = {}
+
+    def __repr__(self) -> str:
+        return f"Link({self.name!r})"
 
     def apply(self, model: LinkModel, rtt: float | None = None) -> None:
         """Take ``model``'s numbers; the random stream and the counters carry on.  ``rtt``:
@@ -289,8 +227,9 @@ class Link:
 
     def transmit(self, channel: int, data: bytes | bytearray | memoryview) -> bool:
         """Carry one frame through every stage (the module docstring lists them)."""
-        if self.src.closed:
-            raise RuntimeError(f"{self.src.name}: device is closed")
+        src = self.src
+        if src.closed:
+            raise RuntimeError(f"{src.name}: device is closed")
         fab = self.fabric
         now = fab.now
         n = len(data)
@@ -300,37 +239,42 @@ class Link:
         if n > self.mtu:
             return self.refuse("mtu", data, now)
         t = now
-        if self.bytes_per_s:
+        bps = self.bytes_per_s
+        if bps:
             shared = self.shared
             if shared is None:
-                start = self.busy_until if self.busy_until > now else now
+                busy = self.busy_until
+                start = busy if busy > now else now
                 # backlog in bytes; the 1e-6 forgives float error in the accumulated busy time
-                if self.queue_limit and (start - now) * self.bytes_per_s + n > self.queue_limit + 1e-6:
+                if self.queue_limit and (start - now) * bps + n > self.queue_limit + 1e-6:
                     return self.refuse("queue", data, now)
-                t = start + n / self.bytes_per_s
+                t = start + n / bps
                 self.busy_until = t
             else:
                 t = shared.admit(n, now)
                 if t < 0.0:
                     return self.refuse(shared.cause, data, now)
-            infl = self.src.inflight[channel]
+            infl = src.inflight[channel]
             if not infl or t >= infl[-1]:
                 infl.append(t)  # the usual case: after every slot taken before
             else:
                 insort(infl, t)  # another link of this NIC's is further behind
         else:
-            self.src.completed += 1
+            src.completed += 1
         if self.plain:  # the stages below cannot act: deliver after the fixed delay
             arrival = t + self.delay
             if arrival <= now:
                 fab.land(self, channel, bytes(data), None)
                 return True
-            event = (arrival, fab._serial(), self, channel, bytes(data), None)
+            serial = fab.serial
+            fab.serial = serial + 1
+            event: tuple[Any, ...] = (arrival, serial, self, channel, bytes(data), None)
             fifo = self.fifo
-            if self.head is None:
+            head = self.head
+            if head is None:
                 self.head = event
                 heappush(fab.heap, event)
-            elif arrival >= (fifo[-1][0] if fifo else self.head[0]):
+            elif arrival >= (fifo[-1][0] if fifo else head[0]):
                 fifo.append(event)  # arrivals on a plain link keep their order: no heap push
             else:
                 heappush(fab.heap, event)  # the model changed to a shorter delay meanwhile
@@ -361,7 +305,9 @@ class Link:
                 else:
                     arrival = t + self._delay_draw()
             if arrival > now:  # Scheduler.schedule_frame, inline
-                heappush(fab.heap, (arrival, fab._serial(), self, channel, out, note))
+                serial = fab.serial
+                fab.serial = serial + 1
+                heappush(fab.heap, (arrival, serial, self, channel, out, note))
             else:
                 fab.land(self, channel, out, note)
         return True
@@ -463,11 +409,10 @@ class Link:
         delay = self.delay
         fab = self.fabric
         now = fab.now
-        serial = fab._serial
+        serial = fab.serial
         fifo = self.fifo
-        append = fifo.append
         busy = self.busy_until
-        tail = fifo[-1][0] if fifo else head[0]
+        tail: float = fifo[-1][0] if fifo else head[0]
         first = i
         nbytes = 0
         total = len(items)
@@ -482,9 +427,12 @@ class Link:
             busy = t
             infl.append(t)
             tail = t + delay
-            append((tail, serial(), self, channel, bytes(data), None))
+            event: tuple[Any, ...] = (tail, serial, self, channel, bytes(data), None)
+            fifo.append(event)
+            serial += 1
             nbytes += n
             i += 1
+        fab.serial = serial
         self.busy_until = busy
         self.offered += i - first
         self.bytes_offered += nbytes

@@ -18,17 +18,16 @@ Queues behave like a NIC's, not like a socket's:
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
-
-import attrs
 
 from btlcore.device import Capabilities, Channel, ChannelInfo
 from btlcore.errors import ConfigError
 
+from .links import Link
+
 if TYPE_CHECKING:
     from .fabric import Fabric
-    from .links import Link
 
 DEFAULT_MTU = 9000
 MIN_MTU = 64
@@ -41,6 +40,7 @@ ADDRESS_PREFIX = b"\x02\x00\x00\x00"
 last two bytes; the pcap uses it as the Ethernet address too."""
 ADDRESS_LEN = 6
 MAX_NODES = 0xFFFF
+_EMPTY: tuple[Any, ...] = ()
 
 OPTIONS = ("fabric", "mtu", "send_queue_depth", "recv_queue_depth", "name", "seed", "address")
 
@@ -100,48 +100,65 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-@attrs.define(slots=True, eq=False)
 class SimNIC:
     """One NIC on a :class:`~btlcore_sim.fabric.Fabric`.  Lists indexed by
     channel (``rx``, ``mtus``, ...) are shared with the links that feed this NIC and are
-    only ever changed in place."""
+    only ever changed in place.  A plain slotted class, not attrs: compiled, its per-frame
+    methods (:meth:`post_many`, :meth:`poll_from`) read typed slots."""
 
+    __slots__ = ("fabric", "node_id", "name", "mtu", "send_queue_depth", "recv_queue_depth", "address",
+                 "mtus", "sq_depth", "rq_depth", "rx", "rx_from", "inflight", "completed", "closed",
+                 "links", "wake_at", "instance")
     fabric: Fabric
     node_id: int
     name: str
     mtu: int
     send_queue_depth: int
     recv_queue_depth: int
-    address: bytes = b""
-    mtus: list[int] = attrs.Factory(list)
+    address: bytes
+    mtus: list[int]
     """Per channel: the MTU granted by create_channel (-1 once closed)."""
-    sq_depth: list[int] = attrs.Factory(list)
-    rq_depth: list[int] = attrs.Factory(list)
-    rx: list[list[bytes]] = attrs.Factory(list)
+    sq_depth: list[int]
+    rq_depth: list[int]
+    rx: list[list[bytes]]
     """Per channel: frames landed and not yet polled."""
-    rx_from: list[list[Any]] = attrs.Factory(list)
+    rx_from: list[list[Any]]
     """Per channel, parallel to ``rx``: each frame's source (its link's ``sources``)."""
-    inflight: list[list[float]] = attrs.Factory(list)
+    inflight: list[list[float]]
     """Per channel: the times at which taken send-queue slots free, sorted (a link's frames
     leave in order, so a new one nearly always goes at the end; reaping cuts a prefix)."""
-    completed: int = 0
+    completed: int
     """Send completions not yet reaped by poll_completions."""
-    closed: bool = False
-    links: dict[int, Link] = attrs.Factory(dict)
+    closed: bool
+    links: dict[int, Link]
     """Outgoing links by destination node id (resolve's cache)."""
-    wake_at: float = -1.0
+    wake_at: float
+    instance: int
+    """How many NICs the fabric had opened before this one (reopens included)."""
 
-    def __attrs_post_init__(self) -> None:
-        self.address = node_address(self.node_id)
-        self.mtus = [self.mtu, self.mtu]
-        self.sq_depth = [self.send_queue_depth] * 2
-        self.rq_depth = [self.recv_queue_depth] * 2
+    def __init__(self, fabric: Fabric, node_id: int, name: str, mtu: int, send_queue_depth: int,
+                 recv_queue_depth: int) -> None:
+        self.fabric = fabric
+        self.node_id = node_id
+        self.name = name
+        self.mtu = mtu
+        self.send_queue_depth = send_queue_depth
+        self.recv_queue_depth = recv_queue_depth
+        self.address = node_address(node_id)
+        self.mtus = [mtu, mtu]
+        self.sq_depth = [send_queue_depth] * 2
+        self.rq_depth = [recv_queue_depth] * 2
         self.rx = [[], []]
         self.rx_from = [[], []]
         self.inflight = [[], []]
+        self.completed = 0
+        self.closed = False
+        self.links = {}
+        self.wake_at = -1.0
+        self.instance = 0
 
-    instance: int = 0
-    """How many NICs the fabric had opened before this one (reopens included)."""
+    def __repr__(self) -> str:
+        return f"SimNIC({self.name!r}, node_id={self.node_id}{', closed' if self.closed else ''})"
 
     @property
     def seed(self) -> int:
@@ -165,7 +182,7 @@ class SimNIC:
             instance=self.instance,
         )
 
-    def create_channel(self, channel: Channel, mtu: int) -> ChannelInfo:
+    def create_channel(self, channel: int, mtu: object) -> ChannelInfo:
         channel = Channel(channel)
         if isinstance(mtu, bool) or not isinstance(mtu, int) or mtu < MIN_MTU:
             raise ValueError(f"channel MTU {mtu!r}: must be an integer >= {MIN_MTU}")
@@ -174,7 +191,7 @@ class SimNIC:
             self.mtus[channel] = granted
         return ChannelInfo(channel, granted, self.sq_depth[channel], self.rq_depth[channel])
 
-    def resolve(self, address: bytes) -> Link:
+    def resolve(self, address: Any) -> Link:
         if self.closed:
             raise RuntimeError(f"{self.name}: device is closed")
         node_id = parse_address(address)
@@ -183,6 +200,89 @@ class SimNIC:
             raise ValueError(f"unknown sim address {bytes(address).hex(':')}: no such NIC on "
                              f"this fabric")
         return self.fabric.link(self, dst)
+
+    # -- the per-frame path (the plugin's post and poll hooks) ----------------------------
+
+    def post_many(self, items: Sequence[tuple[int, Any, Any]]) -> int:
+        """Post ``(channel, dest, data)`` items in order; return how many were taken (a full
+        send queue stops the batch).  The driver hands over a progress pass's frames in one
+        call, so the per-frame work here is a few slot reads and one append or heap push: on a
+        perfect link the frame lands in the peer's receive queue at once, with no event made."""
+        mtus = self.mtus
+        inflight = self.inflight
+        sq_depth = self.sq_depth
+        i = 0
+        total = len(items)
+        while i < total:
+            channel, dest, data = items[i]
+            if not isinstance(dest, Link) or dest.src is not self:
+                raise ValueError(f"destination {dest!r} was not resolved on {self.name}")
+            n = len(data)
+            if n > mtus[channel]:
+                if self.closed:
+                    raise RuntimeError(f"{self.name}: device is closed")
+                raise ValueError(f"{self.name}: a {n}-byte datagram exceeds channel "
+                                 f"{Channel(channel).name}'s MTU of {mtus[channel]}")
+            infl = inflight[channel]
+            if infl and len(infl) >= sq_depth[channel] and not self.reap(channel):
+                return i  # the send queue is full; the fabric wakes wait() when a slot frees
+            i += 1
+            if dest.ideal and n <= dest.dst_mtus[channel]:
+                queue = dest.dst_rx[channel]
+                if len(queue) < dest.dst_depth[channel]:
+                    queue.append(bytes(data))
+                    dest.dst_rx_from[channel].append(dest.sources[channel])
+                    dest.fast_frames += 1
+                    dest.fast_bytes += n
+                    self.completed += 1
+                    dest.fabric.landed = True
+                    continue
+            dest.transmit(channel, data)
+            if dest.plain and i < total:
+                i = dest.transmit_run(channel, items, i)  # the frames that follow it on this link
+        return total
+
+    def poll_from(self, budget: int) -> tuple[Sequence[bytes], Sequence[Any]]:
+        """Up to ``budget`` frames, priority channel first, and their sources: the sending NIC's
+        address and channel, ``(address, channel)``.  The receive queues and their parallel
+        source queues are cut alike, handing over whole lists where the budget allows."""
+        rx = self.rx
+        rx_from = self.rx_from
+        prio = rx[0]
+        data = rx[1]
+        if not prio:
+            if not data:
+                return _EMPTY, _EMPTY
+            data_from = rx_from[1]
+            if len(data) <= budget:
+                rx[1] = []
+                rx_from[1] = []
+                return data, data_from
+            out, out_from = data[:budget], data_from[:budget]
+            del data[:budget], data_from[:budget]
+            return out, out_from
+        prio_from = rx_from[0]
+        if len(prio) + len(data) <= budget:
+            rx[0] = []
+            rx_from[0] = []
+            if data:
+                prio.extend(data)
+                prio_from.extend(rx_from[1])
+                data.clear()
+                rx_from[1].clear()
+            return prio, prio_from
+        if len(prio) >= budget:
+            out, out_from = prio[:budget], prio_from[:budget]
+            del prio[:budget], prio_from[:budget]
+            return out, out_from
+        rx[0] = []
+        rx_from[0] = []
+        rest = budget - len(prio)
+        data_from = rx_from[1]
+        prio.extend(data[:rest])
+        prio_from.extend(data_from[:rest])
+        del data[:rest], data_from[:rest]
+        return prio, prio_from
 
     def reap(self, channel: int) -> bool:
         """Free the send-queue slots whose frames have left; True if one is free now.

@@ -22,7 +22,6 @@ per frame.
 from __future__ import annotations
 
 from heapq import heappop, heappush
-from itertools import count
 from typing import TYPE_CHECKING, Any
 
 from mypy_extensions import mypyc_attr
@@ -38,20 +37,22 @@ class Scheduler:
     """The fabric's clock and event heap (the :class:`Fabric` is one).  A plain slotted
     class, not attrs: it is a base class with a hand-written ``__init__``."""
 
-    __slots__ = ("now", "heap", "landed", "pcap", "_serial", "coalesce")
+    __slots__ = ("now", "heap", "landed", "pcap", "serial", "coalesce")
     now: float
     heap: list[tuple[Any, ...]]
     landed: bool
     """Frames landed outside ``advance`` since it last ran."""
     pcap: PcapWriter | None
-    _serial: Any
+    serial: int
+    """The next event's serial (whoever schedules an event takes it and adds one)."""
+    coalesce: float
 
     def __init__(self) -> None:
         self.now = 0.0
         self.heap = []
         self.landed = False
         self.pcap = None
-        self._serial = count().__next__
+        self.serial = 0
         self.coalesce = 0.0  # seconds; see advance()
 
     def clock(self) -> float:
@@ -69,13 +70,17 @@ class Scheduler:
     def wake(self, when: float) -> None:
         """Make ``advance`` stop at ``when`` (a send-queue slot frees then)."""
         if when > self.now:
-            heappush(self.heap, (when, self._serial(), None, 0, None, None))
+            serial = self.serial
+            self.serial = serial + 1
+            heappush(self.heap, (when, serial, None, 0, None, None))
 
     def schedule_frame(self, when: float, link: Link, channel: int, frame: bytes,
                        note: str | None) -> None:
         """Land ``frame`` on ``link``'s far end at ``when`` (now if ``when`` is not later)."""
         if when > self.now:
-            heappush(self.heap, (when, self._serial(), link, channel, frame, note))
+            serial = self.serial
+            self.serial = serial + 1
+            heappush(self.heap, (when, serial, link, channel, frame, note))
         else:
             self.land(link, channel, frame, note)
 
@@ -112,44 +117,54 @@ class Scheduler:
         # Interrupt coalescing (a NIC's rx-usecs): land everything due within ``coalesce``
         # of the next event in one go, so that a receiver handles a batch per wake-up.  The
         # clock stops at the last frame landed, never past the deadline.
-        first = heap[0][0]
+        first: float = heap[0][0]
         horizon = first + self.coalesce
         if deadline is not None and deadline < horizon:
             horizon = deadline
         now = self.now = first
         pcap = self.pcap
-        while heap and heap[0][0] <= horizon:
+        while heap:
+            top: float = heap[0][0]
+            if top > horizon:
+                break
             event = heappop(heap)
-            link = event[2]
+            link: Link | None = event[2]
             if link is None:
-                if event[0] > now:
-                    now = self.now = event[0]
+                if top > now:
+                    now = self.now = top
                 continue
             fifo = link.fifo if event is link.head else None
             while True:
-                when, _, _, channel, frame, note = event
+                when: float = event[0]
+                channel: int = event[3]
+                frame: bytes = event[4]
                 if when > now:
                     now = self.now = when
                 # the common case of land(), inline: this runs once per frame
                 n = len(frame)
                 queue = link.dst_rx[channel]
                 if n > link.dst_mtus[channel] or len(queue) >= link.dst_depth[channel]:
-                    self.land(link, channel, frame, note)
+                    self.land(link, channel, frame, event[5])
                 else:
                     queue.append(frame)
                     link.dst_rx_from[channel].append(link.sources[channel])
                     link.delivered += 1
                     link.bytes_delivered += n
                     if pcap is not None:
-                        pcap.delivered(now, link.src.node_id, link.dst.node_id, frame, note)
+                        pcap.delivered(now, link.src.node_id, link.dst.node_id, frame, event[5])
                 # the next frame of this link's run, if nothing in the heap comes first
-                if not fifo or fifo[0][0] > horizon or (heap and heap[0] < fifo[0]):
+                if not fifo:
+                    break
+                after: tuple[Any, ...] = fifo[0]
+                due: float = after[0]
+                if due > horizon or (heap and heap[0] < after):
                     break
                 event = fifo.popleft()
             if fifo is not None:
                 if fifo:
-                    link.head = fifo.popleft()
-                    heappush(heap, link.head)
+                    head: tuple[Any, ...] = fifo.popleft()
+                    link.head = head
+                    heappush(heap, head)
                 else:
                     link.head = None
         self.landed = False

@@ -16,7 +16,7 @@ from btlcore.device import Channel
 from btlcore.protocol import wire
 
 from .fabric import Fabric
-from .links import LinkModel
+from .models import LinkModel
 
 
 def frames_per_second(frames: int = 200_000, size: int = 1500, batch: int = 32,
