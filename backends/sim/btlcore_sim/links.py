@@ -264,11 +264,13 @@ class Link:
         if self.plain:  # the stages below cannot act: deliver after the fixed delay
             arrival = t + self.delay
             if arrival <= now:
-                fab.land(self, channel, bytes(data), None)
+                fab.land(self, channel, data if type(data) is bytes else bytes(data), None)
                 return True
             serial = fab.serial
             fab.serial = serial + 1
-            event: tuple[Any, ...] = (arrival, serial, self, channel, bytes(data), None)
+            # (a frame is immutable bytes on the wire; the core's already are: no call, no copy)
+            frame = data if type(data) is bytes else bytes(data)
+            event: tuple[Any, ...] = (arrival, serial, self, channel, frame, None)
             fifo = self.fifo
             head = self.head
             if head is None:
@@ -288,7 +290,7 @@ class Link:
             return self.drop("loss", data, now)
         if self.ge_q and self._burst_step():
             return self.drop("burst", data, now)
-        frame = bytes(data)
+        frame = data if type(data) is bytes else bytes(data)
         copies = 1
         if self.duplicate and rnd() < self.duplicate:
             copies = 2
@@ -427,7 +429,8 @@ class Link:
             busy = t
             infl.append(t)
             tail = t + delay
-            event: tuple[Any, ...] = (tail, serial, self, channel, bytes(data), None)
+            frame = data if type(data) is bytes else bytes(data)
+            event: tuple[Any, ...] = (tail, serial, self, channel, frame, None)
             fifo.append(event)
             serial += 1
             nbytes += n

@@ -230,7 +230,7 @@ class SimNIC:
             if dest.ideal and n <= dest.dst_mtus[channel]:
                 queue = dest.dst_rx[channel]
                 if len(queue) < dest.dst_depth[channel]:
-                    queue.append(bytes(data))
+                    queue.append(data if type(data) is bytes else bytes(data))
                     dest.dst_rx_from[channel].append(dest.sources[channel])
                     dest.fast_frames += 1
                     dest.fast_bytes += n

@@ -157,8 +157,18 @@ class Scheduler:
                     break
                 after: tuple[Any, ...] = fifo[0]
                 due: float = after[0]
-                if due > horizon or (heap and heap[0] < after):
+                if due > horizon:
                     break
+                if heap:  # heap[0] < after, as tuples (the serials differ), in typed pieces
+                    nxt = heap[0]
+                    nxt_when: float = nxt[0]
+                    if nxt_when < due:
+                        break
+                    if nxt_when == due:
+                        nxt_serial: int = nxt[1]
+                        after_serial: int = after[1]
+                        if nxt_serial < after_serial:
+                            break
                 event = fifo.popleft()
             if fifo is not None:
                 if fifo:
