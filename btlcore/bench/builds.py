@@ -6,7 +6,8 @@ of the ratios: load that drifts during the run moves both runs of a pair alike.
 
 Figures: engine CPU per segment (``scripts/perf/engine_pingpong.py`` 64 B and
 ``engine_bulk_rx.py`` batch, 8972 B segments; ns, lower is better: in a checkout only) and the
-simulator's data segments per wall-second with CRC32C (``btl.sim_rate``; higher is better).
+simulator's data segments per wall-second with CRC32C (``btl.sim_rate``, the median of three
+64 MiB transfers after a warm-up; higher is better).
 Each run is a fresh process; the pure one has ``BTL_PURE=1``."""
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from typing import TextIO
 
 #: scripts/perf of the checkout this package runs from (absent in an installed wheel)
 HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts", "perf")
+#: the simulator's figure: per process, one warm-up transfer of 64 MiB, then the median of three (one
+#: transfer of 64 MiB lasts ~0.1 s: alone, a moment's load on the shared cores moved a pair's ratio by 30%)
 SIM = ("from btlcore.bench import btl_sim, profiles; import dataclasses; "
-       "p = dataclasses.replace(profiles.PROFILES['full'], trials=1, warmup=0); "
+       "p = dataclasses.replace(profiles.PROFILES['full'], trials=3, warmup=1); "
        "print(btl_sim.segment_rate(p).stats['median'])")
 FIGURES: dict[str, tuple[list[str], bool]] = {  # name: (argv, lower is better)
     "engine ping-pong 64 B, ns per receive": ([os.path.join(HERE, "engine_pingpong.py"), "64", "20000"], True),
