@@ -281,6 +281,13 @@ class Link:
             else:
                 heappush(fab.heap, event)  # the model changed to a shorter delay meanwhile
             return True
+        return self._impaired(channel, data, n, t)
+
+    def _impaired(self, channel: int, data: bytes | bytearray | memoryview, n: int, t: float) -> bool:
+        """:meth:`transmit`'s stages after the rate limiter, on a link where they may act (not
+        ``plain``): ``n`` bytes that leave the wire at ``t``."""
+        fab = self.fabric
+        now = fab.now
         if self.partitions or self.rules or self.held:
             fate = self._scripted(data, t)
             if fate is not None:
