@@ -122,7 +122,7 @@ class UdpDevice:
         self._reach: dict[tuple[str, int], str | None] = {}  # resolve's answers, per (ip, scope)
         self._warned: set[Any] = set()  # destinations whose unreachability was logged
         (self._wake_r, self._wake_w, self._poller, self._poll_scale,
-         self._select_fds) = _wait.open_waiting(socks)
+         self._select_fds, self._timer) = _wait.open_waiting(socks)
         self.tx_datagrams = self.tx_bytes = self.tx_pushbacks = self.tx_errors = 0
         self.tx_gso_sends = self.gso_fallbacks = 0
         self.rx_datagrams = self.rx_bytes = self.rx_priority = self.rx_errors = self.rx_oversize = 0
@@ -260,6 +260,8 @@ class UdpDevice:
             s.close()
         for fd in {self._wake_r, self._wake_w}:
             os.close(fd)
+        if self._timer is not None:
+            self._timer.close()
 
     def stats(self) -> dict[str, Any]:
         """Counters since open, and what the kernel granted."""
