@@ -46,6 +46,7 @@ MODULES: dict[str, str] = {
         "aimd", "bbr", "cubic", "model", "none", "rate")},
     **{f"btlcore_sim.{m}": f"backends/sim/btlcore_sim/{m}.py" for m in (
         "fabric", "scheduler")},
+    "btlcore.progress": "btlcore/progress.py",
 }
 
 #: mypyc's shared library for the whole group (a top-level module beside ``btlcore``)
