@@ -39,6 +39,7 @@ import ipaddress
 import os
 import socket
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from btlcore.device import Capabilities, Channel, ChannelInfo
@@ -54,11 +55,6 @@ from ._receive import ARENA_BYTES, GRO_BUFFER
 class UdpDevice:
     """One UDP device: a priority socket and a data socket bound to one IP."""
 
-    post_send = _send.post_send
-    post_send_batch = _send.post_send_batch
-    post_send_many = _send.post_send_many
-    poll_recv = _receive.poll_recv
-    poll_recv_from = _receive.poll_recv_from
     wait = _wait.wait
     wake = _wait.wake
     _readiness = _wait.readiness
@@ -130,6 +126,24 @@ class UdpDevice:
         self.port_unreachable: list[Any] = []  # destinations ICMP said closed (path_errors takes them)
         self.tx_unreachable = 0
         self.last_send_error = ""
+
+    # -- the send and receive paths (_send, _receive: compiled where mypyc built them, and
+    # a compiled function does not bind as a method; the core calls them directly) ----
+
+    def post_send(self, channel: int, dest: Any, data: Any) -> bool:
+        return _send.post_send(self, channel, dest, data)
+
+    def post_send_batch(self, channel: int, dest: Any, datagrams: Sequence[Any]) -> int:
+        return _send.post_send_batch(self, channel, dest, datagrams)
+
+    def post_send_many(self, items: Sequence[tuple[Any, Any, Any]]) -> int:
+        return _send.post_send_many(self, items)
+
+    def poll_recv(self, budget: int) -> list[Any]:
+        return _receive.poll_recv(self, budget)
+
+    def poll_recv_from(self, budget: int) -> tuple[list[Any], list[Any]]:
+        return _receive.poll_recv_from(self, budget)
 
     # -- the rest of the Device interface ---------------------------------------------
 

@@ -4,8 +4,9 @@ never starves the data one), then the data socket, each the device's way (``_dra
 ``_drain``: a recv_into loop into one arena; ``_drain_gro``: UDP GRO reads cut at the
 kernel's segment size).  Each datagram is a memoryview valid until the next poll.
 
-Plain functions taking the device first, installed as its methods and as the hook
-implementations; the loops are per datagram, so everything in them stays inline."""
+Plain functions taking the device first, which the core calls directly (the hooks name
+them with ``btlcore.device.direct``); the loops are per datagram, so everything in them
+stays inline.  Compiled with mypyc where the build can (``btlcore/_native.py``)."""
 
 from __future__ import annotations
 
