@@ -55,10 +55,6 @@ from ._receive import ARENA_BYTES, GRO_BUFFER
 class UdpDevice:
     """One UDP device: a priority socket and a data socket bound to one IP."""
 
-    wait = _wait.wait
-    wake = _wait.wake
-    _readiness = _wait.readiness
-    _drain_wake = _wait.drain_wake
     _send_error = _errors.send_error
     _gso_error = _errors.gso_error
     _unreachable = _errors.unreachable
@@ -127,8 +123,9 @@ class UdpDevice:
         self.tx_unreachable = 0
         self.last_send_error = ""
 
-    # -- the send and receive paths (_send, _receive: compiled where mypyc built them, and
-    # a compiled function does not bind as a method; the core calls them directly) ----
+    # -- the send, receive and wait paths (_send, _receive, _wait: compiled where mypyc
+    # built them, and a compiled function does not bind as a method; the core calls them
+    # directly) ------------------------------------------------------------------------
 
     def post_send(self, channel: int, dest: Any, data: Any) -> bool:
         return _send.post_send(self, channel, dest, data)
@@ -144,6 +141,18 @@ class UdpDevice:
 
     def poll_recv_from(self, budget: int) -> tuple[list[Any], list[Any]]:
         return _receive.poll_recv_from(self, budget)
+
+    def wait(self, deadline: float | None) -> None:
+        _wait.wait(self, deadline)
+
+    def wake(self) -> None:
+        _wait.wake(self)
+
+    def _readiness(self, events: Any) -> tuple[bool, bool]:
+        return _wait.readiness(self, events)
+
+    def _drain_wake(self) -> None:
+        _wait.drain_wake(self)
 
     # -- the rest of the Device interface ---------------------------------------------
 

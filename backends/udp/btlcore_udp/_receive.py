@@ -15,6 +15,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ._sockets import UDP_GRO
+from ._wait import readiness
 
 if TYPE_CHECKING:
     from ._device import UdpDevice
@@ -182,7 +183,7 @@ def poll_recv_from(device: UdpDevice, budget: int) -> tuple[list[Any], list[Any]
     ready = device._ready
     device._ready = None
     if ready is None:
-        ready = device._readiness(device._poller.poll(0))
+        ready = readiness(device, device._poller.poll(0))
     slot = off = 0
     if ready[0]:
         # first, but never the whole budget while data waits: a flood on the priority socket

@@ -62,8 +62,8 @@ def wait(device: UdpDevice, deadline: float | None) -> None:
     it moved, and epoll sleeps with no timeout.  Without a timerfd: epoll counts in whole
     milliseconds, rounding up (a 200 us wait, the core's ACK delay, would sleep 1.07 ms), so
     short waits block in ``select``, which keeps microseconds and says which socket is
-    readable.  A plain function installed as the method and as the hook (as post_send): no
-    wrapper on the wait of every pass."""
+    readable.  A plain function the core calls directly (as post_send): no wrapper on the
+    wait of every pass."""
     if device.closed:
         return
     poll = device._poller.poll
@@ -94,11 +94,11 @@ def wait(device: UdpDevice, deadline: float | None) -> None:
             ready, _, _ = select.select(device._select_fds, (), (), timeout)
             device._ready = (device._prio_fd in ready, device._data_fd in ready)
             if ready and device._wake_r in ready:  # woken by another thread (wake())
-                device._drain_wake()
+                drain_wake(device)
             return
         else:
             events = poll(timeout * device._poll_scale)
-    device._ready = device._readiness(events)  # what poll_recv needs to read
+    device._ready = readiness(device, events)  # what poll_recv needs to read
 
 
 def readiness(device: UdpDevice, events: Any) -> tuple[bool, bool]:
@@ -110,7 +110,7 @@ def readiness(device: UdpDevice, events: Any) -> tuple[bool, bool]:
         if fd == prio_fd:
             prio = True
         elif fd == device._wake_r:
-            device._drain_wake()
+            drain_wake(device)
             continue
         elif device._timer is not None and fd == device._timer.fd:
             device._timer.fired()

@@ -18,9 +18,7 @@ from btlcore.errors import ConfigError
 from . import _address, _options, _receive, _route, _send, _sockets, _wait
 from ._device import UdpDevice
 
-btl_device_wait = hookimpl(_wait.wait)
-
-# The send and receive paths may be compiled (mypyc: builtins, which pluggy cannot mark):
+# The send, receive and wait paths may be compiled (mypyc: builtins, which pluggy cannot mark):
 # pluggy registers these wrappers, DeviceOps calls the functions themselves (direct()).
 
 
@@ -46,6 +44,12 @@ def btl_device_poll_recv(device: UdpDevice, budget: int) -> list[Any]:
 @direct(_receive.poll_recv_from)
 def btl_device_poll_recv_from(device: UdpDevice, budget: int) -> tuple[list[Any], list[Any]]:
     return _receive.poll_recv_from(device, budget)
+
+
+@hookimpl
+@direct(_wait.wait)
+def btl_device_wait(device: UdpDevice, deadline: float | None) -> None:
+    _wait.wait(device, deadline)
 
 
 @hookimpl
