@@ -50,13 +50,15 @@ _CALLS = _libc()
 
 class DeadlineTimer:
     """One timerfd, armed at the deadline of the device's next wait.  ``at`` is the deadline
-    it is armed for (None: disarmed, or it fired)."""
+    it is armed for (None: disarmed, or it fired); ``found``: the last wait found input
+    already there (the wait then looks before it arms)."""
 
-    __slots__ = ("fd", "at", "_spec", "_ptr", "_settime")
+    __slots__ = ("fd", "at", "found", "_spec", "_ptr", "_settime")
 
     def __init__(self, fd: int, settime: Any) -> None:
         self.fd = fd
         self.at: float | None = None
+        self.found = True
         self._spec = _Itimerspec()
         self._ptr = ctypes.byref(self._spec)
         self._settime = settime

@@ -83,11 +83,16 @@ def wait(device: UdpDevice, deadline: float | None) -> None:
         if timeout <= 0:
             events = poll(0)
         elif (timer := device._timer) is not None and timeout < MAX_TIMER:
-            # input already there (a bulk receiver's usual case): no timer to arm
-            if not (events := poll(0)):
+            # input already there (a bulk receiver's usual case) needs no timer: looked for
+            # first while the last wait found it so (a round trip's waits sleep: no look)
+            events = poll(0) if timer.found else None
+            if not events:
                 if deadline != timer.at:
                     timer.arm(deadline)
                 events = poll(-1)  # (the timerfd ends it at the deadline)
+                timer.found = False
+            else:
+                timer.found = True
         elif timeout < FINE_WAIT and device._select_fds:
             # select's answer is enough: a pending error also shows as readable, and the
             # read that gets it drains the error queue (no second call to ask epoll)
