@@ -1,6 +1,7 @@
 """Which build runs: the modules compiled with mypyc, or the same sources as pure Python.
 
-The hot path (the protocol core and the simulator's scheduler and fabric) may be compiled
+The hot path (the protocol core, the transport's progress pass, the udp backend's send,
+receive and wait paths, and the simulator's per-frame path) may be compiled
 by mypyc into C extensions that sit beside their ``.py`` sources (``scripts/setup.sh`` and
 ``pip wheel`` build them where a C compiler is present; see ``hatch_build.py``).  A compiled
 extension shadows the ``.py`` of the same name, so choosing the pure build takes an import
@@ -46,6 +47,8 @@ MODULES: dict[str, str] = {
         "aimd", "bbr", "cubic", "model", "none", "rate")},
     **{f"btlcore_sim.{m}": f"backends/sim/btlcore_sim/{m}.py" for m in (
         "fabric", "links", "nic", "scheduler")},
+    "btlcore.progress": "btlcore/progress.py",
+    **{f"btlcore_udp.{m}": f"backends/udp/btlcore_udp/{m}.py" for m in ("_receive", "_send", "_wait")},
 }
 
 #: mypyc's shared library for the whole group (a top-level module beside ``btlcore``)

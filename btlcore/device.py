@@ -78,6 +78,20 @@ import pluggy
 PROJECT = "btlcore"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
+DIRECT = "btl_direct"  # the attribute by which a hook implementation names its direct call
+
+
+def direct(fast: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a per-device hook implementation with the function :class:`DeviceOps` binds in
+    its place (a function taking the device first).  A compiled (mypyc) function is a
+    builtin that pluggy cannot mark, so the hook pluggy registers is a plain wrapper, and
+    the per-packet calls go to ``fast`` with no wrapper in between."""
+
+    def mark(hook: Callable[..., Any]) -> Callable[..., Any]:
+        setattr(hook, DIRECT, fast)
+        return hook
+
+    return mark
 
 
 class Channel(enum.IntEnum):
@@ -473,6 +487,9 @@ class DeviceOps:
             fn = getattr(plugin, hook, None) or default
             if fn is None:  # pragma: no cover - registry validates this first
                 raise TypeError(f"backend {backend!r} does not implement {hook}")
+            fast = getattr(fn, DIRECT, None)  # (see direct())
+            if fast is not None:
+                return types.MethodType(fast, device)
             if isinstance(fn, types.MethodType):  # a method of a plugin object
                 return lambda *a, _f=fn: _f(device, *a)
             return types.MethodType(fn, device)

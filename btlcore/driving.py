@@ -39,8 +39,11 @@ class _Driven(Protocol):
     device: DeviceOps
     _backlog: deque[tuple[int, Any, Any]]
     _inbox: deque[Message]
-    _stats_interval: float
-    _last_stats: float
+
+    @property
+    def _stats_interval(self) -> float: ...
+    @property
+    def _last_stats(self) -> float: ...
 
     def now(self) -> float: ...
     def _pass(self, now: float | None = None, receive: bool = True, timer: float | None = None) -> int: ...

@@ -27,7 +27,6 @@ Logging: connection events go to the ``btlcore.transport`` logger, nothing per p
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 from _thread import get_ident
 from collections import deque
@@ -43,10 +42,9 @@ from .device import Channel, DeviceOps
 from .driving import Driving
 from .errors import TransportClosed, WouldBlock
 from .lives import this_life
+from .progress import Progress
 from .protocol.engine import Engine
-from .protocol.events import Event, MessageReceived, PeerFailed, PeerWritable, PutLanded, PutRefused, SendCompleted
-from .protocol.events import PeerClosed as PeerClosedEvent
-from .protocol.events import PeerRestarted as PeerRestartedEvent
+from .protocol.events import Event
 from .protocol.peers import Callback, Peer, PeerState
 from .protocol.stats import path_state, stats_json, stats_line
 from .registry import tool_plugin_manager
@@ -61,10 +59,6 @@ _PostMany = Callable[[Sequence[tuple[int, Any, Any]]], int]
 
 log = logging.getLogger("btlcore.transport")
 
-#: how soon to post again after the device refused a datagram (its send queue was full)
-BACKLOG_RETRY = 50e-6
-TIMER_SLACK = 100e-6  # passes this close to a refresh go on Engine.cached_deadline (timers run this late at most)
-PATH_ERROR_INTERVAL = 1e-3  # ICMP unreachables are asked for this often (they only hasten a silent peer's failure)
 _INF = float("inf")
 
 
@@ -75,11 +69,6 @@ class Message:
     peer: Peer
     tag: int
     data: bytes
-
-
-def _flat(buf: Any) -> bytes:
-    """A datagram as one bytes object (gathered ones come as a list of buffers)."""
-    return b"".join(buf) if type(buf) is list else bytes(buf)
 
 
 class Transport(Driving):
@@ -116,44 +105,38 @@ class Transport(Driving):
         # the device's hooks the guard uses besides reply_dest: a peer's sources, ICMP unreachables
         if caps.reports_source:
             self.engine.guard.peer_sources = device.peer_sources
-        self._path_errors = device.path_errors
-        self._path_check_at = 0.0  # the next pass at or after this time asks for them
-        self._timers_at = -_INF  # when a pass last refreshed the engine's timers
+        # the pass (progress.py): the engine, the device's calls and the handlers, in slots
+        pg = self._progress = Progress(self.engine, self, device, self.now, self.config.recv_budget,
+                                       self.config.stats_interval, Message)
         if device.post_send_many is not None and caps.gather_sends:
             # the device sends a datagram given as [header, payload]: bulk payloads stay
             # views of the user's message (no copy); _flush_sends joins them for anyone who
             # must see one buffer (send filters, frame hooks, the backlog)
             self.engine.enable_gather()
-        self._post = cast("_Post", device.post_send)  # (_Post: why the cast)
-        self._many = cast("_PostMany | None", device.post_send_many)  # None: one by one
-        self._poll = device.poll_recv
+        pg.post = cast("_Post", device.post_send)  # (_Post: why the cast)
+        pg.many = cast("_PostMany | None", device.post_send_many)  # None: one by one
         # a device that reports each datagram's source is read through poll_recv_from
-        self._poll_from = device.poll_recv_from if caps.reports_source else None
-        self._recv_budget = self.config.recv_budget
-        self._stats_interval = self.config.stats_interval
+        pg.poll_from = device.poll_recv_from if caps.reports_source else None
         # a device whose sends complete inside post_send (UDP's sendto) has nothing to reap: no call per pass
-        self._poll_completions = None if caps.sends_complete_at_once else device.poll_completions
+        pg.poll_completions = None if caps.sends_complete_at_once else device.poll_completions
         # a device whose wait() returns at once when input is already there (real-time,
         # readiness-based, as epoll) lets progress(timeout) wait before it reads
         self._wait_first = not caps.virtual_time and caps.wait_wakes_on_input
-        self._backlog: deque[tuple[int, Any, Any]] = deque()
-        self._handlers: dict[int, Handler] = {}
-        self._inbox: deque[Message] = deque()
-        self._put_handler: Callable[[Peer, int, int, int], Any] | None = None
-        self._put_error_handler: Callable[[Peer, int, int, int], Any] | None = None
+        self._backlog: deque[tuple[int, Any, Any]] = pg.backlog  # (shared with the pass)
+        self._handlers: dict[int, Handler] = pg.handlers
+        self._inbox: deque[Message] = pg.inbox
         # the engine's peer events go through _peer_event (it logs them) to the user's handler
-        self._peer_handler: PeerHandler | None = self._peer_event
+        pg.peer_handler = self._peer_event
         self._user_peer_handler: PeerHandler | None = None
         self._owner: int | None = None  # get_ident() of the owning thread (None: not yet driven)
         self._owner_thread: threading.Thread | None = None
         self._wake_device = getattr(device, "wake", None)
         self._peers = self.engine.peers_by_addr  # (the engine keeps this one dict)
         self._closed = False
-        self._last_stats = self.now()
         self._pm = tool_plugin_manager([*plugins, *([tracer] if tracer else [])])
-        self._frame_sent, self._frame_received, frame_filter = frame_hooks(self._pm)
-        if self._frame_sent is not None:
-            self._many = None
+        pg.frame_sent, pg.frame_received, frame_filter = frame_hooks(self._pm)
+        if pg.frame_sent is not None:
+            pg.many = None
         if frame_filter is not None:
             self.add_send_filter(lambda channel, data: False not in frame_filter(
                 transport=self, channel=Channel(channel), data=bytes(data)))
@@ -279,8 +262,8 @@ class Transport(Driving):
         self._check_thread()
         checks.function(handler, "handler")
         checks.function(on_error, "on_error")
-        self._put_handler = handler
-        self._put_error_handler = on_error
+        self._progress.put_handler = handler
+        self._progress.put_error_handler = on_error
 
     def on_peer(self, handler: PeerHandler | None) -> None:
         """``handler(event, peer, exc)``, once per event about a peer:
@@ -399,185 +382,80 @@ class Transport(Driving):
         except TypeError:  # not a number
             wait = checks.seconds(timeout) > 0  # type: ignore[operator]  # (raises)
         if wait:  # about to block anyway: the full check (bool, inf)
-            timeout = checks.seconds(timeout)  # type: ignore[assignment]
+            if type(timeout) is not float or timeout == _INF:
+                timeout = checks.seconds(timeout)  # type: ignore[assignment]
             if self._wait_first:
-                return self._progress_wait(timeout)
+                return self._progress.wait_pass(timeout)
         elif timeout:  # negative, NaN
             checks.seconds(timeout)
-        n = self._pass()
+        n = self._progress.run()
         if n == 0 and wait:
             deadline = self.next_deadline()
             self.device.wait(min(self.now() + timeout, _INF if deadline is None else deadline))
-            n = self._pass()
+            n = self._progress.run()
         return n
-
-    def _progress_wait(self, timeout: float) -> int:
-        """``progress(timeout)`` on a device whose ``wait`` returns at once when input is
-        already there: send and run due timers, wait, then receive.  Reading before the wait
-        would cost a system call per socket that is nearly always empty (the wait asks the
-        kernel anyway), and the timers are walked once per call instead of four times."""
-        engine = self.engine
-        now = self.now()
-        # sends due (the one just queued): the cached timers serve this pass, recomputed
-        # once, after the sends, before the wait (a refresh less per request sent)
-        busy = self._backlog or engine.events or engine.has_work()
-        timer = engine.cached_deadline() if busy else engine.next_deadline()
-        if busy or (timer is not None and timer <= now):
-            n = self._pass(now, receive=False, timer=_INF if timer is None else timer)
-            if n:
-                return n
-            timer = self.next_deadline()
-        elif self._stats_interval:
-            due = self._last_stats + self._stats_interval
-            if timer is None or due < timer:
-                timer = due
-        deadline = now + timeout
-        if timer is not None and timer < deadline:
-            deadline = timer
-        self.device.wait(deadline)
-        # input cannot bring a timer forward: the one computed before the wait still holds
-        return self._pass(timer=_INF if timer is None else timer)
 
     def _pass(self, now: float | None = None, receive: bool = True, timer: float | None = None) -> int:
-        """Receive, run due timers, dispatch events, send.  ``timer``: the engine's next
-        timer if the caller knows it (``None``: ask the engine)."""
-        engine = self.engine
-        if now is None:
-            now = self.now()
-        if receive:  # reap send completions, take datagrams (and their sources) in (inline: every pass)
-            if self._poll_completions is not None:
-                self._poll_completions()
-            sources: Sequence[Any] | None = None
-            if self._poll_from is not None:
-                datagrams, sources = self._poll_from(self._recv_budget)
-            else:
-                datagrams = self._poll(self._recv_budget)
-            if self._path_errors is not None and now >= self._path_check_at:
-                self._path_check_at = now + PATH_ERROR_INTERVAL
-                for dest in self._path_errors():  # (rare: the list is empty nearly always)
-                    engine.path_error(dest, now)
-            if datagrams and self._frame_received is not None:
-                for i, d in enumerate(datagrams):
-                    self._frame_received(transport=self, data=bytes(d))
-                    engine.receive_datagram(d, None if sources is None else sources[i], now)
-            elif datagrams:
-                engine.receive_datagrams(datagrams, now, sources)  # the one receive path, one call
-        if timer is None and now < self._timers_at + TIMER_SLACK:  # refreshed lately: the cached one will do
-            timer = engine.cached_deadline()
-        elif timer is None:
-            self._timers_at, timer = now, engine.next_deadline()
-        if timer is not None and timer <= now:
-            engine.handle_timer(now)
-        if self._stats_interval and self._last_stats + self._stats_interval <= now:
-            self._last_stats = now
-            print(self.stats_line(), file=sys.stderr)
-        # events first, then one send: a handler's reply (or the next request) leaves in
-        # this pass, with the ACK of what it answers riding on it
-        n = 0
-        if engine.events:
-            try:
-                n = self._dispatch(engine.take_events())
-            except BaseException:
-                self._flush_sends(now)  # a raising handler must not hold back what is due
-                raise
-        self._flush_sends(now)
-        return n
+        """Receive, run due timers, dispatch events, send (progress.py).  ``timer``: the
+        engine's next timer if the caller knows it (``None``: ask the engine)."""
+        return self._progress.run(now, receive, timer)
 
     def _flush_sends(self, now: float) -> None:
-        post = self._post
-        backlog = self._backlog
-        sent_hook = self._frame_sent
-        while backlog:
-            channel, dest, buf = backlog[0]
-            if not post(channel, dest, buf):
-                self.engine.counters.num_send_pushbacks += 1
-                return
-            backlog.popleft()
-        # the device's batch path (GSO...) when nothing needs to see datagrams one by one
-        many = self._many
-        engine = self.engine
-        for i in range(64):  # bounded: a pass must end even if the engine always has work
-            out = engine.datagrams_to_send(now, resends=i == 0)
-            if not out:
-                return
-            if many is not None:
-                taken = many(out)
-                if taken < len(out):
-                    engine.counters.num_send_pushbacks += 1
-                    backlog.extend((c, d, _flat(b)) for c, d, b in out[taken:])
-                    return
-                if not engine.has_work():
-                    return
-                continue
-            for i, (channel, dest, buf) in enumerate(out):
-                if type(buf) is list:
-                    buf = b"".join(buf)
-                if not post(channel, dest, buf):
-                    self.engine.counters.num_send_pushbacks += 1
-                    backlog.extend((c, d, _flat(b)) for c, d, b in out[i:])
-                    return
-                if sent_hook is not None:
-                    sent_hook(transport=self, channel=Channel(channel), data=bytes(buf))
-            if not self.engine.has_work():
-                return
+        self._progress.flush_sends(now)
 
     def _dispatch(self, events: list[Event]) -> int:
-        handlers = self._handlers
-        for i, ev in enumerate(events):
-            try:
-                if type(ev) is MessageReceived:
-                    # (data: a bytearray when reassembled from chunks; the public types say
-                    # bytes, as they did, so that handlers typed so still check)
-                    peer, tag, data = ev
-                    handler = handlers.get(tag)
-                    if handler is not None:
-                        handler(peer, tag, data)  # type: ignore[arg-type]
-                    else:  # queued for recv(): held against the peer's receive window
-                        self._inbox.append(Message(peer, tag, data))  # type: ignore[arg-type]
-                        self.engine.set_unconsumed(peer, peer.unconsumed + len(data))
-                elif type(ev) is SendCompleted:
-                    ev.callback(ev.error)
-                elif type(ev) is PutLanded:
-                    if self._put_handler is not None:
-                        self._put_handler(*ev)
-                elif type(ev) is PutRefused:
-                    if self._put_error_handler is not None:
-                        self._put_error_handler(*ev)
-                elif type(ev) is PeerFailed:
-                    if self._peer_handler is not None:
-                        self._peer_handler("failed", ev.peer, ev.error)
-                elif type(ev) is PeerRestartedEvent:
-                    if self._peer_handler is not None:
-                        self._peer_handler("restarted", ev.peer, None)
-                elif type(ev) is PeerClosedEvent:
-                    if self._peer_handler is not None:
-                        self._peer_handler("closed", ev.peer, None)
-                elif type(ev) is PeerWritable:
-                    if self._peer_handler is not None:
-                        self._peer_handler("writable", ev.peer, None)
-            except BaseException:
-                # a user callback raised: keep the events it did not get to, then re-raise
-                self.engine.events[:0] = events[i + 1:]
-                raise
-        return len(events)
+        return self._progress.dispatch(events)
 
     def next_deadline(self) -> float | None:
         """When this transport next needs a progress pass (None: only on input)."""
-        if self._backlog:
-            # the device pushed back: retry shortly (or when it wakes us), not "now" -- on
-            # virtual time "now" would never let the clock reach the moment a slot frees
-            timer = self.engine.next_deadline(pending_work=False)
-            retry = self.now() + BACKLOG_RETRY
-            return retry if timer is None or retry < timer else timer
-        if self.engine.has_work() or self.engine.events:
-            return self.now()
-        timer = self.engine.next_deadline()
-        if self.config.stats_interval:  # the periodic stats line is due even when idle
-            due = self._last_stats + self.config.stats_interval
-            if timer is None or due < timer:
-                timer = due
-        held = self.device.next_due() if self.device.next_due is not None else None  # (faults' delays)
-        return timer if held is None or (timer is not None and timer <= held) else held
+        return self._progress.next_deadline()
+
+    # the pass's device calls, as attributes of the transport: whoever wraps one (the
+    # tracer, a send filter, a test's spy) wraps what the pass calls
+
+    @property
+    def _post(self) -> _Post:
+        return self._progress.post
+
+    @_post.setter
+    def _post(self, post: _Post) -> None:
+        self._progress.post = post
+
+    @property
+    def _many(self) -> _PostMany | None:
+        return self._progress.many
+
+    @_many.setter
+    def _many(self, many: _PostMany | None) -> None:
+        self._progress.many = many
+
+    @property
+    def _poll(self) -> Callable[[int], Sequence[Any]]:
+        return self._progress.poll
+
+    @_poll.setter
+    def _poll(self, poll: Callable[[int], Sequence[Any]]) -> None:
+        self._progress.poll = poll
+
+    @property
+    def _poll_from(self) -> Callable[[int], tuple[Sequence[Any], Sequence[Any]]] | None:
+        return self._progress.poll_from
+
+    @_poll_from.setter
+    def _poll_from(self, poll_from: Callable[[int], tuple[Sequence[Any], Sequence[Any]]] | None) -> None:
+        self._progress.poll_from = poll_from
+
+    @property
+    def _poll_completions(self) -> Callable[[], int] | None:
+        return self._progress.poll_completions
+
+    @property
+    def _stats_interval(self) -> float:
+        return self._progress.stats_interval
+
+    @property
+    def _last_stats(self) -> float:
+        return self._progress.last_stats
 
     def _wait(self, deadline: float | None) -> None:
         own = self.next_deadline()

@@ -898,6 +898,39 @@ def test_post_send_many_stops_at_a_full_queue(open_udp):
     assert recv_n(b, 1) == [b"p1"]
 
 
+def test_a_deadline_that_passed_does_not_end_later_waits(open_udp):
+    # the deadline rides in a timerfd (kept armed between waits); once it fired, the next
+    # waits sleep to their own deadline, and one with none blocks until data
+    b = open_udp()
+    for gap in (0.01, 0.05, 0.01):
+        start = time.monotonic()
+        b.wait(start + gap)
+        assert gap * 0.99 <= time.monotonic() - start < gap + 1.0
+    a, c, to_c, _ = pair(open_udp)
+    c.wait(time.monotonic() + 0.01)  # fires
+    t = _send_later(a, to_c, 0.2)
+    start = time.monotonic()
+    c.wait(None)
+    assert 0.15 <= time.monotonic() - start < 3.0
+    t.join(5)
+    assert [bytes(m) for m in c.poll_recv(4)] == [b"wake up"]
+
+
+def test_a_moved_deadline_is_the_one_kept(open_udp):
+    # data ends a wait before its deadline, leaving the timer armed for it; the next wait's
+    # later deadline replaces it (the old one must not end that wait early)
+    a, b, to_b, _ = pair(open_udp)
+    t = _send_later(a, to_b, 0.01)
+    start = time.monotonic()
+    b.wait(start + 0.1)
+    assert time.monotonic() - start < 0.09
+    t.join(5)
+    assert [bytes(m) for m in b.poll_recv(4)] == [b"wake up"]
+    start = time.monotonic()
+    b.wait(start + 0.3)
+    assert time.monotonic() - start >= 0.299
+
+
 def test_short_waits_are_not_rounded_up_to_a_millisecond(open_udp):
     """epoll would sleep 1.07 ms for a 200 us deadline; the device must not."""
     import statistics

@@ -39,6 +39,7 @@ import ipaddress
 import os
 import socket
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from btlcore.device import Capabilities, Channel, ChannelInfo
@@ -54,15 +55,6 @@ from ._receive import ARENA_BYTES, GRO_BUFFER
 class UdpDevice:
     """One UDP device: a priority socket and a data socket bound to one IP."""
 
-    post_send = _send.post_send
-    post_send_batch = _send.post_send_batch
-    post_send_many = _send.post_send_many
-    poll_recv = _receive.poll_recv
-    poll_recv_from = _receive.poll_recv_from
-    wait = _wait.wait
-    wake = _wait.wake
-    _readiness = _wait.readiness
-    _drain_wake = _wait.drain_wake
     _send_error = _errors.send_error
     _gso_error = _errors.gso_error
     _unreachable = _errors.unreachable
@@ -122,7 +114,7 @@ class UdpDevice:
         self._reach: dict[tuple[str, int], str | None] = {}  # resolve's answers, per (ip, scope)
         self._warned: set[Any] = set()  # destinations whose unreachability was logged
         (self._wake_r, self._wake_w, self._poller, self._poll_scale,
-         self._select_fds) = _wait.open_waiting(socks)
+         self._select_fds, self._timer) = _wait.open_waiting(socks)
         self.tx_datagrams = self.tx_bytes = self.tx_pushbacks = self.tx_errors = 0
         self.tx_gso_sends = self.gso_fallbacks = 0
         self.rx_datagrams = self.rx_bytes = self.rx_priority = self.rx_errors = self.rx_oversize = 0
@@ -130,6 +122,37 @@ class UdpDevice:
         self.port_unreachable: list[Any] = []  # destinations ICMP said closed (path_errors takes them)
         self.tx_unreachable = 0
         self.last_send_error = ""
+
+    # -- the send, receive and wait paths (_send, _receive, _wait: compiled where mypyc
+    # built them, and a compiled function does not bind as a method; the core calls them
+    # directly) ------------------------------------------------------------------------
+
+    def post_send(self, channel: int, dest: Any, data: Any) -> bool:
+        return _send.post_send(self, channel, dest, data)
+
+    def post_send_batch(self, channel: int, dest: Any, datagrams: Sequence[Any]) -> int:
+        return _send.post_send_batch(self, channel, dest, datagrams)
+
+    def post_send_many(self, items: Sequence[tuple[Any, Any, Any]]) -> int:
+        return _send.post_send_many(self, items)
+
+    def poll_recv(self, budget: int) -> list[Any]:
+        return _receive.poll_recv(self, budget)
+
+    def poll_recv_from(self, budget: int) -> tuple[list[Any], list[Any]]:
+        return _receive.poll_recv_from(self, budget)
+
+    def wait(self, deadline: float | None) -> None:
+        _wait.wait(self, deadline)
+
+    def wake(self) -> None:
+        _wait.wake(self)
+
+    def _readiness(self, events: Any) -> tuple[bool, bool]:
+        return _wait.readiness(self, events)
+
+    def _drain_wake(self) -> None:
+        _wait.drain_wake(self)
 
     # -- the rest of the Device interface ---------------------------------------------
 
@@ -260,6 +283,8 @@ class UdpDevice:
             s.close()
         for fd in {self._wake_r, self._wake_w}:
             os.close(fd)
+        if self._timer is not None:
+            self._timer.close()
 
     def stats(self) -> dict[str, Any]:
         """Counters since open, and what the kernel granted."""

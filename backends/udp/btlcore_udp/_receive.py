@@ -4,8 +4,9 @@ never starves the data one), then the data socket, each the device's way (``_dra
 ``_drain``: a recv_into loop into one arena; ``_drain_gro``: UDP GRO reads cut at the
 kernel's segment size).  Each datagram is a memoryview valid until the next poll.
 
-Plain functions taking the device first, installed as its methods and as the hook
-implementations; the loops are per datagram, so everything in them stays inline."""
+Plain functions taking the device first, which the core calls directly (the hooks name
+them with ``btlcore.device.direct``); the loops are per datagram, so everything in them
+stays inline.  Compiled with mypyc where the build can (``btlcore/_native.py``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ._sockets import UDP_GRO
+from ._wait import readiness
 
 if TYPE_CHECKING:
     from ._device import UdpDevice
@@ -181,7 +183,7 @@ def poll_recv_from(device: UdpDevice, budget: int) -> tuple[list[Any], list[Any]
     ready = device._ready
     device._ready = None
     if ready is None:
-        ready = device._readiness(device._poller.poll(0))
+        ready = readiness(device, device._poller.poll(0))
     slot = off = 0
     if ready[0]:
         # first, but never the whole budget while data waits: a flood on the priority socket

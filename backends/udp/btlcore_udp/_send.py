@@ -1,8 +1,10 @@
 """The send paths: ``post_send`` (one datagram), ``post_send_batch`` (runs of equal-size
 datagrams as one UDP GSO ``sendmsg``) and ``post_send_many`` (a driver's whole flush).
 
-Plain functions taking the device first, installed as its methods and as the hook
-implementations (no wrapper per datagram).  Their rare failures go to ``_errors``."""
+Plain functions taking the device first, which the core calls directly (the hooks name
+them with ``btlcore.device.direct``: no wrapper per datagram); compiled with mypyc where
+the build can (``btlcore/_native.py``).  A channel is a plain ``int`` here (the engine's
+numbering; :class:`~btlcore.device.Channel` is one).  Their rare failures go to ``_errors``."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ def _send1(sock: socket.socket, data: Any, addr: Any) -> None:
         sock.sendto(data, addr)
 
 
-def post_send(device: UdpDevice, channel: Channel, dest: Any, data: Any) -> bool:
+def post_send(device: UdpDevice, channel: int, dest: Any, data: Any) -> bool:
     """Send one datagram (one buffer, or a list of buffers sent as one datagram); False if
     the socket's send queue is full."""
     if type(data) is list:
@@ -51,7 +53,7 @@ def post_send(device: UdpDevice, channel: Channel, dest: Any, data: Any) -> bool
     return True
 
 
-def _post_gathered(device: UdpDevice, channel: Channel, dest: Any, data: list[Any]) -> bool:
+def _post_gathered(device: UdpDevice, channel: int, dest: Any, data: list[Any]) -> bool:
     n = _nbytes(data)
     if n > device._mtus[channel]:
         raise ValueError(f"udp: datagram of {n} bytes exceeds the {Channel(channel).name} "
@@ -66,7 +68,7 @@ def _post_gathered(device: UdpDevice, channel: Channel, dest: Any, data: list[An
     return True
 
 
-def post_send_batch(device: UdpDevice, channel: Channel, dest: Any, datagrams: Sequence[Any]) -> int:
+def post_send_batch(device: UdpDevice, channel: int, dest: Any, datagrams: Sequence[Any]) -> int:
     """Send ``datagrams`` in order to one destination; return how many were taken (a prefix;
     the caller posts the rest again later, as after ``post_send`` returned False).
 

@@ -1,6 +1,7 @@
-"""Waiting: ``wait`` blocks until a socket is readable or a deadline passes (epoll, or
-select for sub-millisecond waits), and ``wake`` makes a wait blocked in another thread
-return.  ``open_waiting`` sets up the poller and the wake descriptor for a device."""
+"""Waiting: ``wait`` blocks until a socket is readable or a deadline passes (epoll, with the
+deadline in a timerfd; where there is none, select for sub-millisecond waits), and ``wake``
+makes a wait blocked in another thread return.  ``open_waiting`` sets up the poller, the
+deadline timer and the wake descriptor for a device."""
 
 from __future__ import annotations
 
@@ -10,19 +11,24 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
+from ._timer import DeadlineTimer, open_timer
+
 if TYPE_CHECKING:
     from ._device import UdpDevice
 
 FINE_WAIT = 0.05  # waits shorter than this go through select (microseconds, not ms)
 SELECT_FD_LIMIT = 1024  # FD_SETSIZE: select cannot take larger descriptors
 POLL_ERR = getattr(select, "EPOLLERR", select.POLLERR)  # the same bit (8) in both
+MAX_TIMER = 86400.0  # waits longer than this (a day) go through the poller's own timeout
 
 
-def open_waiting(socks: list[socket.socket]) -> tuple[int, int, Any, float, list[int] | None]:
+def open_waiting(socks: list[socket.socket]) -> tuple[int, int, Any, float, list[int] | None,
+                                                    DeadlineTimer | None]:
     """The wake descriptors (read, write: one eventfd, or a pipe's two ends) by which another
     thread makes a blocked wait return; a poller over both sockets and the wake descriptor
-    (epoll, or poll), with its timeout's scale from seconds; and the descriptors for
-    ``select`` (None if one is too large for it)."""
+    (epoll, or poll), with its timeout's scale from seconds; the descriptors for ``select``
+    (None if one is too large for it); and the deadline timer, in the epoll set (None: no
+    timerfd, or no epoll)."""
     if hasattr(os, "eventfd"):
         wake_r = wake_w = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
     else:  # pragma: no cover - non-Linux
@@ -41,18 +47,23 @@ def open_waiting(socks: list[socket.socket]) -> tuple[int, int, Any, float, list
         for fd in fds:
             poller.register(fd, select.POLLIN)
         scale = 1000.0  # poll takes milliseconds
-    return wake_r, wake_w, poller, scale, (fds if max(fds) < SELECT_FD_LIMIT else None)
+    timer = open_timer() if hasattr(select, "epoll") else None
+    if timer is not None:
+        poller.register(timer.fd, select.EPOLLIN)
+    return wake_r, wake_w, poller, scale, (fds if max(fds) < SELECT_FD_LIMIT else None), timer
 
 
 def wait(device: UdpDevice, deadline: float | None) -> None:
     """Block until a socket is readable or ``deadline`` (monotonic) passes; in busy-poll
     mode spin on a zero-timeout poll instead of sleeping.
 
-    epoll counts in whole milliseconds, rounding up: a 200 us wait (the core's ACK
-    delay) would sleep 1.07 ms.  Short waits therefore block in ``select``, which keeps
-    microseconds (about 60 us late here) and says which socket is readable.  A plain function
-    installed as the method and as the hook (as post_send): no wrapper on the wait of every
-    pass."""
+    The deadline goes in the device's timerfd (``_timer.py`` says why: a wait's own
+    timeout costs a trap to the hypervisor on arming and on cancelling), re-armed only when
+    it moved, and epoll sleeps with no timeout.  Without a timerfd: epoll counts in whole
+    milliseconds, rounding up (a 200 us wait, the core's ACK delay, would sleep 1.07 ms), so
+    short waits block in ``select``, which keeps microseconds and says which socket is
+    readable.  A plain function the core calls directly (as post_send): no wrapper on the
+    wait of every pass."""
     if device.closed:
         return
     poll = device._poller.poll
@@ -63,22 +74,36 @@ def wait(device: UdpDevice, deadline: float | None) -> None:
                 device._ready = (False, False)
                 return
     elif deadline is None:
+        timer = device._timer
+        if timer is not None and timer.at is not None:
+            timer.disarm()
         events = poll(-1)
     else:
         timeout = deadline - time.monotonic()
         if timeout <= 0:
             events = poll(0)
+        elif (timer := device._timer) is not None and timeout < MAX_TIMER:
+            # input already there (a bulk receiver's usual case) needs no timer: looked for
+            # first while the last wait found it so (a round trip's waits sleep: no look)
+            events = poll(0) if timer.found else None
+            if not events:
+                if deadline != timer.at:
+                    timer.arm(deadline)
+                events = poll(-1)  # (the timerfd ends it at the deadline)
+                timer.found = False
+            else:
+                timer.found = True
         elif timeout < FINE_WAIT and device._select_fds:
             # select's answer is enough: a pending error also shows as readable, and the
             # read that gets it drains the error queue (no second call to ask epoll)
             ready, _, _ = select.select(device._select_fds, (), (), timeout)
             device._ready = (device._prio_fd in ready, device._data_fd in ready)
             if ready and device._wake_r in ready:  # woken by another thread (wake())
-                device._drain_wake()
+                drain_wake(device)
             return
         else:
             events = poll(timeout * device._poll_scale)
-    device._ready = device._readiness(events)  # what poll_recv needs to read
+    device._ready = readiness(device, events)  # what poll_recv needs to read
 
 
 def readiness(device: UdpDevice, events: Any) -> tuple[bool, bool]:
@@ -90,7 +115,10 @@ def readiness(device: UdpDevice, events: Any) -> tuple[bool, bool]:
         if fd == prio_fd:
             prio = True
         elif fd == device._wake_r:
-            device._drain_wake()
+            drain_wake(device)
+            continue
+        elif device._timer is not None and fd == device._timer.fd:
+            device._timer.fired()
             continue
         else:
             data = True

@@ -1,8 +1,8 @@
 """The UDP backend's hook implementations (see :class:`btlcore.device.DeviceSpec`).
 
 Each per-device hook takes the :class:`~btlcore_udp.UdpDevice` first.  The
-per-packet hooks are the device's own functions (no wrapper: the core calls them directly
-through :class:`~btlcore.device.DeviceOps`).
+per-packet hooks name the device's own functions with :func:`btlcore.device.direct` (no
+wrapper: the core calls them directly through :class:`~btlcore.device.DeviceOps`).
 """
 
 from __future__ import annotations
@@ -12,17 +12,44 @@ import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from btlcore.device import Capabilities, Channel, ChannelInfo, Probe, hookimpl
+from btlcore.device import Capabilities, Channel, ChannelInfo, Probe, direct, hookimpl
 from btlcore.errors import ConfigError
 
 from . import _address, _options, _receive, _route, _send, _sockets, _wait
 from ._device import UdpDevice
 
-btl_device_post_send = hookimpl(_send.post_send)
-btl_device_post_send_many = hookimpl(_send.post_send_many)
-btl_device_poll_recv = hookimpl(_receive.poll_recv)
-btl_device_poll_recv_from = hookimpl(_receive.poll_recv_from)
-btl_device_wait = hookimpl(_wait.wait)
+# The send, receive and wait paths may be compiled (mypyc: builtins, which pluggy cannot mark):
+# pluggy registers these wrappers, DeviceOps calls the functions themselves (direct()).
+
+
+@hookimpl
+@direct(_send.post_send)
+def btl_device_post_send(device: UdpDevice, channel: Channel, dest: Any, data: Any) -> bool:
+    return _send.post_send(device, channel, dest, data)
+
+
+@hookimpl
+@direct(_send.post_send_many)
+def btl_device_post_send_many(device: UdpDevice, items: Sequence[tuple[Any, Any, Any]]) -> int:
+    return _send.post_send_many(device, items)
+
+
+@hookimpl
+@direct(_receive.poll_recv)
+def btl_device_poll_recv(device: UdpDevice, budget: int) -> list[Any]:
+    return _receive.poll_recv(device, budget)
+
+
+@hookimpl
+@direct(_receive.poll_recv_from)
+def btl_device_poll_recv_from(device: UdpDevice, budget: int) -> tuple[list[Any], list[Any]]:
+    return _receive.poll_recv_from(device, budget)
+
+
+@hookimpl
+@direct(_wait.wait)
+def btl_device_wait(device: UdpDevice, deadline: float | None) -> None:
+    _wait.wait(device, deadline)
 
 
 @hookimpl
