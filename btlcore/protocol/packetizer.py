@@ -58,17 +58,23 @@ _U64: Final = struct.Struct("!Q")
 _NO_CRC: Final = bytes(4)
 # The per-segment packers and the CRC, bound once: the compiled build calls a Final directly
 # (no method lookup on the Struct, no module-dict lookup of crc32c per call)
-_pack_u32: Final = _U32.pack
 _pack_u64_into: Final = _U64.pack_into
 _pack_rest: Final = HEAD_REST.pack
 _pack_rest_chunk: Final = HEAD_REST_CHUNK.pack
 _pack_rest_put: Final = HEAD_REST_PUT.pack
 _pack_rest_chunk_put: Final = HEAD_REST_CHUNK_PUT.pack
 _pack_header_into: Final = HEADER.pack_into
+_pack_ack_body_into: Final = ACK_BODY.pack_into
+_pack_sack_range_into: Final = SACK_RANGE.pack_into
+_ACK_BODY_LEN: Final = ACK_BODY.size
+_SACK_RANGE_LEN: Final = SACK_RANGE.size
 _crc32c: Final = crc32c
 #: the largest value mypyc keeps as a short int: a sequence number up to it needs no
 #: ``& SEQ_MASK`` (a 64-bit mask is a slow long op compiled); ours start below 2**62
 _SHORT: Final = (1 << 62) - 1
+#: payloads up to this size are joined to their header before the CRC, so that one crc32c
+#: call covers both (a call costs more than copying this much; GATHER_MIN is above it)
+_JOIN_CRC: Final = 1024
 #: a HELLO is padded as if the receiver's address were at least this long (udp 12 or 28
 #: bytes, verbs 36, sim 6), so that the HELLO_ACK it provokes is never larger than itself
 HELLO_PAD_ADDRESS: Final = 64
@@ -252,12 +258,16 @@ class Packetizer:
                     rest = _pack_rest_chunk(s, ack_w, tag, n, msg_id, length, off)
                 else:
                     rest = _pack_rest(s, ack_w, tag, n)
-                payload = data[off:off + n]
-                check = _pack_u32(_crc32c(payload, _crc32c(rest, pre_crc))) if crc else _NO_CRC
-                if n >= gather_at:
-                    frame: Frame = [b"".join((prefix, check, rest)), payload]  # (see enable_gather)
+                payload = data if n == length else data[off:off + n]  # (a whole message: no slice)
+                if crc and n <= _JOIN_CRC:  # one CRC call over rest and payload joined
+                    rest += payload
+                    frame: Frame = b"".join((prefix, _crc32c(rest, pre_crc).to_bytes(4, "big"), rest))
                 else:
-                    frame = b"".join((prefix, check, rest, payload))
+                    check = _crc32c(payload, _crc32c(rest, pre_crc)).to_bytes(4, "big") if crc else _NO_CRC
+                    if n >= gather_at:
+                        frame = [b"".join((prefix, check, rest)), payload]  # (see enable_gather)
+                    else:
+                        frame = b"".join((prefix, check, rest, payload))
                 serial += 1
                 unacked[seq] = Segment(seq, frame, channel, msg, now, 1, serial)
                 out.append((channel, dest, frame))
@@ -337,17 +347,17 @@ class Packetizer:
             delay = min(int((now - peer.rx_high_time) * 1e6), U32_MASK - 1)
         else:
             delay = U32_MASK  # ranges were cut short: no RTT sample from this ACK
-        body = ACK_BODY.size + SACK_RANGE.size * len(ranges)
+        body = _ACK_BODY_LEN + _SACK_RANGE_LEN * len(ranges)
         buf = bytearray(HEADER_LEN + body)
         _pack_header_into(buf, 0, WIRE_VERSION, T_ACK, F_ACK | F_CRC if peer.crc else F_ACK, 0,
                           peer.remote_conn, self.incarnation, 0, 0,
                           cum if 0 <= cum <= _SHORT else cum & SEQ_MASK, 0, body)
         window = peer.adv_window = self.advertised_window(peer)
-        ACK_BODY.pack_into(buf, HEADER_LEN, window, len(ranges), ack_flags, delay)
-        pos = HEADER_LEN + ACK_BODY.size
+        _pack_ack_body_into(buf, HEADER_LEN, window, len(ranges), ack_flags, delay)
+        pos = HEADER_LEN + _ACK_BODY_LEN
         for start, length in ranges:
-            SACK_RANGE.pack_into(buf, pos, start, length)
-            pos += SACK_RANGE.size
+            _pack_sack_range_into(buf, pos, start, length)
+            pos += _SACK_RANGE_LEN
         if peer.crc:
             seal(buf)
         return buf
