@@ -63,9 +63,9 @@ _pack_rest: Final = HEAD_REST.pack
 _pack_rest_chunk: Final = HEAD_REST_CHUNK.pack
 _pack_rest_put: Final = HEAD_REST_PUT.pack
 _pack_rest_chunk_put: Final = HEAD_REST_CHUNK_PUT.pack
-_pack_header_into: Final = HEADER.pack_into
-_pack_ack_body_into: Final = ACK_BODY.pack_into
-_pack_sack_range_into: Final = SACK_RANGE.pack_into
+#: an ACK after its header's prefix and CRC field: the header's rest and the ACK body
+_pack_ack_rest: Final = struct.Struct(HEAD_REST.format + ACK_BODY.format[1:]).pack
+_pack_sack_range: Final = SACK_RANGE.pack
 _ACK_BODY_LEN: Final = ACK_BODY.size
 _SACK_RANGE_LEN: Final = SACK_RANGE.size
 _crc32c: Final = crc32c
@@ -89,7 +89,7 @@ class Packetizer:
     __slots__ = ("_state", "config", "incarnation", "address", "crc", "priority_limit", "_chunk_cap",
                  "_ack_channel", "_max_sack", "_prefixes", "_sending", "_acking", "_touched", "_timed",
                  "params", "hello_ack_len", "hello_room", "_pacer", "_sampler", "_send_credits",
-                 "_recv_buffer", "_window")
+                 "_recv_buffer", "_window", "_ack_prefixes")
 
     def __init__(self, state: EngineState) -> None:
         self._state = state  # for gather_min, which enable_gather changes
@@ -102,6 +102,7 @@ class Packetizer:
         self._ack_channel = state.ack_channel
         self._max_sack = state.max_sack
         self._prefixes = state.prefixes
+        self._ack_prefixes: dict[int, tuple[bytes, int]] = {}  # (as state.prefixes, for ACKs)
         self._sending = state.sending
         self._acking = state.acking
         self._touched = state.touched
@@ -302,13 +303,14 @@ class Packetizer:
         if not peer.sack_dirty:
             peer.ack_now = False
 
-    def _new_prefix(self, conn: int, flags: int, crc: bool) -> tuple[bytes, int]:
-        """A data header's first 12 bytes to ``conn`` with ``flags``, and their CRC32C, packed
-        once and kept (the same for every segment: the incarnation is ours)."""
-        prefixes = self._prefixes
+    def _new_prefix(self, conn: int, flags: int, crc: bool, typ: int = T_DATA) -> tuple[bytes, int]:
+        """A data (or ACK) header's first 12 bytes to ``conn`` with ``flags``, and their
+        CRC32C, packed once and kept (the same for every segment: the incarnation is ours),
+        by ``conn << 8 | flags`` (an ACK's apart, in ``_ack_prefixes``)."""
+        prefixes = self._prefixes if typ == T_DATA else self._ack_prefixes
         if len(prefixes) >= _PREFIXES_MAX:  # peers come and go: stay bounded
             prefixes.clear()
-        head = HEAD_PREFIX.pack(WIRE_VERSION, T_DATA, flags, 0, conn, self.incarnation)
+        head = HEAD_PREFIX.pack(WIRE_VERSION, typ, flags, 0, conn, self.incarnation)
         pre = prefixes[conn << 8 | flags] = (head, crc32c(head) if crc else 0)
         return pre
 
@@ -335,6 +337,8 @@ class Packetizer:
                 del acking[peer]  # a piggy-backed ACK paid the debt
 
     def _build_ack(self, peer: Peer, now: float) -> bytearray:
+        """A standalone ACK, built as a data segment is: the cached header prefix and its
+        CRC, the rest of the header and the body packed at once, one CRC call, one join."""
         w = peer.window
         cum: int = w.cum
         ranges = w.sack_ranges(self._max_sack) if w.has_gaps else []
@@ -347,20 +351,18 @@ class Packetizer:
             delay = min(int((now - peer.rx_high_time) * 1e6), U32_MASK - 1)
         else:
             delay = U32_MASK  # ranges were cut short: no RTT sample from this ACK
-        body = _ACK_BODY_LEN + _SACK_RANGE_LEN * len(ranges)
-        buf = bytearray(HEADER_LEN + body)
-        _pack_header_into(buf, 0, WIRE_VERSION, T_ACK, F_ACK | F_CRC if peer.crc else F_ACK, 0,
-                          peer.remote_conn, self.incarnation, 0, 0,
-                          cum if 0 <= cum <= _SHORT else cum & SEQ_MASK, 0, body)
+        nranges = len(ranges)
         window = peer.adv_window = self.advertised_window(peer)
-        _pack_ack_body_into(buf, HEADER_LEN, window, len(ranges), ack_flags, delay)
-        pos = HEADER_LEN + _ACK_BODY_LEN
-        for start, length in ranges:
-            _pack_sack_range_into(buf, pos, start, length)
-            pos += _SACK_RANGE_LEN
-        if peer.crc:
-            seal(buf)
-        return buf
+        rest = _pack_ack_rest(0, cum if 0 <= cum <= _SHORT else cum & SEQ_MASK, 0,
+                              _ACK_BODY_LEN + _SACK_RANGE_LEN * nranges, window, nranges, ack_flags, delay)
+        if ranges:
+            rest += b"".join([_pack_sack_range(start, length) for start, length in ranges])
+        crc = peer.crc
+        conn: int = peer.remote_conn
+        flags = F_ACK | F_CRC if crc else F_ACK
+        prefix, pre_crc = self._ack_prefixes.get(conn << 8 | flags) or self._new_prefix(conn, flags, crc, T_ACK)
+        check = _crc32c(rest, pre_crc).to_bytes(4, "big") if crc else _NO_CRC
+        return bytearray(b"").join((prefix, check, rest))
 
     def advertised_window(self, peer: Peer) -> int:
         """The receive window to advertise to ``peer``, in segments: ``window``, less what
