@@ -30,6 +30,9 @@ it calls::
 Hot entry points with nothing to add are the parts' own bound methods, set on the engine at
 construction (no delegating call): ``receive_datagrams`` (the receiver's),
 ``next_deadline``, ``cached_deadline`` and ``handle_timer`` (recovery's), ``enable_gather`` (the packetizer's).
+Within the engine, the parts are attributes typed as their classes and their methods are
+called directly (``self.packetizer.send_pass(...)``): compiled with mypyc, a C call, where a
+bound method kept in an attribute is a generic Python call.
 The engine's public attributes (``config``, ``address``, ``incarnation``, ``data_mtu``,
 ``peers_by_addr``, ``peers_by_conn``, ``counters``, ``events``, ``regions``, ...) are the
 state's own objects, never rebound (``take_events`` empties the one events list); ``closed``
