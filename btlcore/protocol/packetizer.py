@@ -288,6 +288,10 @@ class Packetizer:
                 queue.popleft()
                 if put:  # the receiver's put status names it by its last segment's seq
                     peer.puts[(seq - 1) & SEQ_MASK] = msg
+        self._cut_done(peer, seq, serial, chunks, nbytes)
+
+    def _cut_done(self, peer: Peer, seq: int, serial: int, chunks: int, nbytes: int) -> None:
+        """The end of :meth:`_cut_segments`: its locals written back, the sends counted."""
         frags = seq - peer.next_seq - chunks
         peer.next_seq = seq
         peer.tx_serial = serial
