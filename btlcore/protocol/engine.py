@@ -96,7 +96,7 @@ class Engine:
         "receive_datagrams", "next_deadline", "cached_deadline", "handle_timer", "enable_gather",
         "_resending", "_sending", "_acking", "_hello", "_timed", "_touched",
         "_deadlines", "_actions", "_control", "_replies",
-        "_max_message_size", "_send_buffer", "_max_resends",
+        "_max_message_size", "_send_buffer", "_max_resends", "_window",
     )
 
     # the parts' own bound methods (see the module docstring)
@@ -149,6 +149,7 @@ class Engine:
         self._max_message_size: int = config.max_message_size
         self._send_buffer: int = config.send_buffer
         self._max_resends: int = config.max_resends_per_pass
+        self._window: int = config.window  # (set_unconsumed: per recv() of the driver)
 
     @property
     def closed(self) -> bool:
@@ -233,9 +234,9 @@ class Engine:
         if nbytes >= before:
             return  # (a smaller window: the next ACK says so)
         was = peer.adv_window
-        if was < self.config.window and peer.remote_known and not self.state.closed:
+        if was < self._window and peer.remote_known and not self.state.closed:
             now = self.packetizer.advertised_window(peer)
-            if now > was and (was == 0 or now - was >= self.config.window >> 2):
+            if now > was and (was == 0 or now - was >= self._window >> 2):
                 peer.ack_now = True
                 self._acking[peer] = None
                 self._touched[peer] = None

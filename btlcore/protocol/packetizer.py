@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import struct
 from math import ceil
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from .delivery import DeliverySampler, frame_size
 from .pacing import BURST_GATHER
@@ -217,13 +217,13 @@ class Packetizer:
         each one immutable ``bytes`` (header pieces and payload joined once the CRC is computed: one
         copy).  Runs per segment: the state it touches is read into locals, written back at the end;
         locals are concretely typed, packers and the CRC module-level Finals (see the top)."""
-        queue, unacked, dest, crc = peer.queue, peer.unacked, peer.dest, peer.crc
-        gather_min = self._state.gather_min
+        queue, unacked, dest, crc, gather_min = peer.queue, peer.unacked, peer.dest, peer.crc, self._state.gather_min
         conn: int = peer.remote_conn
         seq: int = peer.next_seq
         serial: int = peer.tx_serial
         cum: int = peer.window.cum
-        ack_w = cum if 0 <= cum <= _SHORT else cum & SEQ_MASK  # the ACK point rides along (see stamp)
+        # the ACK point rides along (see stamp); boxed once (object): not again per segment
+        ack_w: object = cum if 0 <= cum <= _SHORT else cum & SEQ_MASK
         prefixes = self._prefixes
         nbytes = chunks = 0
         if not unacked:
@@ -242,7 +242,10 @@ class Packetizer:
             else:
                 cap = length
                 channel = PRIORITY if HEADER_LEN + (PUT_LEN if put else 0) + length <= self.priority_limit else DATA
-            prefix, pre_crc = prefixes.get(conn << 8 | flags) or self._new_prefix(conn, flags, crc)
+            pre = prefixes.get(conn << 8 | flags)
+            if pre is None:
+                pre = self._new_prefix(conn, flags, crc)
+            prefix, pre_crc = pre[0], cast(object, pre[1])  # (boxed once, as ack_w)
             gather_at: int = gather_min if gather_min is not None and not put else _NEVER
             chunked = flags & F_CHUNK != 0
             first_seq, first_off = seq, off
@@ -364,7 +367,8 @@ class Packetizer:
         crc = peer.crc
         conn: int = peer.remote_conn
         flags = F_ACK | F_CRC if crc else F_ACK
-        prefix, pre_crc = self._ack_prefixes.get(conn << 8 | flags) or self._new_prefix(conn, flags, crc, T_ACK)
+        pre = self._ack_prefixes.get(conn << 8 | flags)
+        prefix, pre_crc = pre if pre is not None else self._new_prefix(conn, flags, crc, T_ACK)
         check = _crc32c(rest, pre_crc).to_bytes(4, "big") if crc else _NO_CRC
         return bytearray(b"").join((prefix, check, rest))
 
