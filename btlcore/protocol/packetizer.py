@@ -214,9 +214,9 @@ class Packetizer:
 
     def _cut_segments(self, peer: Peer, now: float, out: list[Any], room: int) -> None:
         """Where messages become datagrams: up to ``room`` segments cut from ``peer``'s queue and sent,
-        each one immutable ``bytes`` (header pieces and payload joined once the CRC is computed: one
-        copy).  Runs per segment: the state it touches is read into locals, written back at the end;
-        locals are concretely typed, packers and the CRC module-level Finals (see the top)."""
+        each one immutable ``bytes`` (pieces joined once the CRC is computed; a payload up to _JOIN_CRC
+        first joined to the header's rest, for one CRC call).  Runs per segment: state read into typed
+        locals, written back at the end (_cut_done); packers and the CRC are Finals (see the top)."""
         queue, unacked, dest, crc, gather_min = peer.queue, peer.unacked, peer.dest, peer.crc, self._state.gather_min
         conn: int = peer.remote_conn
         seq: int = peer.next_seq
