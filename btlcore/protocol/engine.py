@@ -30,6 +30,9 @@ it calls::
 Hot entry points with nothing to add are the parts' own bound methods, set on the engine at
 construction (no delegating call): ``receive_datagrams`` (the receiver's),
 ``next_deadline``, ``cached_deadline`` and ``handle_timer`` (recovery's), ``enable_gather`` (the packetizer's).
+Within the engine, the parts are attributes typed as their classes and their methods are
+called directly (``self.packetizer.send_pass(...)``): compiled with mypyc, a C call, where a
+bound method kept in an attribute is a generic Python call.
 The engine's public attributes (``config``, ``address``, ``incarnation``, ``data_mtu``,
 ``peers_by_addr``, ``peers_by_conn``, ``counters``, ``events``, ``regions``, ...) are the
 state's own objects, never rebound (``take_events`` empties the one events list); ``closed``
@@ -91,10 +94,9 @@ class Engine:
         "config", "address", "incarnation", "data_mtu", "priority_mtu", "crc", "peers_by_addr",
         "peers_by_conn", "counters", "events", "regions",
         "receive_datagrams", "next_deadline", "cached_deadline", "handle_timer", "enable_gather",
-        "_single_cap", "_resending", "_sending", "_acking", "_hello", "_timed", "_touched",
-        "_deadlines", "_actions", "_resend_pass", "_send_pass", "_ack_pass", "_hello_pass",
-        "_dispatch", "_new_peer", "_reset_peer", "_start_hello", "_fail_messages",
-        "_control", "_control_pass",
+        "_resending", "_sending", "_acking", "_hello", "_timed", "_touched",
+        "_deadlines", "_actions", "_control", "_replies",
+        "_max_message_size", "_send_buffer", "_max_resends", "_window",
     )
 
     # the parts' own bound methods (see the module docstring)
@@ -111,11 +113,15 @@ class Engine:
         # reply_dest: a datagram's observed source -> a dest (the device's reply_dest hook),
         # so that handshake and VERSION replies go to where a datagram came from; wrap_cc:
         # the congestion controller -> an observed one (btlcore.trace; None: not traced)
+        # The parts are attributes typed as their classes, and the engine calls their methods
+        # directly (self.packetizer.send_pass(...)): compiled, a C call; a bound method kept
+        # in an attribute would be a generic Python call with its arguments boxed.
         state = self.state = EngineState(
             config, address=address, resolve=resolve, data_mtu=data_mtu, priority_mtu=priority_mtu,
             crc=crc, rng=rng, now=now, incarnation=incarnation, reply_dest=reply_dest, wrap_cc=wrap_cc)
         packetizer = self.packetizer = Packetizer(state)
-        recovery = self.recovery = (Recovery if state.sampler is None else SamplingRecovery)(state, packetizer)
+        recovery: Recovery = (Recovery if state.sampler is None else SamplingRecovery)(state, packetizer)
+        self.recovery = recovery
         handshake = self.handshake = Handshake(state, packetizer, recovery)
         lifecycle = self.lifecycle = Lifecycle(state, recovery)
         recovery.wire(confirm=handshake.confirm, close_timer=lifecycle.close_timer,
@@ -134,17 +140,16 @@ class Engine:
         self.cached_deadline = recovery.cached_deadline
         self.handle_timer = recovery.handle_timer
         self.enable_gather = packetizer.enable_gather
-        self._single_cap = state.single_cap
         self._resending, self._sending, self._acking, self._hello = \
             state.resending, state.sending, state.acking, state.hello
         self._timed, self._touched, self._deadlines, self._actions = \
             state.timed, state.touched, state.deadlines, state.actions
-        self._resend_pass, self._send_pass = recovery.resend_pass, packetizer.send_pass
-        self._ack_pass, self._hello_pass = packetizer.ack_pass, handshake.hello_pass
-        self._dispatch = receiver.dispatch
-        self._new_peer, self._reset_peer = handshake.new_peer, handshake.reset_peer
-        self._start_hello, self._fail_messages = handshake.start_hello, recovery.fail_messages
-        self._control, self._control_pass = state.control, lifecycle.control_pass
+        self._control, self._replies = state.control, state.replies
+        # config values read per send, in typed slots (Config's attributes are dict lookups)
+        self._max_message_size: int = config.max_message_size
+        self._send_buffer: int = config.send_buffer
+        self._max_resends: int = config.max_resends_per_pass
+        self._window: int = config.window  # (set_unconsumed: per recv() of the driver)
 
     @property
     def closed(self) -> bool:
@@ -164,12 +169,12 @@ class Engine:
             raise TransportClosed("transport is closed")
         peer = self.peers_by_addr.get(address)
         if peer is None:
-            peer = self._new_peer(bytes(address), state.resolve(bytes(address)))
+            peer = self.handshake.new_peer(bytes(address), state.resolve(bytes(address)))
         elif peer.state is PeerState.FAILED or peer.state is PeerState.CLOSED:
-            self._reset_peer(peer)  # connecting again after a failure or a close: a new connection
+            self.handshake.reset_peer(peer)  # connecting again after a failure or a close: a new connection
         peer.inbound_since = None  # the application holds it now: never swept
         if peer.state is PeerState.CONNECTING and peer.hello_next is None and not peer.confirmed:
-            self._start_hello(peer, now)
+            self.handshake.start_hello(peer, now)
         return peer
 
     def send(self, peer: Peer, tag: int, data: Any, callback: Callback | None, now: float,
@@ -190,13 +195,13 @@ class Engine:
             view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
         size = len(view)
         if size > peer.max_message:  # ours, and the peer's once its handshake told it
-            if size > self.config.max_message_size:
+            if size > self._max_message_size:
                 raise MessageTooLarge(
-                    f"message of {size} bytes exceeds max_message_size={self.config.max_message_size}")
+                    f"message of {size} bytes exceeds max_message_size={self._max_message_size}")
             raise MessageTooLarge(f"message of {size} bytes exceeds the peer's max_message_size="
                                   f"{peer.max_message} (advertised in its handshake)")
         queued = peer.send_queued  # back-pressure: an empty buffer takes any message
-        if queued and queued + size > self.config.send_buffer:
+        if queued and queued + size > self._send_buffer:
             peer.send_blocked = True  # (a PeerWritable event once it drains to half)
             peer.counters.num_send_blocks += 1
             raise WouldBlock(f"peer {peer.address.hex()}: {size} bytes do not fit in the send buffer "
@@ -215,7 +220,7 @@ class Engine:
         if state is _ESTABLISHED:
             self._sending[peer] = None
         elif peer.hello_next is None and not peer.confirmed:
-            self._start_hello(peer, now)
+            self.handshake.start_hello(peer, now)
         return msg
 
     def set_unconsumed(self, peer: Peer, nbytes: int) -> None:
@@ -229,9 +234,9 @@ class Engine:
         if nbytes >= before:
             return  # (a smaller window: the next ACK says so)
         was = peer.adv_window
-        if was < self.config.window and peer.remote_known and not self.state.closed:
+        if was < self._window and peer.remote_known and not self.state.closed:
             now = self.packetizer.advertised_window(peer)
-            if now > was and (was == 0 or now - was >= self.config.window >> 2):
+            if now > was and (was == 0 or now - was >= self._window >> 2):
                 peer.ack_now = True
                 self._acking[peer] = None
                 self._touched[peer] = None
@@ -276,7 +281,7 @@ class Engine:
         self.state.closed = True
         for peer in list(self.peers_by_addr.values()):
             if peer.state not in (PeerState.FAILED, PeerState.CLOSED):
-                self._fail_messages(peer, TransportClosed("transport closed before the peer acknowledged"))
+                self.recovery.fail_messages(peer, TransportClosed("transport closed before the peer acknowledged"))
                 peer.transition(PeerEvent.CLOSED)
         self._resending.clear()
         self._sending.clear()
@@ -303,7 +308,7 @@ class Engine:
         for peer in self._hello:
             if peer.hello_reply:
                 return True
-        return bool(self.state.replies)
+        return bool(self._replies)
 
     def ack_now(self) -> None:
         """Owe no ACK: make every pending standalone ACK due at once (close/flush, so that
@@ -352,7 +357,7 @@ class Engine:
             state = self.state
             state.now = now
             if not state.closed:
-                self._dispatch(data, source, now)
+                self.receiver.dispatch(data, source, now)
 
     def datagrams_to_send(self, now: float, budget: int = 1 << 30,
                           resends: bool = True) -> list[tuple[int, Any, Frame]]:
@@ -364,18 +369,18 @@ class Engine:
         first time, so that ``max_resends_per_pass`` holds per pass."""
         self.state.now = now
         out: list[tuple[int, Any, Frame]] = []
-        cfg = self.config
         if self._resending and resends:
-            self._resend_pass(out, now, min(budget, cfg.max_resends_per_pass))
+            cap = self._max_resends
+            self.recovery.resend_pass(out, now, budget if budget < cap else cap)
         if self._sending and len(out) < budget:
-            self._send_pass(out, now, budget)
+            self.packetizer.send_pass(out, now, budget)
         if self._acking and len(out) < budget:
-            self._ack_pass(out, now, budget)
+            self.packetizer.ack_pass(out, now, budget)
         if self._hello and len(out) < budget:
-            self._hello_pass(out, now, budget)
+            self.handshake.hello_pass(out, now, budget)
         if self._control and len(out) < budget:
-            self._control_pass(out, now, budget)
-        replies = self.state.replies
+            self.lifecycle.control_pass(out, now, budget)
+        replies = self._replies
         if replies and len(out) < budget:  # VERSION replies (owed to no peer)
             take = budget - len(out)
             out.extend(replies[:take])

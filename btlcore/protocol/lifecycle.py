@@ -65,7 +65,7 @@ class Lifecycle:
 
     __slots__ = ("_state", "config", "incarnation", "counters", "events", "peers_by_conn",
                  "_control", "_timed", "_touched", "_acking", "_sending", "_resending",
-                 "_ack_channel", "_fail_messages", "_unschedule", "_fail_peer")
+                 "_ack_channel", "_fail_messages", "_unschedule", "_fail_peer", "_keepalive")
 
     def __init__(self, state: EngineState, recovery: Recovery) -> None:
         self._state = state
@@ -84,6 +84,8 @@ class Lifecycle:
         self._fail_messages = recovery.fail_messages
         self._fail_peer = recovery.fail_peer
         self._unschedule = state.unschedule
+        # read per timer refresh: a typed slot, not a Config attribute (a dict lookup compiled)
+        self._keepalive: bool = state.config.keepalive
 
     # -- liveness (recovery's timers call these: Recovery.wire) --------------------------
 
@@ -94,7 +96,7 @@ class Lifecycle:
         heard = peer.last_heard
         timeout = peer.peer_timeout
         t = heard + timeout
-        if self.config.keepalive:
+        if self._keepalive:
             keep = (heard if heard > peer.ping_at else peer.ping_at) + timeout / KEEPALIVE_FRACTION
             if keep < t:
                 t = keep
@@ -113,7 +115,7 @@ class Lifecycle:
                 f"peer {peer.address.hex()}: nothing heard from it for {timeout:g} s"))
             return True
         ping = False
-        if self.config.keepalive and \
+        if self._keepalive and \
                 (heard if heard > peer.ping_at else peer.ping_at) + timeout / KEEPALIVE_FRACTION <= now:
             ping = True
         if peer.remote_window == 0 and peer.queue and not peer.unacked:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import struct
 from math import ceil
-from typing import Any, Final
+from typing import Any, Final, cast
 
-from .delivery import frame_size
+from .delivery import DeliverySampler, frame_size
 from .pacing import BURST_GATHER
-from .peers import Frame, Peer, Segment
+from .peers import Frame, OutMessage, Peer, Segment
 from .state import DATA, PRIORITY, EngineState
 from .wire import (
     ACK_BODY,
@@ -56,6 +56,25 @@ from .wire import (
 _U32: Final = struct.Struct("!I")
 _U64: Final = struct.Struct("!Q")
 _NO_CRC: Final = bytes(4)
+# The per-segment packers and the CRC, bound once: the compiled build calls a Final directly
+# (no method lookup on the Struct, no module-dict lookup of crc32c per call)
+_pack_u64_into: Final = _U64.pack_into
+_pack_rest: Final = HEAD_REST.pack
+_pack_rest_chunk: Final = HEAD_REST_CHUNK.pack
+_pack_rest_put: Final = HEAD_REST_PUT.pack
+_pack_rest_chunk_put: Final = HEAD_REST_CHUNK_PUT.pack
+#: an ACK after its header's prefix and CRC field: the header's rest and the ACK body
+_pack_ack_rest: Final = struct.Struct(HEAD_REST.format + ACK_BODY.format[1:]).pack
+_pack_sack_range: Final = SACK_RANGE.pack
+_ACK_BODY_LEN: Final = ACK_BODY.size
+_SACK_RANGE_LEN: Final = SACK_RANGE.size
+_crc32c: Final = crc32c
+#: the largest value mypyc keeps as a short int: a sequence number up to it needs no
+#: ``& SEQ_MASK`` (a 64-bit mask is a slow long op compiled); ours start below 2**62
+_SHORT: Final = (1 << 62) - 1
+#: payloads up to this size are joined to their header before the CRC, so that one crc32c
+#: call covers both (a call costs more than copying this much; GATHER_MIN is above it)
+_JOIN_CRC: Final = 1024
 #: a HELLO is padded as if the receiver's address were at least this long (udp 12 or 28
 #: bytes, verbs 36, sim 6), so that the HELLO_ACK it provokes is never larger than itself
 HELLO_PAD_ADDRESS: Final = 64
@@ -69,7 +88,8 @@ class Packetizer:
 
     __slots__ = ("_state", "config", "incarnation", "address", "crc", "priority_limit", "_chunk_cap",
                  "_ack_channel", "_max_sack", "_prefixes", "_sending", "_acking", "_touched", "_timed",
-                 "params", "hello_ack_len", "hello_room", "_pacer")
+                 "params", "hello_ack_len", "hello_room", "_pacer", "_sampler", "_send_credits",
+                 "_recv_buffer", "_window", "_ack_prefixes")
 
     def __init__(self, state: EngineState) -> None:
         self._state = state  # for gather_min, which enable_gather changes
@@ -82,12 +102,19 @@ class Packetizer:
         self._ack_channel = state.ack_channel
         self._max_sack = state.max_sack
         self._prefixes = state.prefixes
+        self._ack_prefixes: dict[int, tuple[bytes, int]] = {}  # (as state.prefixes, for ACKs)
         self._sending = state.sending
         self._acking = state.acking
         self._touched = state.touched
         self._timed = state.timed
         self._pacer = state.pacer
+        self._sampler: DeliverySampler | None = state.sampler
         cfg = self.config
+        # config values read per pass, in typed slots (Config's attributes are dict lookups
+        # from compiled code)
+        self._send_credits: int = cfg.send_credits
+        self._recv_buffer: int = cfg.recv_buffer
+        self._window: int = cfg.window
         # the limits we advertise in every HELLO and HELLO_ACK (the peer obeys them)
         self.params = TransportParameters(
             max_datagram_size=state.data_mtu, max_message_size=cfg.max_message_size,
@@ -112,15 +139,17 @@ class Packetizer:
     def stamp(self, peer: Peer, seg: Segment, now: float, out: list[Any]) -> None:
         """Fill in the current ACK point (and CRC) and count one transmission."""
         buf: Any = seg.buf
+        cum = peer.window.cum
+        ack_w = cum if 0 <= cum <= _SHORT else cum & SEQ_MASK
         if type(buf) is list:  # [header, payload] (enable_gather): a new header, same payload
             header = bytearray(buf[0])
-            _U64.pack_into(header, 24, peer.window.cum & SEQ_MASK)
+            _pack_u64_into(header, 24, ack_w)
             if header[2] & F_CRC:
                 _U32.pack_into(header, CRC_OFFSET, datagram_crc(header, buf[1]))
             buf = seg.buf = [header, buf[1]]
         else:
             buf = seg.buf = bytearray(buf)  # a copy: a datagram handed out is never changed
-            _U64.pack_into(buf, 24, peer.window.cum & SEQ_MASK)
+            _pack_u64_into(buf, 24, ack_w)
             if buf[2] & F_CRC:  # (as when it was cut)
                 _U32.pack_into(buf, CRC_OFFSET, datagram_crc(buf))
         seg.sent_at = now
@@ -135,10 +164,9 @@ class Packetizer:
         out.append((seg.channel, peer.dest, buf))
 
     def send_pass(self, out: list[Any], now: float, budget: int) -> None:
-        cfg = self.config
-        credits_per_peer = cfg.send_credits
+        credits_per_peer = self._send_credits
         sending = self._sending
-        sampler, pacer = self._state.sampler, self._pacer
+        sampler, pacer = self._sampler, self._pacer
         for peer in list(sending):
             rate = peer.pacing_rate  # (0.0: unpaced, the bucket never looked at)
             if rate and peer.pace_next > now:
@@ -149,7 +177,12 @@ class Packetizer:
             limit = peer.snd_una + min(peer.remote_window, peer.window_cap)
             unacked, resend, cwnd = peer.unacked, peer.resend, peer.cwnd
             # how many segments this peer may send now: credits, flow and congestion window
-            room = min(credits_per_peer, limit + 1 - peer.next_seq, budget - len(out))
+            room = limit + 1 - peer.next_seq  # (min() of three is a generic call compiled)
+            if credits_per_peer < room:
+                room = credits_per_peer
+            left = budget - len(out)
+            if left < room:
+                room = left
             in_flight = len(unacked) - len(resend)
             if cwnd < in_flight + room:
                 room = ceil(cwnd - in_flight)  # (exact: an int below a float is subtracted exactly)
@@ -163,7 +196,10 @@ class Packetizer:
                 if sampler is not None:  # (an algorithm that takes rate samples)
                     sampler.sent(peer, first, now, not peer.queue and len(unacked) - len(resend) < cwnd)
                 if rate:
-                    pacer.spent(peer, sum(frame_size(d[2]) for d in out[start:]), now, rate)
+                    nbytes = 0
+                    for i in range(start, len(out)):
+                        nbytes += frame_size(out[i][2])
+                    pacer.spent(peer, nbytes, now, rate)
             del sending[peer]  # re-added by a new send or an ACK that opens the window ...
             if peer.queue and peer.next_seq <= limit and len(unacked) - len(resend) < cwnd:
                 if rate and peer.pace_next > now:
@@ -178,54 +214,67 @@ class Packetizer:
 
     def _cut_segments(self, peer: Peer, now: float, out: list[Any], room: int) -> None:
         """Where messages become datagrams: up to ``room`` segments cut from ``peer``'s queue and sent,
-        each one immutable ``bytes`` (header pieces and payload joined once the CRC is computed: one
-        copy).  Runs per segment: the state it touches is read into locals, written back at the end."""
-        queue, unacked, dest, append, crc = peer.queue, peer.unacked, peer.dest, out.append, peer.crc
-        gather_min = self._state.gather_min
-        conn = peer.remote_conn
-        seq, serial = peer.next_seq, peer.tx_serial
-        ack_w = peer.window.cum & SEQ_MASK  # the ACK point rides along (see stamp)
+        each one immutable ``bytes`` (pieces joined once the CRC is computed; a payload up to _JOIN_CRC
+        first joined to the header's rest, for one CRC call).  Runs per segment: state read into typed
+        locals, written back at the end (_cut_done); packers and the CRC are Finals (see the top)."""
+        queue, unacked, dest, crc, gather_min = peer.queue, peer.unacked, peer.dest, peer.crc, self._state.gather_min
+        conn: int = peer.remote_conn
+        seq: int = peer.next_seq
+        serial: int = peer.tx_serial
+        cum: int = peer.window.cum
+        # the ACK point rides along (see stamp); boxed once (object): not again per segment
+        ack_w: object = cum if 0 <= cum <= _SHORT else cum & SEQ_MASK
         prefixes = self._prefixes
         nbytes = chunks = 0
         if not unacked:
             peer.last_progress = now  # the death clock runs only while something is unacked
         while room and queue:
-            msg = queue[0]
-            data, length, tag, off, msg_id = msg.data, msg.length, msg.tag, msg.offset, msg.msg_id
-            put = msg.put_key is not None
-            flags = (F_ACK | F_CRC if crc else F_ACK) | msg.flags | (F_PUT if put else 0)
+            msg: OutMessage = queue[0]
+            data = msg.data
+            length, tag, off, msg_id = msg.length, msg.tag, msg.offset, msg.msg_id
+            put_key = msg.put_key
+            put = put_key is not None
+            flags: int = (F_ACK | F_CRC if crc else F_ACK) | msg.flags | (F_PUT if put else 0)
             if msg.chunked:
                 flags |= F_CHUNK
-                cap = peer.chunk_cap - (PUT_LEN if put else 0)  # (the peer's largest datagram)
+                cap: int = peer.chunk_cap - (PUT_LEN if put else 0)  # (the peer's largest datagram)
                 channel = DATA
             else:
                 cap = length
                 channel = PRIORITY if HEADER_LEN + (PUT_LEN if put else 0) + length <= self.priority_limit else DATA
-            prefix, pre_crc = prefixes.get(conn << 8 | flags) or self._new_prefix(conn, flags, crc)
-            gather_at = gather_min if gather_min is not None and not put else _NEVER
+            pre = prefixes.get(conn << 8 | flags)
+            if pre is None:
+                pre = self._new_prefix(conn, flags, crc)
+            prefix, pre_crc = pre[0], cast(object, pre[1])  # (boxed once, as ack_w)
+            gather_at: int = gather_min if gather_min is not None and not put else _NEVER
+            chunked = flags & F_CHUNK != 0
             first_seq, first_off = seq, off
             end_seq = seq + room
             while seq < end_seq:
                 n = cap if length - off > cap else length - off
-                if flags & F_CHUNK:
-                    if put:
-                        rest = HEAD_REST_CHUNK_PUT.pack(seq & SEQ_MASK, ack_w, tag, n, msg_id, length,
-                                                        off, msg.put_key, msg.put_offset)
+                s = seq if 0 <= seq <= _SHORT else seq & SEQ_MASK
+                if put_key is not None:
+                    if chunked:
+                        rest = _pack_rest_chunk_put(s, ack_w, tag, n, msg_id, length, off, put_key, msg.put_offset)
                     else:
-                        rest = HEAD_REST_CHUNK.pack(seq & SEQ_MASK, ack_w, tag, n, msg_id, length, off)
-                elif put:
-                    rest = HEAD_REST_PUT.pack(seq & SEQ_MASK, ack_w, tag, n, msg.put_key, msg.put_offset)
+                        rest = _pack_rest_put(s, ack_w, tag, n, put_key, msg.put_offset)
+                elif chunked:
+                    rest = _pack_rest_chunk(s, ack_w, tag, n, msg_id, length, off)
                 else:
-                    rest = HEAD_REST.pack(seq & SEQ_MASK, ack_w, tag, n)
-                payload = data[off:off + n]
-                check = _U32.pack(crc32c(payload, crc32c(rest, pre_crc))) if crc else _NO_CRC
-                if n >= gather_at:
-                    frame: Frame = [b"".join((prefix, check, rest)), payload]  # (see enable_gather)
+                    rest = _pack_rest(s, ack_w, tag, n)
+                payload = data if n == length else data[off:off + n]  # (a whole message: no slice)
+                if crc and n <= _JOIN_CRC:  # one CRC call over rest and payload joined
+                    rest += payload
+                    frame: Frame = b"".join((prefix, _crc32c(rest, pre_crc).to_bytes(4, "big"), rest))
                 else:
-                    frame = b"".join((prefix, check, rest, payload))
+                    check = _crc32c(payload, _crc32c(rest, pre_crc)).to_bytes(4, "big") if crc else _NO_CRC
+                    if n >= gather_at:
+                        frame = [b"".join((prefix, check, rest)), payload]  # (see enable_gather)
+                    else:
+                        frame = b"".join((prefix, check, rest, payload))
                 serial += 1
                 unacked[seq] = Segment(seq, frame, channel, msg, now, 1, serial)
-                append((channel, dest, frame))
+                out.append((channel, dest, frame))
                 seq += 1
                 off += n
                 if off >= length:
@@ -235,13 +284,17 @@ class Packetizer:
             room -= cut
             msg.offset = off
             msg.outstanding += cut
-            if flags & F_CHUNK:
+            if chunked:
                 chunks += cut
             if off >= length:
                 msg.cut_all = True
                 queue.popleft()
                 if put:  # the receiver's put status names it by its last segment's seq
                     peer.puts[(seq - 1) & SEQ_MASK] = msg
+        self._cut_done(peer, seq, serial, chunks, nbytes)
+
+    def _cut_done(self, peer: Peer, seq: int, serial: int, chunks: int, nbytes: int) -> None:
+        """The end of :meth:`_cut_segments`: its locals written back, the sends counted."""
         frags = seq - peer.next_seq - chunks
         peer.next_seq = seq
         peer.tx_serial = serial
@@ -257,72 +310,79 @@ class Packetizer:
         if not peer.sack_dirty:
             peer.ack_now = False
 
-    def _new_prefix(self, conn: int, flags: int, crc: bool) -> tuple[bytes, int]:
-        """A data header's first 12 bytes to ``conn`` with ``flags``, and their CRC32C, packed
-        once and kept (the same for every segment: the incarnation is ours)."""
-        prefixes = self._prefixes
+    def _new_prefix(self, conn: int, flags: int, crc: bool, typ: int = T_DATA) -> tuple[bytes, int]:
+        """A data (or ACK) header's first 12 bytes to ``conn`` with ``flags``, and their
+        CRC32C, packed once and kept (the same for every segment: the incarnation is ours),
+        by ``conn << 8 | flags`` (an ACK's apart, in ``_ack_prefixes``)."""
+        prefixes = self._prefixes if typ == T_DATA else self._ack_prefixes
         if len(prefixes) >= _PREFIXES_MAX:  # peers come and go: stay bounded
             prefixes.clear()
-        head = HEAD_PREFIX.pack(WIRE_VERSION, T_DATA, flags, 0, conn, self.incarnation)
+        head = HEAD_PREFIX.pack(WIRE_VERSION, typ, flags, 0, conn, self.incarnation)
         pre = prefixes[conn << 8 | flags] = (head, crc32c(head) if crc else 0)
         return pre
 
     def ack_pass(self, out: list[Any], now: float, budget: int) -> None:
-        for peer in list(self._acking):
+        acking, touched = self._acking, self._touched
+        for peer in list(acking):
             if len(out) >= budget:
                 break
-            if peer.ack_now or (peer.ack_deadline is not None and peer.ack_deadline <= now):
+            deadline = peer.ack_deadline
+            if peer.ack_now or (deadline is not None and deadline <= now):
                 if peer.remote_known:
                     out.append((self._ack_channel, peer.dest, self._build_ack(peer, now)))
                     peer.last_ack_sent = now
-                    peer.counters.num_ack_sends += 1
-                    peer.counters.num_total_sends += 1
+                    c = peer.counters
+                    c.num_ack_sends += 1
+                    c.num_total_sends += 1
                 peer.ack_count = 0
                 peer.ack_deadline = None
                 peer.ack_now = False
                 peer.sack_dirty = False
-                del self._acking[peer]
-                self._touched[peer] = None
-            elif peer.ack_deadline is None and not peer.ack_now:
-                del self._acking[peer]  # a piggy-backed ACK paid the debt
+                del acking[peer]
+                touched[peer] = None
+            elif deadline is None and not peer.ack_now:
+                del acking[peer]  # a piggy-backed ACK paid the debt
 
     def _build_ack(self, peer: Peer, now: float) -> bytearray:
+        """A standalone ACK, built as a data segment is: the cached header prefix and its
+        CRC, the rest of the header and the body packed at once, one CRC call, one join."""
         w = peer.window
+        cum: int = w.cum
         ranges = w.sack_ranges(self._max_sack) if w.has_gaps else []
         ack_flags = AF_TRUNCATED if ranges and w.sack_truncated(self._max_sack) else 0
         if peer.dup_seen:
             ack_flags |= AF_DUPLICATE
             peer.dup_seen = False
-        largest = w.cum + ranges[-1][0] + ranges[-1][1] - 1 if ranges else w.cum
+        largest = cum + ranges[-1][0] + ranges[-1][1] - 1 if ranges else cum
         if largest == w.high:
             delay = min(int((now - peer.rx_high_time) * 1e6), U32_MASK - 1)
         else:
             delay = U32_MASK  # ranges were cut short: no RTT sample from this ACK
-        body = ACK_BODY.size + SACK_RANGE.size * len(ranges)
-        buf = bytearray(HEADER_LEN + body)
-        HEADER.pack_into(buf, 0, WIRE_VERSION, T_ACK, F_ACK | F_CRC if peer.crc else F_ACK, 0,
-                         peer.remote_conn, self.incarnation, 0, 0, w.cum & SEQ_MASK, 0, body)
+        nranges = len(ranges)
         window = peer.adv_window = self.advertised_window(peer)
-        ACK_BODY.pack_into(buf, HEADER_LEN, window, len(ranges), ack_flags, delay)
-        pos = HEADER_LEN + ACK_BODY.size
-        for start, length in ranges:
-            SACK_RANGE.pack_into(buf, pos, start, length)
-            pos += SACK_RANGE.size
-        if peer.crc:
-            seal(buf)
-        return buf
+        rest = _pack_ack_rest(0, cum if 0 <= cum <= _SHORT else cum & SEQ_MASK, 0,
+                              _ACK_BODY_LEN + _SACK_RANGE_LEN * nranges, window, nranges, ack_flags, delay)
+        if ranges:
+            rest += b"".join([_pack_sack_range(start, length) for start, length in ranges])
+        crc = peer.crc
+        conn: int = peer.remote_conn
+        flags = F_ACK | F_CRC if crc else F_ACK
+        pre = self._ack_prefixes.get(conn << 8 | flags)
+        prefix, pre_crc = pre if pre is not None else self._new_prefix(conn, flags, crc, T_ACK)
+        check = _crc32c(rest, pre_crc).to_bytes(4, "big") if crc else _NO_CRC
+        return bytearray(b"").join((prefix, check, rest))
 
     def advertised_window(self, peer: Peer) -> int:
         """The receive window to advertise to ``peer``, in segments: ``window``, less what
         ``recv_buffer`` cannot take any more -- the bytes delivered and not consumed
         (``Peer.unconsumed``) counted in full-size chunks.  Zero once they reach
         ``recv_buffer``: the sender stops until a window update (see Engine.set_unconsumed)."""
-        cfg = self.config
-        free = cfg.recv_buffer - peer.unconsumed
+        free = self._recv_buffer - peer.unconsumed
         if free <= 0:
             return 0
         segments = free // self._chunk_cap
-        return cfg.window if segments >= cfg.window else segments if segments > 0 else 1
+        window = self._window
+        return window if segments >= window else segments if segments > 0 else 1
 
     def build_hello(self, peer: Peer, typ: int) -> bytearray:
         body = Hello(self.incarnation, peer.local_conn, peer.isn, peer.remote_inc,

@@ -11,13 +11,26 @@ import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
+import attr
 import attrs
 
 if TYPE_CHECKING:
     from .peers import Peer
 
 
-@attrs.define(slots=True)
+def _repr(counters: PeerCounters | ModuleCounters) -> str:
+    return f"{type(counters).__name__}({', '.join(f'{k}={v!r}' for k, v in attrs.asdict(counters).items())})"
+
+
+def _eq(counters: PeerCounters | ModuleCounters, other: object) -> bool:
+    return (isinstance(other, (PeerCounters, ModuleCounters)) and type(other) is type(counters)
+            and attrs.asdict(counters) == attrs.asdict(other))
+
+
+# attr.s(auto_attribs=True), not attrs.define: mypyc compiles the former as a native class
+# (an increment on the hot path is then a C field access, not a generic getattr/add/setattr);
+# its generated __eq__ and __repr__ do not survive compilation, so they are spelled out
+@attr.s(auto_attribs=True, slots=True, eq=False, repr=False)
 class PeerCounters:
     """One peer's counters (see ``docs/api.md`` for what each counts)."""
 
@@ -65,8 +78,14 @@ class PeerCounters:
     def as_dict(self) -> dict[str, int]:
         return attrs.asdict(self)
 
+    def __repr__(self) -> str:
+        return _repr(self)
 
-@attrs.define(slots=True)
+    def __eq__(self, other: object) -> bool:
+        return _eq(self, other)
+
+
+@attr.s(auto_attribs=True, slots=True, eq=False, repr=False)
 class ModuleCounters:
     """Counters that belong to the transport rather than to one peer."""
 
@@ -83,6 +102,12 @@ class ModuleCounters:
     num_replies_limited: int = 0
     num_icmp_errors: int = 0
     num_rx_memory_drops: int = 0
+
+    def __repr__(self) -> str:
+        return _repr(self)
+
+    def __eq__(self, other: object) -> bool:
+        return _eq(self, other)
 
 
 #: counters summed over peers; ``max_*`` ones are high-water marks (max, not sum)
