@@ -61,6 +61,9 @@ LOSS_THRESH: Final = 0.1
 LOSS_MIN_SEGMENTS: Final = 3  # ... and at least this many segments' worth
 LOSS_BETA: Final = 0.7  # inflight_hi after such a round: the flight then, times this
 HI_GROWTH: Final = 2.0  # inflight_hi per round without high loss (it lets go fast, then is dropped)
+LOSS_WINDOW: Final = 20  # losses are counted over a round, or more until this many segments
+CAP_RTT: Final = 1.25  # ... and the bandwidth is cut only if no RTT then was below this x min RTT
+CAP_STEP0: Final = 1.0  # bw_cap's first step after a cut, segments per min RTT (doubles per round)
 
 
 class BbrState(PathModel):
@@ -68,7 +71,8 @@ class BbrState(PathModel):
 
     __slots__ = ("mode", "pacing_gain", "cwnd_gain", "cwnd_bytes", "filled", "full_bw",
                  "full_bw_rounds", "cycle", "cycle_at", "probe_rtt_until", "probe_rtt_round",
-                 "prior_cwnd", "inflight_hi", "undo_hi", "loss_exit", "drain_round")
+                 "prior_cwnd", "inflight_hi", "undo_hi", "loss_exit", "drain_round", "bw_cap",
+                 "cap_step", "undo_cap", "win_rtt")
 
     def __init__(self, peer: Peer, cwnd_initial: float) -> None:
         super().__init__(peer)
@@ -88,6 +92,16 @@ class BbrState(PathModel):
         self.undo_hi = float("inf")  # inflight_hi before the last cut (on_spurious restores it)
         self.loss_exit = False  # STARTUP ended on a high-loss round (on_spurious resumes it)
         self.drain_round = 0  # the round DRAIN began in
+        #: upper bound on the bandwidth the flow paces at, bytes/s (inf: none): cut by
+        #: LOSS_BETA on a high-loss round, regrown by steps of the same size for every flow
+        self.bw_cap = float("inf")
+        self.cap_step = CAP_STEP0  # the next step, segments per min RTT
+        self.undo_cap = float("inf")  # bw_cap before the last cut (on_spurious restores it)
+        self.win_rtt = float("inf")  # the shortest RTT sample since losses were last counted
+
+    def pacing_bw(self) -> float:
+        """The bandwidth the flow paces at and sizes its window by: the model's, within the cap."""
+        return self.bw if self.bw < self.bw_cap else self.bw_cap
 
     @property
     def mode_name(self) -> str:
@@ -177,7 +191,7 @@ class Bbr:
             st.probe_rtt_until = None
         if st.mode == PROBE_RTT:
             self._probe_rtt(peer, st, s)
-        bw = st.bw
+        bw = st.pacing_bw()
         if bw > 0.0:
             rate = st.pacing_gain * bw
             # (until STARTUP has found the bandwidth, the pace only rises: the first samples,
@@ -209,12 +223,23 @@ class Bbr:
 
     def _round(self, peer: Peer, st: BbrState, s: RateSample) -> None:
         """Once a round: STARTUP's full-bandwidth test and the loss-rate response."""
-        acked, lost = st.new_round()
-        # (losses before any RTT was measured are the retransmit timer's guesses, not a
-        # queue's overflow: an initial timeout shorter than the path's round trip)
-        high_loss = (lost >= LOSS_MIN_SEGMENTS * st.seg and lost > LOSS_THRESH * (acked + lost)
-                     and st.min_rtt > 0.0)
+        high_loss = False
+        # a queue stood all round (no RTT near the min): the path is full
+        queued = st.last_round_rtt >= CAP_RTT * st.min_rtt
+        if st.last_round_rtt < st.win_rtt:
+            st.win_rtt = st.last_round_rtt
+        if st.round_acked + st.round_lost >= LOSS_WINDOW * st.seg:
+            acked, lost = st.new_round()
+            # (losses before any RTT was measured are the retransmit timer's guesses, not a
+            # queue's overflow: an initial timeout shorter than the path's round trip)
+            high_loss = (lost >= LOSS_MIN_SEGMENTS * st.seg and lost > LOSS_THRESH * (acked + lost)
+                         and st.min_rtt > 0.0)
+            congested = high_loss and st.win_rtt >= CAP_RTT * st.min_rtt
+            st.win_rtt = float("inf")
+        else:
+            congested = False
         bdp_floor = st.bdp() + self.ack_allowance * st.seg
+        self._cap(st, congested and st.mode == PROBE_BW, queued)
         if high_loss:
             st.undo_hi = st.inflight_hi
             st.inflight_hi = max(bdp_floor, min(st.inflight_hi, st.cwnd_bytes) * LOSS_BETA)
@@ -235,6 +260,23 @@ class Bbr:
         elif high_loss and st.mode == PROBE_BW and CYCLE[st.cycle] > 1.0:
             st.cycle, st.cycle_at = 1, s.now  # stop probing: go to the phase that drains
             st.pacing_gain = CYCLE[1]
+
+    @staticmethod
+    def _cap(st: BbrState, high_loss: bool, queued: bool) -> None:
+        """Once a round: the bandwidth cap's multiplicative cut (a high-loss round) or its
+        additive growth (steps of the same size for every flow on the path, doubling per
+        round: flows sharing a queue converge, as under AIMD, and a lone flow soon has
+        its whole bandwidth back)."""
+        if high_loss:
+            st.undo_cap = st.bw_cap
+            st.bw_cap = LOSS_BETA * st.pacing_bw()
+            st.cap_step = CAP_STEP0
+        elif st.bw_cap != float("inf"):
+            st.bw_cap += st.cap_step * st.seg / st.min_rtt
+            if not queued:  # (while a queue stands, the steps stay small)
+                st.cap_step *= 2.0
+            if st.bw_cap >= st.bw:
+                st.bw_cap = st.bw
 
     def _enter_probe_bw(self, peer: Peer, st: BbrState, now: float) -> None:
         st.mode, st.cwnd_gain = PROBE_BW, CWND_GAIN
