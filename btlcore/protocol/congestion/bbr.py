@@ -139,6 +139,8 @@ class Bbr:
         of flows starting together land in a shared queue at once, and the latecomers lose
         theirs (and, with no RTT sample yet, wait the 1 s initial timeout)."""
         st: BbrState = peer.cc_state
+        if rtt <= 0.0:  # (a clock that did not move: nothing to spread the window over)
+            return
         if st.bw == 0.0:
             if st.min_rtt_at < 0.0:
                 st.min_rtt = rtt  # (replaced by the first sample: min_rtt_at < 0)
@@ -164,6 +166,8 @@ class Bbr:
         st: BbrState = peer.cc_state
         if st.undo_hi > st.inflight_hi:
             st.inflight_hi = st.undo_hi
+        if st.undo_cap > st.bw_cap:
+            st.bw_cap = st.undo_cap
         if st.loss_exit and st.mode != PROBE_RTT:  # the losses that ended STARTUP were not
             st.loss_exit = st.filled = False
             st.full_bw_rounds = 0
@@ -225,9 +229,9 @@ class Bbr:
         """Once a round: STARTUP's full-bandwidth test and the loss-rate response."""
         high_loss = False
         # a queue stood all round (no RTT near the min): the path is full
-        queued = st.last_round_rtt >= CAP_RTT * st.min_rtt
-        if st.last_round_rtt < st.win_rtt:
-            st.win_rtt = st.last_round_rtt
+        queued = st.prev_round_min_rtt >= CAP_RTT * st.min_rtt
+        if st.prev_round_min_rtt < st.win_rtt:
+            st.win_rtt = st.prev_round_min_rtt
         if st.round_acked + st.round_lost >= LOSS_WINDOW * st.seg:
             acked, lost = st.new_round()
             # (losses before any RTT was measured are the retransmit timer's guesses, not a
