@@ -23,7 +23,19 @@ rate (BBRv2/v3's idea): only a round that lost more than :data:`LOSS_THRESH` (10
 bytes (a queue overflowing, above the random loss of lossy paths) bounds the flight (``inflight_hi``,
 never below the BDP) and ends a bandwidth probe.  Loss episodes and single losses change
 nothing; persistent congestion (timeouts in a row) drops the window to the minimum, regrown
-from the model as ACKs come back.
+from the model as ACKs come back.  Losses are counted over a round, or longer until
+:data:`LOSS_WINDOW` segments: a flow of a few segments per round would otherwise never see
+a rate, only single losses.
+
+Sharing a queue.  Each flow's bandwidth estimate is its own best delivery rate; on a full
+path a few lucky samples give one flow the whole link, and pacing at it, that flow keeps
+the queue full and the others' packets are the ones dropped (Jain 0.76 for 2 flows at
+100 Mb/s, 1 ms).  So high loss while a queue stood (no RTT of the window below
+:data:`CAP_RTT` x the min RTT: random loss on an empty path is not this) cuts the rate the
+flow paces at, ``bw_cap``, to :data:`LOSS_BETA` of it (BBRv2's ``bw_lo``, in PROBE_BW
+only).  The cap regrows once a round by the same step for every flow on the path, one
+segment per min RTT, doubling per round while no queue stands (so a lone flow has its
+bandwidth back in a few rounds): flows sharing a queue converge, as under AIMD.
 """
 
 from __future__ import annotations
