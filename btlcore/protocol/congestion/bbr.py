@@ -240,7 +240,9 @@ class Bbr:
     def _round(self, peer: Peer, st: BbrState, s: RateSample) -> None:
         """Once a round: STARTUP's full-bandwidth test and the loss-rate response."""
         high_loss = False
-        # a queue stood all round (no RTT near the min): the path is full
+        # a queue stood all round (no RTT near the min): the path is full.  (A round without
+        # any RTT sample, only resent segments acknowledged, Karn's rule, counts as one: it
+        # comes of heavy loss.)
         queued = st.prev_round_min_rtt >= CAP_RTT * st.min_rtt
         if st.prev_round_min_rtt < st.win_rtt:
             st.win_rtt = st.prev_round_min_rtt
