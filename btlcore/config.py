@@ -120,7 +120,7 @@ class Config:
     max_peers: int = _param(65536, "most peers a handshake from an unknown address may bring the peer table to (connect() is not limited)", lo=1, hi=1 << 30)
     cwnd_max: int = _param(1024, "congestion window cap in segments, under every algorithm; at the default, where the window starts: it grows to cover the measured bandwidth-delay product, within the send window and the peer's recv_buffer (window auto-tuning); any other value is kept as a bound; 0 (deprecated) is an alias of cc=none", lo=0, hi=1 << 20)
     cwnd_initial: int = _param(32, "congestion window at start and after persistent congestion (three timeouts in a row), segments", lo=2, hi=1 << 20)
-    cc: str = _param("aimd", "congestion control algorithm, by name (entry-point group btlcore.congestion): aimd, bbr, cubic, none (a fixed window of cwnd_max, paced), or a third party's")
+    cc: str = _param("bbr", "congestion control algorithm, by name (entry-point group btlcore.congestion): bbr (the default), aimd, cubic, none (a fixed window of cwnd_max, paced), or a third party's")
     stats_interval: float = _param(0.0, "print the stats line every this many seconds of progress; 0 never", lo=0.0, hi=86400.0)
 
     def __attrs_post_init__(self) -> None:

@@ -27,7 +27,7 @@ module              what it owns
                     recovery that feeds them)
 ``pacing``          sends released no faster than ``Peer.pacing_rate`` (a token bucket)
 ``lifecycle``       liveness (death rule, keepalive, zero-window probe) and CLOSE
-``congestion/``     the window's size, behind an interface; ``aimd`` is the default
+``congestion/``     the window's size, behind an interface; ``bbr`` is the default
 ``handshake``       HELLO / HELLO_ACK, connection ids, incarnations, restarts and resets; the
                     peer's transport parameters (its limits) obeyed; replies to the source
 ``versions``        version negotiation: VERSION replies out (rate-limited) and in

@@ -9,6 +9,7 @@ from btlcore import Config
 from btlcore.protocol.congestion import bbr
 from btlcore.protocol.congestion.bbr import DRAIN, PROBE_BW, PROBE_RTT, STARTUP, Bbr
 from btlcore.protocol.congestion.rate import RateSample
+from btlcore.protocol.peers import Peer
 
 MBPS = 1e6 / 8
 SEG = 1500
@@ -144,6 +145,77 @@ def test_a_shallow_queue_overflowing_bounds_the_flight_and_an_undo_restores_it()
     assert peer.cwnd * st.seg <= st.inflight_hi + 1
     cc.on_spurious(peer)  # type: ignore[arg-type]
     assert st.inflight_hi == float("inf")
+
+
+def _probing_peer() -> tuple[Bbr, Peer]:
+    """A PROBE_BW flow of 10 MB/s over a 10 ms path (a BDP of about 65 segments), cruising."""
+    peer = FakePeer(SEG, 1)
+    cc = Bbr(Config())
+    cc.on_new_peer(peer)  # type: ignore[arg-type]
+    st = peer.cc_state
+    st.bw, st.min_rtt, st.min_rtt_at, st.filled, st.mode = 1e7, 0.01, 0.0, True, PROBE_BW
+    st.cycle, st.pacing_gain = 2, 1.0
+    return cc, peer
+
+
+def _round(cc: Bbr, peer: Peer, now: float, acked: int, lost: int, rtt: float) -> None:
+    """One ACK that ends a round (acknowledging ``acked`` bytes, declaring ``lost``)."""
+    st = peer.cc_state
+    cc.on_rate_sample(peer, RateSample(now, 0.0, 0.0, st.round_end + acked, acked, lost, 4 * SEG, rtt,  # type: ignore[arg-type]
+                                       False, st.round_end + 1))
+
+
+def test_loss_while_a_queue_stands_cuts_the_pace_and_equal_steps_regrow_it() -> None:
+    """A shared queue overflowing (losses > LOSS_THRESH, every RTT well above the min) cuts
+    the rate the flow paces at by LOSS_BETA; the cap then grows by the same step per round
+    for every flow on the path (one segment per min RTT), the step doubling once the queue
+    is gone, until it no longer binds; an undo gives it back."""
+    cc, peer = _probing_peer()
+    st = peer.cc_state
+    _round(cc, peer, 1.0, 20 * SEG, 5 * SEG, 0.02)  # 20% lost, the RTT twice the min
+    assert st.bw_cap == pytest.approx(bbr.LOSS_BETA * 1e7)
+    assert peer.pacing_rate == pytest.approx(bbr.LOSS_BETA * 1e7)
+    step = st.seg / st.min_rtt
+    _round(cc, peer, 1.02, 20 * SEG, 0, 0.02)  # no loss, the queue still there: a step
+    assert st.bw_cap == pytest.approx(bbr.LOSS_BETA * 1e7 + step)
+    _round(cc, peer, 1.04, 20 * SEG, 0, 0.02)  # ... and the same step again
+    assert st.bw_cap == pytest.approx(bbr.LOSS_BETA * 1e7 + 2 * step)
+    _round(cc, peer, 1.06, 20 * SEG, 0, 0.01)  # the queue drained: the steps double
+    _round(cc, peer, 1.08, 20 * SEG, 0, 0.01)
+    assert st.bw_cap == pytest.approx(bbr.LOSS_BETA * 1e7 + 5 * step)
+    for k in range(5):
+        _round(cc, peer, 1.1 + 0.02 * k, 20 * SEG, 0, 0.01)
+    assert st.bw_cap == st.bw  # grown back to the model's bandwidth, no further
+    assert peer.pacing_rate == pytest.approx(st.pacing_gain * st.bw)
+    _round(cc, peer, 2.0, 20 * SEG, 5 * SEG, 0.02)
+    assert st.bw_cap < st.bw
+    cc.on_spurious(peer)  # type: ignore[arg-type]
+    assert st.bw_cap == st.bw
+
+
+def test_random_loss_on_an_empty_path_leaves_the_pace_alone() -> None:
+    """The same loss rate with RTTs at the min (no queue: losses the path makes, not a
+    queue overflowing) does not cut the pace; nor does it before the flow left STARTUP."""
+    cc, peer = _probing_peer()
+    st = peer.cc_state
+    for k in range(5):
+        _round(cc, peer, 1.0 + 0.01 * k, 20 * SEG, 5 * SEG, 0.0101)
+    assert st.bw_cap == float("inf") and peer.pacing_rate == pytest.approx(1e7)
+    st.mode, st.filled = STARTUP, False
+    _round(cc, peer, 2.0, 20 * SEG, 5 * SEG, 0.02)
+    assert st.bw_cap == float("inf")
+
+
+def test_losses_are_counted_over_enough_segments() -> None:
+    """A round of three segments losing one is not yet a rate: losses add up over rounds
+    until LOSS_WINDOW segments, then the window's rate decides."""
+    cc, peer = _probing_peer()
+    st = peer.cc_state
+    for k in range(bbr.LOSS_WINDOW // 4 - 1):
+        _round(cc, peer, 1.0 + 0.02 * k, 3 * SEG, SEG, 0.02)
+        assert st.bw_cap == float("inf")
+    _round(cc, peer, 2.0, 3 * SEG, SEG, 0.02)  # LOSS_WINDOW segments, a quarter lost
+    assert st.bw_cap == pytest.approx(bbr.LOSS_BETA * 1e7)
 
 
 def test_persistent_congestion_drops_the_window_and_the_model_regrows_it() -> None:

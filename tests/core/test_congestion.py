@@ -15,13 +15,14 @@ from btlcore.protocol.congestion.none import NoCc
 from btlcore.testing.enginepair import EnginePair
 
 
-def test_aimd_is_registered_and_the_default() -> None:
-    assert Config().cc == "aimd"
+def test_bbr_is_the_default_and_aimd_is_registered() -> None:
+    assert Config().cc == "bbr"  # (issue #12 item 5)
+    assert isinstance(EnginePair(Config()).a.state.cc, Bbr)
     names = {ep.name: ep.value for ep in entry_points(group=congestion.GROUP)}
     assert names.get("aimd") == "btlcore.protocol.congestion.aimd:Aimd"
     assert congestion.load("aimd") is Aimd
     assert "aimd" in congestion.available()
-    p = EnginePair(Config())
+    p = EnginePair(Config(cc="aimd"))
     assert isinstance(p.a.state.cc, Aimd)
 
 
@@ -47,7 +48,7 @@ def test_an_unknown_algorithm_is_a_config_error_listing_the_known_ones() -> None
 
 
 def test_aimd_window_rules() -> None:
-    p = EnginePair(Config(cwnd_initial=4, cwnd_max=6))
+    p = EnginePair(Config(cc="aimd", cwnd_initial=4, cwnd_max=6))
     p.handshake()
     cc, peer = p.a.state.cc, p.pa
     assert peer.cwnd == 4.0

@@ -61,7 +61,7 @@ def transfer(p: EnginePair, n: int, size: int, max_time: float = 60.0) -> None:
 
 
 def test_aimd_takes_no_samples_and_pays_for_none() -> None:
-    p = EnginePair(Config())
+    p = EnginePair(Config(cc="aimd"))
     p.handshake()
     assert p.a.state.sampler is None
     p.send(0, 1, 1, bytes(5000))

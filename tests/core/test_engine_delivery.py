@@ -26,7 +26,8 @@ CHUNK = MTU - HEADER_LEN - CHUNK_LEN  # 1452: payload of one chunk
 
 
 def pair(**cfg: object) -> EnginePair:
-    p = EnginePair(Config(**cfg), mtu=MTU)  # type: ignore[arg-type]
+    # aimd: these tests count the datagrams of each send pass, unpaced
+    p = EnginePair(Config(**{"cc": "aimd", **cfg}), mtu=MTU)  # type: ignore[arg-type]
     p.handshake()
     return p
 

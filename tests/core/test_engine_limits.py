@@ -14,7 +14,8 @@ from btlcore.testing.enginepair import EngineNet, EnginePair, safe_decode
 
 
 def pair(config_b: Config | None = None, **cfg: object) -> EnginePair:
-    p = EnginePair(Config(**cfg), config_b=config_b)  # type: ignore[arg-type]
+    # aimd: these tests count the datagrams of each send pass, unpaced
+    p = EnginePair(Config(**{"cc": "aimd", **cfg}), config_b=config_b)  # type: ignore[arg-type]
     p.handshake()
     return p
 
@@ -89,7 +90,7 @@ def test_max_reassemblies_unordered_mode() -> None:
 
 
 def test_send_credits_round_robin_between_peers() -> None:
-    net = EngineNet(3, Config(send_credits=2))
+    net = EngineNet(3, Config(send_credits=2, cc="aimd"))  # (aimd: unpaced send passes)
     for j in (1, 2):
         net.connect(0, j)
     net.run(lambda: net.established(0, 1) and net.established(0, 2))
@@ -106,7 +107,7 @@ def test_send_credits_round_robin_between_peers() -> None:
 
 
 def test_send_budget_respected_and_fairness_kept() -> None:
-    net = EngineNet(3, Config(send_credits=4))
+    net = EngineNet(3, Config(send_credits=4, cc="aimd"))  # (aimd: unpaced send passes)
     for j in (1, 2):
         net.connect(0, j)
     net.run(lambda: net.established(0, 1) and net.established(0, 2))

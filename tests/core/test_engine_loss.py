@@ -13,7 +13,9 @@ from btlcore.testing.enginepair import EnginePair, safe_decode
 
 
 def pair(**cfg: object) -> EnginePair:
-    p = EnginePair(Config(**cfg))  # type: ignore[arg-type]
+    # aimd: these tests follow its window (slow start, its cuts) and an unpaced send pass
+    # (cwnd_max=0, the deprecated alias, selects cc=none)
+    p = EnginePair(Config(**{"cc": "aimd" if cfg.get("cwnd_max") != 0 else "none", **cfg}))  # type: ignore[arg-type]
     p.handshake()
     return p
 

@@ -16,15 +16,17 @@ PORT_A, PORT_B = 47011, 47012
 
 
 def lossy_transfer(pcap: Path, seed: int = 5, messages: int = 40, trace: Path | None = None,
-                   corrupt: float = 0.0) -> Fabric:
+                   corrupt: float = 0.0, cc: str | None = None) -> Fabric:
     """Messages of 1 to 30 kB from a to b over a 8%-lossy simulated link with a short queue
-    (and ``corrupt``), the whole run captured in ``pcap`` (and traced to ``trace`` when given)."""
+    (and ``corrupt``), the whole run captured in ``pcap`` (and traced to ``trace`` when given;
+    ``cc``: the congestion control, if not the default)."""
     fabric = Fabric(seed=seed, pcap=pcap,
                     default=LinkModel(delay=200e-6, jitter=20e-6, loss=0.08, rate_mbps=1000, queue_limit=100_000,
                                       corrupt=corrupt))
     extra: dict[str, str] = {"trace": str(trace)} if trace is not None else {}
-    a = btlcore.open("sim", fabric=fabric, name="a", **extra)
-    b = btlcore.open("sim", fabric=fabric, name="b", **extra)
+    config = btlcore.Config(cc=cc) if cc is not None else None
+    a = btlcore.open("sim", fabric=fabric, name="a", config=config, **extra)
+    b = btlcore.open("sim", fabric=fabric, name="b", config=config, **extra)
     got: list[bytes] = []
     b.on(3, lambda peer, tag, data: got.append(bytes(data)))
     peer = a.connect(b.address)

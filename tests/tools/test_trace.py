@@ -16,6 +16,7 @@ import btlcore
 from btlcore import captures
 from btlcore.protocol import wire
 from btlcore.protocol.congestion.aimd import Aimd
+from btlcore.protocol.congestion.bbr import Bbr
 from btlcore.trace import FORMAT, TracedCongestion
 
 from capkit import lossy_transfer
@@ -30,7 +31,8 @@ def events(path: Path) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     d = tmp_path_factory.mktemp("trace")
-    lossy_transfer(d / "run.pcapng", trace=d / "run.jsonl")
+    # aimd: test_metrics_follow_the_window_and_rtt follows its cut per loss episode, unpaced
+    lossy_transfer(d / "run.pcapng", trace=d / "run.jsonl", cc="aimd")
     return d / "run.pcapng", d / "run.jsonl"
 
 
@@ -101,7 +103,7 @@ def test_off_there_is_no_tracer(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("BTL_TRACE", raising=False)
     t = btlcore.open("sim")
     try:
-        assert type(t.engine.state.cc) is Aimd  # the algorithm itself, unwrapped
+        assert type(t.engine.state.cc) is Bbr  # the algorithm itself (the default), unwrapped
         assert not any(type(p).__name__ == "Tracer" for p in t._pm.get_plugins())
         assert getattr(t._post, "__name__", "") != "traced_post"
     finally:

@@ -23,7 +23,19 @@ rate (BBRv2/v3's idea): only a round that lost more than :data:`LOSS_THRESH` (10
 bytes (a queue overflowing, above the random loss of lossy paths) bounds the flight (``inflight_hi``,
 never below the BDP) and ends a bandwidth probe.  Loss episodes and single losses change
 nothing; persistent congestion (timeouts in a row) drops the window to the minimum, regrown
-from the model as ACKs come back.
+from the model as ACKs come back.  Losses are counted over a round, or longer until
+:data:`LOSS_WINDOW` segments: a flow of a few segments per round would otherwise never see
+a rate, only single losses.
+
+Sharing a queue.  Each flow's bandwidth estimate is its own best delivery rate; on a full
+path a few lucky samples give one flow the whole link, and pacing at it, that flow keeps
+the queue full and the others' packets are the ones dropped (Jain 0.76 for 2 flows at
+100 Mb/s, 1 ms).  So high loss while a queue stood (no RTT of the window below
+:data:`CAP_RTT` x the min RTT: random loss on an empty path is not this) cuts the rate the
+flow paces at, ``bw_cap``, to :data:`LOSS_BETA` of it (BBRv2's ``bw_lo``, in PROBE_BW
+only).  The cap regrows once a round by the same step for every flow on the path, one
+segment per min RTT, doubling per round while no queue stands (so a lone flow has its
+bandwidth back in a few rounds): flows sharing a queue converge, as under AIMD.
 """
 
 from __future__ import annotations
@@ -61,6 +73,9 @@ LOSS_THRESH: Final = 0.1
 LOSS_MIN_SEGMENTS: Final = 3  # ... and at least this many segments' worth
 LOSS_BETA: Final = 0.7  # inflight_hi after such a round: the flight then, times this
 HI_GROWTH: Final = 2.0  # inflight_hi per round without high loss (it lets go fast, then is dropped)
+LOSS_WINDOW: Final = 20  # losses are counted over a round, or more until this many segments
+CAP_RTT: Final = 1.25  # ... and the bandwidth is cut only if no RTT then was below this x min RTT
+CAP_STEP0: Final = 1.0  # bw_cap's first step after a cut, segments per min RTT (doubles per round)
 
 
 class BbrState(PathModel):
@@ -68,7 +83,8 @@ class BbrState(PathModel):
 
     __slots__ = ("mode", "pacing_gain", "cwnd_gain", "cwnd_bytes", "filled", "full_bw",
                  "full_bw_rounds", "cycle", "cycle_at", "probe_rtt_until", "probe_rtt_round",
-                 "prior_cwnd", "inflight_hi", "undo_hi", "loss_exit", "drain_round")
+                 "prior_cwnd", "inflight_hi", "undo_hi", "loss_exit", "drain_round", "bw_cap",
+                 "cap_step", "undo_cap", "win_rtt")
 
     def __init__(self, peer: Peer, cwnd_initial: float) -> None:
         super().__init__(peer)
@@ -88,6 +104,16 @@ class BbrState(PathModel):
         self.undo_hi = float("inf")  # inflight_hi before the last cut (on_spurious restores it)
         self.loss_exit = False  # STARTUP ended on a high-loss round (on_spurious resumes it)
         self.drain_round = 0  # the round DRAIN began in
+        #: upper bound on the bandwidth the flow paces at, bytes/s (inf: none): cut by
+        #: LOSS_BETA on a high-loss round, regrown by steps of the same size for every flow
+        self.bw_cap = float("inf")
+        self.cap_step = CAP_STEP0  # the next step, segments per min RTT
+        self.undo_cap = float("inf")  # bw_cap before the last cut (on_spurious restores it)
+        self.win_rtt = float("inf")  # the shortest RTT sample since losses were last counted
+
+    def pacing_bw(self) -> float:
+        """The bandwidth the flow paces at and sizes its window by: the model's, within the cap."""
+        return self.bw if self.bw < self.bw_cap else self.bw_cap
 
     @property
     def mode_name(self) -> str:
@@ -125,6 +151,8 @@ class Bbr:
         of flows starting together land in a shared queue at once, and the latecomers lose
         theirs (and, with no RTT sample yet, wait the 1 s initial timeout)."""
         st: BbrState = peer.cc_state
+        if rtt <= 0.0:  # (a clock that did not move: nothing to spread the window over)
+            return
         if st.bw == 0.0:
             if st.min_rtt_at < 0.0:
                 st.min_rtt = rtt  # (replaced by the first sample: min_rtt_at < 0)
@@ -150,6 +178,8 @@ class Bbr:
         st: BbrState = peer.cc_state
         if st.undo_hi > st.inflight_hi:
             st.inflight_hi = st.undo_hi
+        if st.undo_cap > st.bw_cap:
+            st.bw_cap = st.undo_cap
         if st.loss_exit and st.mode != PROBE_RTT:  # the losses that ended STARTUP were not
             st.loss_exit = st.filled = False
             st.full_bw_rounds = 0
@@ -177,7 +207,7 @@ class Bbr:
             st.probe_rtt_until = None
         if st.mode == PROBE_RTT:
             self._probe_rtt(peer, st, s)
-        bw = st.bw
+        bw = st.pacing_bw()
         if bw > 0.0:
             rate = st.pacing_gain * bw
             # (until STARTUP has found the bandwidth, the pace only rises: the first samples,
@@ -209,12 +239,25 @@ class Bbr:
 
     def _round(self, peer: Peer, st: BbrState, s: RateSample) -> None:
         """Once a round: STARTUP's full-bandwidth test and the loss-rate response."""
-        acked, lost = st.new_round()
-        # (losses before any RTT was measured are the retransmit timer's guesses, not a
-        # queue's overflow: an initial timeout shorter than the path's round trip)
-        high_loss = (lost >= LOSS_MIN_SEGMENTS * st.seg and lost > LOSS_THRESH * (acked + lost)
-                     and st.min_rtt > 0.0)
+        high_loss = False
+        # a queue stood all round (no RTT near the min): the path is full.  (A round without
+        # any RTT sample, only resent segments acknowledged, Karn's rule, counts as one: it
+        # comes of heavy loss.)
+        queued = st.prev_round_min_rtt >= CAP_RTT * st.min_rtt
+        if st.prev_round_min_rtt < st.win_rtt:
+            st.win_rtt = st.prev_round_min_rtt
+        if st.round_acked + st.round_lost >= LOSS_WINDOW * st.seg:
+            acked, lost = st.new_round()
+            # (losses before any RTT was measured are the retransmit timer's guesses, not a
+            # queue's overflow: an initial timeout shorter than the path's round trip)
+            high_loss = (lost >= LOSS_MIN_SEGMENTS * st.seg and lost > LOSS_THRESH * (acked + lost)
+                         and st.min_rtt > 0.0)
+            congested = high_loss and st.win_rtt >= CAP_RTT * st.min_rtt
+            st.win_rtt = float("inf")
+        else:
+            congested = False
         bdp_floor = st.bdp() + self.ack_allowance * st.seg
+        self._cap(st, congested and st.mode == PROBE_BW, queued)
         if high_loss:
             st.undo_hi = st.inflight_hi
             st.inflight_hi = max(bdp_floor, min(st.inflight_hi, st.cwnd_bytes) * LOSS_BETA)
@@ -235,6 +278,23 @@ class Bbr:
         elif high_loss and st.mode == PROBE_BW and CYCLE[st.cycle] > 1.0:
             st.cycle, st.cycle_at = 1, s.now  # stop probing: go to the phase that drains
             st.pacing_gain = CYCLE[1]
+
+    @staticmethod
+    def _cap(st: BbrState, high_loss: bool, queued: bool) -> None:
+        """Once a round: the bandwidth cap's multiplicative cut (a high-loss round) or its
+        additive growth (steps of the same size for every flow on the path, doubling per
+        round: flows sharing a queue converge, as under AIMD, and a lone flow soon has
+        its whole bandwidth back)."""
+        if high_loss:
+            st.undo_cap = st.bw_cap
+            st.bw_cap = LOSS_BETA * st.pacing_bw()
+            st.cap_step = CAP_STEP0
+        elif st.bw_cap != float("inf"):
+            st.bw_cap += st.cap_step * st.seg / st.min_rtt
+            if not queued:  # (while a queue stands, the steps stay small)
+                st.cap_step *= 2.0
+            if st.bw_cap >= st.bw:
+                st.bw_cap = st.bw
 
     def _enter_probe_bw(self, peer: Peer, st: BbrState, now: float) -> None:
         st.mode, st.cwnd_gain = PROBE_BW, CWND_GAIN

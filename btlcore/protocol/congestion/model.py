@@ -34,8 +34,8 @@ class PathModel:
     """One connection's path as the samples show it (kept in ``peer.cc_state``, or inside
     an algorithm's state)."""
 
-    __slots__ = ("seg", "rounds", "round_end", "round_at", "round_acked", "round_lost", "bw", "_bw_ring",
-                 "_bw_round", "_bw_full",
+    __slots__ = ("seg", "rounds", "round_end", "round_at", "round_acked", "round_lost", "round_min_rtt",
+                 "prev_round_min_rtt", "bw", "_bw_ring", "_bw_round", "_bw_full",
                  "min_rtt", "min_rtt_at", "rtt_expired")
 
     def __init__(self, peer: Peer) -> None:
@@ -45,6 +45,8 @@ class PathModel:
         self.round_end = 0  # the ``delivered`` mark that ends the current round
         self.round_at = 0.0  # when it began
         self.round_acked = self.round_lost = 0  # bytes acknowledged / declared lost this round
+        self.round_min_rtt = float("inf")  # the shortest RTT sample of the current round ...
+        self.prev_round_min_rtt = float("inf")  # ... and of the last one (inf: none)
         self.bw = 0.0  # bottleneck bandwidth estimate, bytes/s (0.0: no sample yet)
         self._bw_ring = [0.0] * BW_ROUNDS  # best rate of each of the last rounds
         self._bw_round = 0  # rounds that used the path (had a sample not application-limited)
@@ -68,6 +70,8 @@ class PathModel:
         self.round_acked += s.newly_acked
         self.round_lost += s.newly_lost
         rtt = s.rtt
+        if 0.0 < rtt < self.round_min_rtt:
+            self.round_min_rtt = rtt
         at = self.min_rtt_at
         self.rtt_expired = expired = at >= 0.0 and s.now - at > MIN_RTT_WINDOW
         if rtt > 0.0 and (rtt <= self.min_rtt or at < 0.0 or expired):
@@ -80,6 +84,8 @@ class PathModel:
         ended = ((prior >= self.round_end if prior >= 0 else s.delivered >= self.round_end)
                  and s.now - self.round_at >= 0.5 * self.min_rtt)
         if ended:
+            self.prev_round_min_rtt = self.round_min_rtt
+            self.round_min_rtt = float("inf")
             self.rounds += 1
             self.round_at = s.now
             self.round_end = s.delivered if prior >= 0 else s.delivered + s.in_flight
@@ -106,7 +112,8 @@ class PathModel:
         return ended
 
     def new_round(self) -> tuple[int, int]:
-        """The bytes acknowledged and lost in the round that just ended; starts counting anew."""
+        """The bytes acknowledged and lost since the last call (the caller's accounting
+        period: a round or more); starts counting anew."""
         acked, lost = self.round_acked, self.round_lost
         self.round_acked = self.round_lost = 0
         return acked, lost
