@@ -44,6 +44,7 @@ from .wire import (
     PUT_STATUS_NAMES,
     SACK_RANGE,
     SEQ_MASK,
+    SEQ_SHORT,
     U32_MASK,
 )
 
@@ -115,9 +116,12 @@ class Recovery:
         """Apply a cumulative ACK (piggy-backed or standalone).  Returns the segment at the
         new ACK point if this ACK acknowledged it (None if nothing new was acked)."""
         una = peer.snd_una
-        cum = una + ((ack_w - una) & SEQ_MASK)
-        if cum - una >= _HALF or cum == una:
-            return None  # old or duplicate
+        d = ack_w - una  # how far it moves the ACK point, mod 2**64
+        if not 0 < d <= SEQ_SHORT:  # (compiled, the masking is a boxed long operation)
+            d &= SEQ_MASK
+            if d >= _HALF or d == 0:
+                return None  # old or duplicate
+        cum = una + d
         if cum >= peer.next_seq:
             cum = peer.next_seq - 1  # ACKs for what we never sent: ignore the excess
             if cum <= una:
