@@ -11,13 +11,32 @@ import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
+import attr
 import attrs
 
 if TYPE_CHECKING:
     from .peers import Peer
 
 
-@attrs.define(slots=True)
+def _repr(counters: Any, names: tuple[str, ...]) -> str:
+    """What attrs' ``__repr__`` gives: ``Name(field=value, ...)``."""
+    return f"{type(counters).__name__}({', '.join(f'{n}={getattr(counters, n)!r}' for n in names)})"
+
+
+def _eq(a: Any, b: object, names: tuple[str, ...]) -> Any:
+    """What attrs' ``__eq__`` gives: equal fields, the same class (else NotImplemented)."""
+    if type(b) is not type(a):
+        return NotImplemented
+    return all(getattr(a, n) == getattr(b, n) for n in names)
+
+
+# The counter classes are attrs classes spelled ``attr.s(auto_attribs=True, ...)``, the form mypyc
+# compiles into a native class (``attrs.define`` would leave it a Python class, each increment
+# on the hot path a dict lookup and a generic add); as ``attrs.define`` made them: slotted,
+# keyword ``__init__``, ``attrs.fields``/``asdict``, equal by fields, unhashable.  ``__repr__``
+# and ``__eq__`` are written out: a slotted attrs class is a new class, whose generated methods
+# mypyc does not carry over to the native one.
+@attr.s(auto_attribs=True, slots=True, weakref_slot=True, repr=False, eq=False)
 class PeerCounters:
     """One peer's counters (see ``docs/api.md`` for what each counts)."""
 
@@ -65,8 +84,14 @@ class PeerCounters:
     def as_dict(self) -> dict[str, int]:
         return attrs.asdict(self)
 
+    def __repr__(self) -> str:
+        return _repr(self, PEER_COUNTERS)
 
-@attrs.define(slots=True)
+    def __eq__(self, other: object) -> Any:
+        return _eq(self, other, PEER_COUNTERS)
+
+
+@attr.s(auto_attribs=True, slots=True, weakref_slot=True, repr=False, eq=False)
 class ModuleCounters:
     """Counters that belong to the transport rather than to one peer."""
 
@@ -83,6 +108,12 @@ class ModuleCounters:
     num_replies_limited: int = 0
     num_icmp_errors: int = 0
     num_rx_memory_drops: int = 0
+
+    def __repr__(self) -> str:
+        return _repr(self, MODULE_COUNTERS)
+
+    def __eq__(self, other: object) -> Any:
+        return _eq(self, other, MODULE_COUNTERS)
 
 
 #: counters summed over peers; ``max_*`` ones are high-water marks (max, not sum)
