@@ -76,6 +76,10 @@ _ANY: Any = -1
 #: from a static, not from the module's dict (events.py is pure Python)
 _MESSAGE_RECEIVED: Final = MessageReceived
 _NEW_EVENT: Final = _new
+# likewise the unpacks (else a bound method made per call) and memoryview (else a builtins lookup)
+_UNPACK_CHUNKED: Final = HEADER_CHUNK.unpack_from
+_UNPACK: Final = HEADER.unpack_from
+_MEMORYVIEW: Final = memoryview
 
 
 class Receiver:
@@ -127,9 +131,8 @@ class Receiver:
         (st := self._state).now = now  # (st.rx_held: what reassembly holds, every peer)
         if st.closed:
             return  # nobody will read them: neither deliver nor acknowledge
-        head_chunk, head, check, peers, events = HEADER_CHUNK.unpack_from, HEADER.unpack_from, crc32c, \
-            self.peers_by_conn, self.events
-        acking, timed, freq = self._acking, self._timed, self._ack_frequency
+        check, peers, events, acking, timed, freq = crc32c, self.peers_by_conn, self.events, self._acking, \
+            self._timed, self._ack_frequency
         peer, last_src = _ANY, _ANY
         last_dst = last_inc = k = -1  # whose peer (and source) passed the checks (dispatch resets them)
         version = typ = flags = dst = inc = crc = seq_w = ack_w = tag = plen = msg_id = msg_len = off = 0
@@ -140,9 +143,9 @@ class Receiver:
             typ = -1
             if n >= _CHUNKED:  # the chunk extension too, in the same unpack
                 version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen, msg_id, msg_len, off \
-                    = head_chunk(data)
+                    = _UNPACK_CHUNKED(data)
             elif n >= HEADER_LEN:
-                version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = head(data)
+                version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = _UNPACK(data)
             # the fast path's conditions, before believing anything (else dispatch); each `:=` only notes a value
             if typ != T_DATA or version != WIRE_VERSION or flags & _NOT_FAST or (
                     (dst != last_dst or inc != last_inc)
@@ -151,8 +154,8 @@ class Receiver:
                          or (last_dst := dst) < 0 or (last_inc := inc) < 0 or (last_src := -1) is None)) or (
                     sources is not None and (src := sources[k]) != last_src
                     and (src not in peer.sources or (last_src := src) is None)) or (
-                    check((view := memoryview(data))[CRC_OFFSET + 4:], check(view[:CRC_OFFSET])) != crc
-                    if flags & F_CRC else self.crc or (view := memoryview(data)) is None):
+                    check((view := _MEMORYVIEW(data))[CRC_OFFSET + 4:], check(view[:CRC_OFFSET])) != crc
+                    if flags & F_CRC else self.crc or (view := _MEMORYVIEW(data)) is None):
                 last_dst = -1
                 self.dispatch(data, None if sources is None else sources[k], now)
                 continue

@@ -254,7 +254,8 @@ def _crc32c_py(data: bytes | bytearray | memoryview, value: int = 0) -> int:
     return crc ^ 0xFFFFFFFF
 
 
-crc32c: Callable[..., int] = _crc32c_mod.crc32c if _crc32c_mod is not None else _crc32c_py
+# Final: compiled modules that import it read it from a static, not the module's dict
+crc32c: Final[Callable[..., int]] = _crc32c_mod.crc32c if _crc32c_mod is not None else _crc32c_py
 
 
 def datagram_crc(buf: bytes | bytearray | memoryview, tail: bytes | memoryview = b"") -> int:
