@@ -63,6 +63,12 @@ PERSISTENT_TIMEOUTS: Final = 3  # timeouts in a row that mean persistent congest
 KEEPALIVE_FRACTION: Final = 3  # a keepalive PING after peer_timeout / this of silence (lifecycle.py)
 
 
+#: what the per-ACK paths build events with (events._new), read by compiled code from statics
+#: rather than from the module's dict (events.py is pure Python)
+_NEW_EVENT: Final = _new
+_SEND_COMPLETED: Final = SendCompleted
+
+
 def _unwired(peer: Peer, now: float) -> None:
     raise RuntimeError("Recovery.wire() was not called")
 
@@ -76,7 +82,7 @@ class Recovery:
                  "_granularity", "_resending", "_sending", "_touched", "_timed", "_deadlines",
                  "_actions", "_timed_order", "_stamp", "_unschedule", "_confirm", "_close_timer",
                  "_live_at", "_liveness",
-                 "_control", "_sampler", "_pacer", "_undo", "_tlp", "_tlp_at")
+                 "_control", "_sampler", "_pacer", "_undo", "_tlp", "_tlp_at", "_fr_threshold")
 
     def __init__(self, state: EngineState, packetizer: Packetizer) -> None:
         self._state = state  # for now
@@ -87,6 +93,7 @@ class Recovery:
         self._cc_on_ack = state.cc.on_ack  # (bound once: called per ACKed segment)
         self._autotune = tunes_cwnd(state.config)  # (autotune.py: cwnd_max at its default)
         self._granularity = state.granularity
+        self._fr_threshold: int = state.config.fast_retransmit_threshold  # (Config: a dict lookup per read)
         self._resending = state.resending
         self._sending = state.sending
         self._touched = state.touched
@@ -175,7 +182,7 @@ class Recovery:
                 return  # a put status of ours: no application message, not counted as one
             peer.counters.num_msgs_completed += 1
             if msg.callback is not None:
-                self.events.append(_new(SendCompleted, (msg.callback, None)))
+                self.events.append(_NEW_EVENT(_SEND_COMPLETED, (msg.callback, None)))
             peer.send_queued -= msg.length  # self.release, inline (once per message)
             if peer.send_blocked:
                 self.release(peer, 0)
@@ -303,7 +310,7 @@ class Recovery:
         *and* it was sent longer ago than an RTT plus a reordering allowance.  The time
         condition keeps reordering from looking like loss; :meth:`_timer_times` times the check
         for a segment that meets only the first."""
-        thr = self.config.fast_retransmit_threshold
+        thr = self._fr_threshold
         limits = (peer.acked_serial[0] - thr, peer.acked_serial[1] - thr)
         top = limits[0] if limits[0] > limits[1] else limits[1]
         if top < 0 or not peer.unacked:
@@ -415,7 +422,7 @@ class Recovery:
         passed (it meets the serial rule, not yet the time rule).  ``unacked`` is in
         transmission order, so the walk stops at the first segment sent after the newest
         ACKed serial allows."""
-        thr = self.config.fast_retransmit_threshold
+        thr = self._fr_threshold
         acked = peer.acked_serial
         lim0 = acked[0] - thr
         lim1 = acked[1] - thr
