@@ -138,12 +138,12 @@ class Recovery:
             if top is not None:
                 self._acked(peer, top)
         else:
-            pop, acked = peer.unacked.pop, self._acked  # (once per ACK: the loop runs per segment)
+            pop = peer.unacked.pop  # (once per ACK: the loop runs per segment)
             top = None
             for s in range(una + 1, cum + 1):
                 seg = pop(s, None)
                 if seg is not None:
-                    acked(peer, seg)
+                    self._acked(peer, seg)  # (compiled: a C call; a bound method would be a Python call)
                     top = seg
         peer.snd_una = cum
         if peer.scoreboard._starts:  # (no SACK ranges recorded: nothing to forget)
@@ -240,6 +240,10 @@ class Recovery:
         if n != HEADER_LEN + plen or plen < _ACK_BODY_LEN:
             self.counters.num_malformed_recvs += 1
             return
+        window: int
+        nranges: int
+        ack_flags: int
+        ack_delay: int  # (typed: compiled, every test on them is a C comparison)
         window, nranges, ack_flags, ack_delay = ACK_BODY.unpack_from(data, HEADER_LEN)
         if nranges > MAX_SACK_RANGES or plen != _ACK_BODY_LEN + nranges * _SACK_RANGE_LEN:
             self.counters.num_malformed_recvs += 1
@@ -259,10 +263,13 @@ class Recovery:
                 peer.reo_mult += 1  # a resend was not needed: allow more reordering (RACK)
                 peer.reo_persist = REO_PERSIST
         una = peer.snd_una
-        cum = una + ((ack_w - una) & SEQ_MASK)
-        if cum - una >= _HALF:
-            cum -= _WRAP
-            c.num_old_dup_acks += 1
+        d = ack_w - una  # how far it moves the ACK point, mod 2**64 the nearer way
+        if not 0 <= d <= SEQ_SHORT:  # (compiled, the masking is a boxed long operation)
+            d &= SEQ_MASK
+            if d >= _HALF:
+                d -= _WRAP
+                c.num_old_dup_acks += 1
+        cum = una + d
         at_cum = self.on_cum_ack(peer, ack_w, now)
         largest = cum  # the largest sequence number this ACK acknowledges
         sample = at_cum
@@ -271,6 +278,8 @@ class Recovery:
             unacked = peer.unacked
             top = peer.next_seq - 1
             base = HEADER_LEN + ACK_BODY.size
+            start: int
+            length: int
             for i in range(nranges):
                 start, length = SACK_RANGE.unpack_from(data, base + i * SACK_RANGE.size)
                 lo = max(cum + start, peer.snd_una + 1)
