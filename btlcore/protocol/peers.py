@@ -326,9 +326,7 @@ class Peer:
         self.rx_held = 0  # bytes its messages in reassembly hold (in EngineState.rx_held too)
         self.unconsumed = 0  # bytes delivered and not taken yet (Engine.set_unconsumed)
         self.adv_window = window  # the receive window our last ACK advertised, segments
-        # the CRC32C of its data segments' first 12 bytes, for the dst_conn and the
-        # (incarnation, flags, hello flags) key they had (-1: none yet): see Receiver._head_crc
-        self.rx_crc_conn = self.rx_crc_key = self.rx_crc_head = -1
+        self.rx_crc_conn = self.rx_crc_key = self.rx_crc_head = -1  # its data heads' CRC32C: Receiver._head_crc
         self.counters = PeerCounters()
         self.timed, self.timed_order = False, 0  # the engine keeps times for it; since when (ties)
         self.cc_state: Any = None  # the congestion controller's, set by its on_new_peer

@@ -128,19 +128,14 @@ class Receiver:
 
     def receive_datagrams(self, batch: Iterable[Any], now: float,
                           sources: Sequence[Any] | None = None) -> None:
-        """A poll's datagrams (``sources``: where each came from, or None); first, the common case: the next segment.
-
-        The header's fields are typed ints and the peer, once checked, a typed ``Peer``
-        (``pr``): compiled, every test below is a C comparison and every field a slot read."""
+        """A poll's datagrams (``sources``: where each came from, or None); first, the common case: the next segment."""
         (st := self._state).now = now  # (st.rx_held: what reassembly holds, every peer)
         if st.closed:
             return  # nobody will read them: neither deliver nor acknowledge
-        check, peers, events, acking, timed, freq = crc32c, self.peers_by_conn, self.events, self._acking, \
-            self._timed, self._ack_frequency
-        peer, last_src = _ANY, _ANY
-        last_dst = last_inc = k = -1  # whose peer (and source) passed the checks (dispatch resets them)
+        events, acking, timed, freq = self.events, self._acking, self._timed, self._ack_frequency
+        peer, last_src, last_dst, last_inc, k = _ANY, _ANY, -1, -1, -1  # whose peer, source passed (dispatch resets)
+        # typed ints (compiled, every test on them is a C comparison)
         version = typ = flags = hflags = dst = inc = crc = seq_w = ack_w = tag = plen = msg_id = msg_len = off = 0
-        view: memoryview
         for data in batch:
             k += 1
             n = len(data)
@@ -153,13 +148,13 @@ class Receiver:
             # the fast path's conditions, before believing anything (else dispatch); each `:=` only notes a value
             if typ != T_DATA or version != WIRE_VERSION or flags & _NOT_FAST or (
                     (dst != last_dst or inc != last_inc)
-                    and ((peer := peers.get(dst)) is None or inc != peer.remote_inc or not peer.confirmed
+                    and ((peer := self.peers_by_conn.get(dst)) is None or inc != peer.remote_inc or not peer.confirmed
                          or not peer.remote_known or peer.state is not _ESTABLISHED
                          or (last_dst := dst) < 0 or (last_inc := inc) < 0 or (last_src := -1) is None)) or (
                     sources is not None and (src := sources[k]) != last_src
                     and (src not in peer.sources or (last_src := src) is None)) or (
-                    check((view := _MEMORYVIEW(data))[_CRC_TAIL],
-                          self._head_crc(peer, view, dst, inc, flags, hflags)) != crc
+                    crc32c((view := _MEMORYVIEW(data))[_CRC_TAIL],
+                           self._head_crc(peer, view, dst, inc, flags, hflags)) != crc
                     if flags & F_CRC else self.crc or (view := _MEMORYVIEW(data)) is None):
                 last_dst = -1
                 self.dispatch(data, None if sources is None else sources[k], now)
@@ -170,17 +165,14 @@ class Receiver:
             pr: Peer = peer  # typed from here on: compiled, its attributes are read from their slots
             (c := pr.counters).num_total_recvs += 1
             pr.last_heard = now  # the death rule's clock: heard from
-            # _on_piggyback_ack inline (4% of a ping-pong); snd_una is never negative
-            if flags & F_ACK and ack_w != (una if (una := pr.snd_una) <= SEQ_SHORT else una & SEQ_MASK):
-                at_cum = self._recovery.on_cum_ack(pr, ack_w, now)
-                if at_cum is not None:
-                    if at_cum.tx_count == 1 and at_cum.seq == pr.next_seq - 1:
-                        pr.timer.sample(now - at_cum.sent_at)
-                    if pr.unacked:
-                        self._recovery.detect_losses(pr)
+            if flags & F_ACK and ack_w != (una if (una := pr.snd_una) <= SEQ_SHORT else una & SEQ_MASK) \
+                    and (at_cum := self._recovery.on_cum_ack(pr, ack_w, now)) is not None:  # _on_piggyback_ack inline
+                if at_cum.tx_count == 1 and at_cum.seq == pr.next_seq - 1:
+                    pr.timer.sample(now - at_cum.sent_at)
+                if pr.unacked:
+                    self._recovery.detect_losses(pr)
             seq = (w := pr.window).cum + 1  # (cum is never negative)
-            # in order, whole or a middle chunk of a message in reassembly (not its first nor last) within the
-            # transport's budget (the peer's: see _over_budget); else (out of order, ...) the general handler
+            # in order, whole or a middle chunk in reassembly within the budgets (_over_budget); else general
             if seq_w != (seq if seq <= SEQ_SHORT else seq & SEQ_MASK) or w._starts or flags & F_CHUNK and (
                     (ras := pr.reassembly.get(msg_id)) is None or ras.msg_len != msg_len or ras.put_key is not None
                     or plen <= 0 or off + plen >= msg_len or ras.received + plen >= msg_len
@@ -213,8 +205,7 @@ class Receiver:
                 pr.ack_now = True
             elif pr.ack_deadline is None:
                 pr.ack_deadline = now + self._ack_delay
-            acking[pr] = None
-            timed[pr] = None
+            acking[pr] = timed[pr] = None
 
     def _head_crc(self, peer: Peer, view: memoryview, dst: int, inc: int, flags: int, hflags: int) -> int:
         """The CRC32C of a fast-path data segment's first 12 bytes (version and type known: the
