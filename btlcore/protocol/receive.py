@@ -10,7 +10,7 @@ completes a put), and the handshake's ``confirm`` and ``on_hello``; the rest is 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 from .events import Event, MessageReceived, PutLanded, PutRefused, _new
@@ -76,9 +76,10 @@ _ANY: Any = -1
 #: from a static, not from the module's dict (events.py is pure Python)
 _MESSAGE_RECEIVED: Final = MessageReceived
 _NEW_EVENT: Final = _new
-# likewise the unpacks (else a bound method made per call) and memoryview (else a builtins lookup)
-_UNPACK_CHUNKED: Final = HEADER_CHUNK.unpack_from
-_UNPACK: Final = HEADER.unpack_from
+# likewise the unpacks (else a bound method made per call; typed: every field is an int, so
+# the fields unpacked are typed ints, not Any) and memoryview (else a builtins lookup)
+_UNPACK_CHUNKED: Final[Callable[..., tuple[int, ...]]] = HEADER_CHUNK.unpack_from
+_UNPACK: Final[Callable[..., tuple[int, ...]]] = HEADER.unpack_from
 _MEMORYVIEW: Final = memoryview
 # the fast path's slices, made once (compiled, ``view[a:]`` builds a slice object each time)
 _CRC_HEAD: Final = slice(None, CRC_OFFSET)
@@ -225,7 +226,7 @@ class Receiver:
         if n < HEADER_LEN or data[0] != WIRE_VERSION:
             self._versions.on_foreign(data, source, now)  # a VERSION reply, another version, garbage
             return
-        version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = HEADER.unpack_from(data)
+        version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = _UNPACK(data)
         if flags & UNKNOWN_FLAGS:
             self.counters.num_malformed_recvs += 1
             return
@@ -339,7 +340,9 @@ class Receiver:
             if d >= _HALF:
                 d -= _WRAP
         seq = cum + 1 + d
-        msg_len = off = msg_id = 0
+        msg_id: int = 0  # (declared: an int assigned from an unpack (Any) would turn Any, compiled generic)
+        msg_len: int = 0
+        off: int = 0
         ras = None
         if flags & F_STATUS and (flags & (F_CHUNK | F_PUT) or plen != PUT_STATUS.size):
             self.counters.num_malformed_recvs += 1  # a put status is one unchunked body
