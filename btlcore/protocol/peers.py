@@ -228,7 +228,7 @@ class Peer:
         # receive side
         "window", "rx_high_time", "dup_seen", "last_ack_sent", "ready", "reassembly", "ack_count", "ack_deadline",
         "ack_now",
-        "sack_dirty", "rx_held", "unconsumed", "adv_window",
+        "sack_dirty", "rx_held", "unconsumed", "adv_window", "rx_crc_conn", "rx_crc_key", "rx_crc_head",
         "counters",
         # timers (the engine's heap)
         "timed", "timed_order",
@@ -326,6 +326,7 @@ class Peer:
         self.rx_held = 0  # bytes its messages in reassembly hold (in EngineState.rx_held too)
         self.unconsumed = 0  # bytes delivered and not taken yet (Engine.set_unconsumed)
         self.adv_window = window  # the receive window our last ACK advertised, segments
+        self.rx_crc_conn = self.rx_crc_key = self.rx_crc_head = -1  # its data heads' CRC32C: Receiver._head_crc
         self.counters = PeerCounters()
         self.timed, self.timed_order = False, 0  # the engine keeps times for it; since when (ties)
         self.cc_state: Any = None  # the congestion controller's, set by its on_new_peer

@@ -10,7 +10,7 @@ completes a put), and the handshake's ``confirm`` and ``on_hello``; the rest is 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 from .events import Event, MessageReceived, PutLanded, PutRefused, _new
@@ -45,6 +45,7 @@ from .wire import (
     PUT,
     PUT_STATUS,
     SEQ_MASK,
+    SEQ_SHORT,
     T_ACK,
     T_CHALLENGE,
     T_CLOSE,
@@ -71,20 +72,37 @@ _CHUNKED: Final = HEADER_LEN + CHUNK_LEN  # where a chunk's payload starts
 #: the start value of receive_datagrams' peer and last_src, which it types Any through it (a
 #: source is of any type; compiled by mypyc, a local typed int would take ints only)
 _ANY: Any = -1
+#: built in the hot path as tuples (events._new); bound here so that compiled code reads them
+#: from a static, not from the module's dict (events.py is pure Python)
+_MESSAGE_RECEIVED: Final = MessageReceived
+_NEW_EVENT: Final = _new
+# likewise the unpacks (else a bound method made per call; typed: every field is an int, so
+# the fields unpacked are typed ints, not Any) and memoryview (else a builtins lookup)
+_UNPACK_CHUNKED: Final[Callable[..., tuple[int, ...]]] = HEADER_CHUNK.unpack_from
+_UNPACK: Final[Callable[..., tuple[int, ...]]] = HEADER.unpack_from
+_MEMORYVIEW: Final = memoryview
+# the fast path's slices, made once (compiled, ``view[a:]`` builds a slice object each time)
+_CRC_HEAD: Final = slice(None, CRC_OFFSET)
+_CRC_TAIL: Final = slice(CRC_OFFSET + 4, None)
+_CHUNK_PAYLOAD: Final = slice(_CHUNKED, None)
 
 
 class Receiver:
-    """Data segments in: ordering, reassembly, puts, put statuses, ACK debt."""
+    """Data segments in: ordering, reassembly, puts, put statuses, ACK debt.
+
+    What the hot path reads is in typed slots: the parts it calls (``_recovery``,
+    ``_handshake``, compiled classes, so a compiled call is a C call) and the configuration
+    values it needs (``Config`` is an attrs class: each read of it is a dict lookup)."""
 
     __slots__ = ("_state", "config", "crc", "counters", "events", "peers_by_conn", "regions", "_acking",
-                 "_timed", "_sending", "_ack_frequency", "_ack_delay", "_on_cum_ack", "_detect_losses",
-                 "_on_ack", "_put_done", "_confirm", "_on_hello", "_min_hello", "_on_foreign",
-                 "_rx_limit", "_lifecycle", "_guard", "_source_ok")
+                 "_timed", "_sending", "_ack_frequency", "_ack_delay", "_recovery", "_handshake",
+                 "_min_hello", "_versions", "_rx_limit", "_lifecycle", "_guard", "_ordered",
+                 "_max_message", "_max_reassemblies", "_recv_buffer")
 
     def __init__(self, state: EngineState, recovery: Recovery, handshake: Handshake,
                  versions: Versions, lifecycle: Lifecycle, guard: Guard) -> None:
         self._state = state  # for now and closed
-        self.config = state.config
+        self.config = config = state.config
         self.crc = state.crc
         self.counters = state.counters
         self.events = state.events
@@ -93,22 +111,21 @@ class Receiver:
         self._acking = state.acking
         self._timed = state.timed
         self._sending = state.sending
-        self._ack_frequency = state.ack_frequency
-        self._ack_delay = state.ack_delay
-        self._on_cum_ack = recovery.on_cum_ack
-        self._detect_losses = recovery.detect_losses
-        self._on_ack = recovery.on_ack
-        self._put_done = recovery.put_done
-        self._confirm = handshake.confirm
-        self._on_hello = handshake.on_hello
+        self._ack_frequency: int = state.ack_frequency
+        self._ack_delay: float = state.ack_delay
+        self._recovery = recovery  # on_cum_ack, detect_losses, on_ack, put_done
+        self._handshake = handshake  # confirm, on_hello
         self._lifecycle = lifecycle
         self._min_hello = handshake.hello_ack_len  # a smaller HELLO is not answered
-        self._on_foreign = versions.on_foreign
+        self._versions = versions  # on_foreign
         # the transport's reassembly budget: never below one largest message (else that
         # message could never be put together)
-        self._rx_limit = max(self.config.reassembly_limit, self.config.max_message_size)
+        self._rx_limit: int = max(config.reassembly_limit, config.max_message_size)
         self._guard = guard  # notices, challenges, source checks (guard.py)
-        self._source_ok = guard.source_ok
+        self._ordered: bool = config.ordered
+        self._max_message: int = config.max_message_size
+        self._max_reassemblies: int = config.max_reassemblies
+        self._recv_buffer: int = config.recv_buffer
 
     def receive_datagrams(self, batch: Iterable[Any], now: float,
                           sources: Sequence[Any] | None = None) -> None:
@@ -116,28 +133,30 @@ class Receiver:
         (st := self._state).now = now  # (st.rx_held: what reassembly holds, every peer)
         if st.closed:
             return  # nobody will read them: neither deliver nor acknowledge
-        head_chunk, check, peers, events = HEADER_CHUNK.unpack_from, crc32c, self.peers_by_conn, self.events
-        acking, timed, freq, peer, last_src = self._acking, self._timed, self._ack_frequency, _ANY, _ANY
-        last_dst = last_inc = k = -1  # whose peer (and source) passed the checks (dispatch resets them)
+        events, acking, timed, freq = self.events, self._acking, self._timed, self._ack_frequency
+        peer, last_src, last_dst, last_inc, k = _ANY, _ANY, -1, -1, -1  # whose peer, source passed (dispatch resets)
+        # typed ints (compiled, every test on them is a C comparison)
+        version = typ = flags = hflags = dst = inc = crc = seq_w = ack_w = tag = plen = msg_id = msg_len = off = 0
         for data in batch:
             k += 1
             n = len(data)
             typ = -1
             if n >= _CHUNKED:  # the chunk extension too, in the same unpack
-                version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen, msg_id, msg_len, off \
-                    = head_chunk(data)
+                version, typ, flags, hflags, dst, inc, crc, seq_w, ack_w, tag, plen, msg_id, msg_len, off \
+                    = _UNPACK_CHUNKED(data)
             elif n >= HEADER_LEN:
-                version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = HEADER.unpack_from(data)
+                version, typ, flags, hflags, dst, inc, crc, seq_w, ack_w, tag, plen = _UNPACK(data)
             # the fast path's conditions, before believing anything (else dispatch); each `:=` only notes a value
             if typ != T_DATA or version != WIRE_VERSION or flags & _NOT_FAST or (
                     (dst != last_dst or inc != last_inc)
-                    and ((peer := peers.get(dst)) is None or inc != peer.remote_inc or not peer.confirmed
+                    and ((peer := self.peers_by_conn.get(dst)) is None or inc != peer.remote_inc or not peer.confirmed
                          or not peer.remote_known or peer.state is not _ESTABLISHED
-                         or (last_dst := dst) < 0 or (last_inc := inc) < 0 or (last_src := -1) >= 0)) or (
+                         or (last_dst := dst) < 0 or (last_inc := inc) < 0 or (last_src := -1) is None)) or (
                     sources is not None and (src := sources[k]) != last_src
                     and (src not in peer.sources or (last_src := src) is None)) or (
-                    check((view := memoryview(data))[CRC_OFFSET + 4:], check(view[:CRC_OFFSET])) != crc
-                    if flags & F_CRC else self.crc or (view := memoryview(data)) is None):
+                    crc32c((view := _MEMORYVIEW(data))[_CRC_TAIL],
+                           self._head_crc(peer, view, dst, inc, flags, hflags)) != crc
+                    if flags & F_CRC else self.crc or (view := _MEMORYVIEW(data)) is None):
                 last_dst = -1
                 self.dispatch(data, None if sources is None else sources[k], now)
                 continue
@@ -147,23 +166,21 @@ class Receiver:
             pr: Peer = peer  # typed from here on: compiled, its attributes are read from their slots
             (c := pr.counters).num_total_recvs += 1
             pr.last_heard = now  # the death rule's clock: heard from
-            if flags & F_ACK and ack_w != pr.snd_una & SEQ_MASK:  # _on_piggyback_ack inline (4% of a ping-pong)
-                at_cum = self._on_cum_ack(pr, ack_w, now)
-                if at_cum is not None:
-                    if at_cum.tx_count == 1 and at_cum.seq == pr.next_seq - 1:
-                        pr.timer.sample(now - at_cum.sent_at)
-                    if pr.unacked:
-                        self._detect_losses(peer)
-            cum = (w := pr.window).cum
-            # in order, whole or a middle chunk of a message in reassembly (not its first nor last) within the
-            # transport's budget (the peer's: see _over_budget); else (out of order, ...) the general handler
-            if seq_w != (cum + 1) & SEQ_MASK or w._starts or flags & F_CHUNK and (
-                    (ras := peer.reassembly.get(msg_id)) is None or ras.msg_len != msg_len or ras.put_key is not None
+            if flags & F_ACK and ack_w != (una if (una := pr.snd_una) <= SEQ_SHORT else una & SEQ_MASK) \
+                    and (at_cum := self._recovery.on_cum_ack(pr, ack_w, now)) is not None:  # _on_piggyback_ack inline
+                if at_cum.tx_count == 1 and at_cum.seq == pr.next_seq - 1:
+                    pr.timer.sample(now - at_cum.sent_at)
+                if pr.unacked:
+                    self._recovery.detect_losses(pr)
+            seq = (w := pr.window).cum + 1  # (cum is never negative)
+            # in order, whole or a middle chunk in reassembly within the budgets (_over_budget); else general
+            if seq_w != (seq if seq <= SEQ_SHORT else seq & SEQ_MASK) or w._starts or flags & F_CHUNK and (
+                    (ras := pr.reassembly.get(msg_id)) is None or ras.msg_len != msg_len or ras.put_key is not None
                     or plen <= 0 or off + plen >= msg_len or ras.received + plen >= msg_len
                     or st.rx_held + plen > self._rx_limit):
                 self._on_segment(pr, view, n, flags, seq_w, tag, plen, now)
                 continue
-            seq = w.cum = cum + 1
+            w.cum = seq
             if seq > w.high:
                 w.high = seq
                 pr.rx_high_time = now
@@ -171,15 +188,16 @@ class Receiver:
                 c.num_frag_recvs += 1
                 c.num_msgs_delivered += 1
                 c.num_bytes_delivered += plen
-                events.append(_new(MessageReceived, (
+                events.append(_NEW_EVENT(_MESSAGE_RECEIVED, (
                     pr, tag, data[HEADER_LEN:] if type(data) is bytes else bytes(view[HEADER_LEN:]))))
             else:
                 c.num_chunk_recvs += 1
+                assert ras is not None  # (the test above took it)
                 parts = ras.parts
-                if parts is not None and off == ras.received and type(view.obj) is bytes:
-                    parts.append(view[_CHUNKED:])  # Reassembly.add, inline: kept, not copied
+                if parts is not None and off == ras.received and (type(data) is bytes or type(view.obj) is bytes):
+                    parts.append(view[_CHUNK_PAYLOAD])  # Reassembly.add, inline: kept, not copied
                 else:
-                    ras.add(off, view[_CHUNKED:])
+                    ras.add(off, view[_CHUNK_PAYLOAD])
                 ras.received += plen
                 pr.rx_held += plen
                 st.rx_held += plen
@@ -188,8 +206,17 @@ class Receiver:
                 pr.ack_now = True
             elif pr.ack_deadline is None:
                 pr.ack_deadline = now + self._ack_delay
-            acking[pr] = None
-            timed[pr] = None
+            acking[pr] = timed[pr] = None
+
+    def _head_crc(self, peer: Peer, view: memoryview, dst: int, inc: int, flags: int, hflags: int) -> int:
+        """The CRC32C of a fast-path data segment's first 12 bytes (version and type known: the
+        rest are its flags, hello flags, dst_conn and incarnation), the same for every segment
+        of a connection with the same flags: computed once per peer and key, as the sender
+        packs its prefixes once (a crc32c call on 12 bytes costs about as much as on 2 kB)."""
+        key = inc << 16 | flags << 8 | hflags
+        if key != peer.rx_crc_key or dst != peer.rx_crc_conn:
+            peer.rx_crc_conn, peer.rx_crc_key, peer.rx_crc_head = dst, key, crc32c(view[_CRC_HEAD])
+        return peer.rx_crc_head
 
     def dispatch(self, data: Any, source: Any, now: float) -> None:
         """The general handler for any datagram: checked (version, flags, CRC), counted if
@@ -197,9 +224,9 @@ class Receiver:
         ``on_ack``, a HELLO or HELLO_ACK to the handshake's ``on_hello``."""
         n = len(data)
         if n < HEADER_LEN or data[0] != WIRE_VERSION:
-            self._on_foreign(data, source, now)  # a VERSION reply, another version, garbage
+            self._versions.on_foreign(data, source, now)  # a VERSION reply, another version, garbage
             return
-        version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = HEADER.unpack_from(data)
+        version, typ, flags, _r, dst, inc, crc, seq_w, ack_w, tag, plen = _UNPACK(data)
         if flags & UNKNOWN_FLAGS:
             self.counters.num_malformed_recvs += 1
             return
@@ -222,7 +249,7 @@ class Receiver:
                     or state is PeerState.CLOSED:
                 peer.counters.num_stale_recvs += 1
                 return
-            if source is not None and source not in peer.sources and not self._source_ok(peer, source):
+            if source is not None and source not in peer.sources and not self._guard.source_ok(peer, source):
                 return  # from a source the connection does not use: dropped, counted
             if state is _CLOSING:  # late datagrams of a connection we close get a CLOSE
                 self._lifecycle.on_late(peer, now)
@@ -237,7 +264,7 @@ class Receiver:
             if typ == T_DATA:
                 self._on_data(peer, view, n, flags, seq_w, ack_w, tag, plen, now)
             else:
-                self._on_ack(peer, view, n, ack_w, plen, now)
+                self._recovery.on_ack(peer, view, n, ack_w, plen, now)
         elif typ == T_HELLO or typ == T_HELLO_ACK:
             if n != HEADER_LEN + plen or (typ == T_HELLO and n < self._min_hello):
                 # (a HELLO smaller than our HELLO_ACK would make our reply amplify it: a
@@ -252,7 +279,7 @@ class Receiver:
             if hello.incarnation != inc or inc == 0:
                 self.counters.num_malformed_recvs += 1
                 return
-            self._on_hello(typ, dst, hello, bool(_r & HF_CRC_REQUIRED), source, now)
+            self._handshake.on_hello(typ, dst, hello, bool(_r & HF_CRC_REQUIRED), source, now)
         elif typ == T_CLOSE or typ == T_CLOSE_ACK:
             if n != HEADER_LEN + plen:
                 self.counters.num_malformed_recvs += 1
@@ -279,7 +306,7 @@ class Receiver:
             return
         peer.counters.num_total_recvs += 1
         if not peer.confirmed:
-            self._confirm(peer, now)
+            self._handshake.confirm(peer, now)
         if flags & F_ACK and ack_w != peer.snd_una & SEQ_MASK:
             self._on_piggyback_ack(peer, ack_w, now)
         self._on_segment(peer, data, n, flags, seq_w, tag, plen, now)
@@ -288,7 +315,7 @@ class Receiver:
         """A piggy-backed ACK with news (every reply in a ping-pong), applied before the
         segment carrying it: it touches only send-side state, so the receive path sees the
         same state either way, and events keep their order (completions first)."""
-        at_cum = self._on_cum_ack(peer, ack_w, now)
+        at_cum = self._recovery.on_cum_ack(peer, ack_w, now)
         if at_cum is not None:
             # a piggy-backed ACK carries no delay: sample only when it acknowledges the
             # last thing we sent (a reply to it), which bounds the error to the peer's
@@ -296,7 +323,7 @@ class Receiver:
             if at_cum.tx_count == 1 and at_cum.seq == peer.next_seq - 1:
                 peer.timer.sample(now - at_cum.sent_at)
             if peer.unacked:  # (with nothing unacked it has nothing to do)
-                self._detect_losses(peer)
+                self._recovery.detect_losses(peer)
 
     def _on_segment(self, peer: Peer, data: memoryview, n: int, flags: int, seq_w: int,
                     tag: int, plen: int, now: float) -> None:
@@ -307,17 +334,22 @@ class Receiver:
         pos = PAYLOAD_AT[flags & (F_CHUNK | F_PUT)]
         w = peer.window
         cum = w.cum
-        seq = cum + 1 + ((seq_w - cum - 1) & SEQ_MASK)
-        if seq - cum - 1 >= _HALF:
-            seq -= _WRAP
-        msg_len = off = msg_id = 0
+        d = seq_w - cum - 1  # how far above the next expected, mod 2**64 the nearer way
+        if not 0 <= d <= SEQ_SHORT:  # (compiled, the masking is a boxed long operation)
+            d &= SEQ_MASK
+            if d >= _HALF:
+                d -= _WRAP
+        seq = cum + 1 + d
+        msg_id: int = 0  # (declared: an int assigned from an unpack (Any) would turn Any, compiled generic)
+        msg_len: int = 0
+        off: int = 0
         ras = None
         if flags & F_STATUS and (flags & (F_CHUNK | F_PUT) or plen != PUT_STATUS.size):
             self.counters.num_malformed_recvs += 1  # a put status is one unchunked body
             return
         if flags & F_CHUNK:
             msg_id, msg_len, off = CHUNK.unpack_from(data, HEADER_LEN)
-            if off + plen > msg_len or msg_len > self.config.max_message_size or (plen == 0 and msg_len):
+            if off + plen > msg_len or msg_len > self._max_message or (plen == 0 and msg_len):
                 c.num_badfrag_recvs += 1
                 return
             ras = peer.reassembly.get(msg_id)
@@ -325,7 +357,7 @@ class Receiver:
                 # At the cap, a new message is refused (not accepted, so not ACKed: it comes
                 # again) -- except the one holding the next in-order sequence number: later
                 # messages filling every slot must never lock out the one the window waits on.
-                if len(peer.reassembly) >= self.config.max_reassemblies and seq != cum + 1 \
+                if len(peer.reassembly) >= self._max_reassemblies and seq != cum + 1 \
                         and not w.holds(seq) and cum < seq <= cum + w.size:
                     c.num_reassembly_drops += 1
                     return
@@ -334,7 +366,7 @@ class Receiver:
                 # keep different state, and a sender never reuses a live message id)
                 c.num_badfrag_recvs += 1
                 return
-            if not flags & F_PUT and (peer.rx_held + plen > self.config.recv_buffer
+            if not flags & F_PUT and (peer.rx_held + plen > self._recv_buffer
                                       or self._state.rx_held + plen > self._rx_limit) \
                     and cum < seq <= cum + w.size and not w.holds(seq) and self._over_budget(peer, ras, plen):
                 return  # (not accepted, so not acknowledged: the sender sends it again)
@@ -357,7 +389,7 @@ class Receiver:
             item, seq_done = self._on_chunk(peer, data, pos, seq, tag, plen, msg_id, msg_len, off, ras)
         else:
             c.num_frag_recvs += 1
-            item = _new(MessageReceived, (peer, tag, bytes(data[pos:])))
+            item = _NEW_EVENT(_MESSAGE_RECEIVED, (peer, tag, bytes(data[pos:])))
             c.num_msgs_delivered += 1
             c.num_bytes_delivered += plen
         self._deliver(peer, item, seq_done, cum, new_cum)
@@ -410,7 +442,7 @@ class Receiver:
             return None, ras.last_seq
         c.num_msgs_delivered += 1
         c.num_bytes_delivered += msg_len
-        return MessageReceived(peer, ras.tag, message), ras.last_seq
+        return _NEW_EVENT(_MESSAGE_RECEIVED, (peer, ras.tag, message)), ras.last_seq
 
     def _over_budget(self, peer: Peer, ras: Reassembly | None, plen: int) -> bool:
         """A new chunk would take reassembly past a budget: count it and say so (the caller
@@ -422,7 +454,7 @@ class Receiver:
         if self._state.rx_held + plen > self._rx_limit:
             self.counters.num_rx_memory_drops += 1
             return True
-        if peer.rx_held - (0 if ras is None else ras.received) + plen > self.config.recv_buffer:
+        if peer.rx_held - (0 if ras is None else ras.received) + plen > self._recv_buffer:
             peer.counters.num_rx_budget_drops += 1
             return True
         return False
@@ -473,7 +505,7 @@ class Receiver:
     def _deliver(self, peer: Peer, item: Event | None, seq_done: int, cum: int, new_cum: int) -> None:
         """Delivery: at once when unordered; in sequence order otherwise (``item`` completes
         at ``seq_done``; the window moved from ``cum`` to ``new_cum``)."""
-        if not self.config.ordered:
+        if not self._ordered:
             if item is not None:
                 self.events.append(item)
         elif item is not None and seq_done == new_cum == cum + 1 and not peer.ready:
@@ -496,20 +528,20 @@ class Receiver:
             # a new gap, or a gap filled: the sender's loss detection wants to know soon,
             # but under heavy reordering no more than one ACK per ack_delay
             peer.sack_dirty = True
-            if now - peer.last_ack_sent >= self.config.ack_delay:
+            if now - peer.last_ack_sent >= self._ack_delay:
                 peer.ack_now = True
             else:
-                due = peer.last_ack_sent + self.config.ack_delay
+                due = peer.last_ack_sent + self._ack_delay
                 if peer.ack_deadline is None or due < peer.ack_deadline:
                     peer.ack_deadline = due
             depth = peer.window.high - new_cum
             c = peer.counters
             if depth > c.max_recv_window:
                 c.max_recv_window = depth
-        elif peer.ack_count >= self.config.ack_frequency:
+        elif peer.ack_count >= self._ack_frequency:
             peer.ack_now = True
         elif peer.ack_deadline is None:
-            peer.ack_deadline = now + self.config.ack_delay
+            peer.ack_deadline = now + self._ack_delay
         self._acking[peer] = None
         self._timed[peer] = None
 
@@ -544,4 +576,4 @@ class Receiver:
             return  # no put of ours ends there (a confused peer): nothing to complete
         msg.put_status = status
         if msg.outstanding == 0:
-            self._put_done(peer, msg)
+            self._recovery.put_done(peer, msg)

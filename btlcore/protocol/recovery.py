@@ -44,6 +44,7 @@ from .wire import (
     PUT_STATUS_NAMES,
     SACK_RANGE,
     SEQ_MASK,
+    SEQ_SHORT,
     U32_MASK,
 )
 
@@ -62,6 +63,12 @@ PERSISTENT_TIMEOUTS: Final = 3  # timeouts in a row that mean persistent congest
 KEEPALIVE_FRACTION: Final = 3  # a keepalive PING after peer_timeout / this of silence (lifecycle.py)
 
 
+#: what the per-ACK paths build events with (events._new), read by compiled code from statics
+#: rather than from the module's dict (events.py is pure Python)
+_NEW_EVENT: Final = _new
+_SEND_COMPLETED: Final = SendCompleted
+
+
 def _unwired(peer: Peer, now: float) -> None:
     raise RuntimeError("Recovery.wire() was not called")
 
@@ -75,7 +82,7 @@ class Recovery:
                  "_granularity", "_resending", "_sending", "_touched", "_timed", "_deadlines",
                  "_actions", "_timed_order", "_stamp", "_unschedule", "_confirm", "_close_timer",
                  "_live_at", "_liveness",
-                 "_control", "_sampler", "_pacer", "_undo", "_tlp", "_tlp_at")
+                 "_control", "_sampler", "_pacer", "_undo", "_tlp", "_tlp_at", "_fr_threshold")
 
     def __init__(self, state: EngineState, packetizer: Packetizer) -> None:
         self._state = state  # for now
@@ -86,6 +93,7 @@ class Recovery:
         self._cc_on_ack = state.cc.on_ack  # (bound once: called per ACKed segment)
         self._autotune = tunes_cwnd(state.config)  # (autotune.py: cwnd_max at its default)
         self._granularity = state.granularity
+        self._fr_threshold: int = state.config.fast_retransmit_threshold  # (Config: a dict lookup per read)
         self._resending = state.resending
         self._sending = state.sending
         self._touched = state.touched
@@ -115,9 +123,12 @@ class Recovery:
         """Apply a cumulative ACK (piggy-backed or standalone).  Returns the segment at the
         new ACK point if this ACK acknowledged it (None if nothing new was acked)."""
         una = peer.snd_una
-        cum = una + ((ack_w - una) & SEQ_MASK)
-        if cum - una >= _HALF or cum == una:
-            return None  # old or duplicate
+        d = ack_w - una  # how far it moves the ACK point, mod 2**64
+        if not 0 < d <= SEQ_SHORT:  # (compiled, the masking is a boxed long operation)
+            d &= SEQ_MASK
+            if d >= _HALF or d == 0:
+                return None  # old or duplicate
+        cum = una + d
         if cum >= peer.next_seq:
             cum = peer.next_seq - 1  # ACKs for what we never sent: ignore the excess
             if cum <= una:
@@ -127,12 +138,12 @@ class Recovery:
             if top is not None:
                 self._acked(peer, top)
         else:
-            pop, acked = peer.unacked.pop, self._acked  # (once per ACK: the loop runs per segment)
+            pop = peer.unacked.pop  # (once per ACK: the loop runs per segment)
             top = None
             for s in range(una + 1, cum + 1):
                 seg = pop(s, None)
                 if seg is not None:
-                    acked(peer, seg)
+                    self._acked(peer, seg)  # (compiled: a C call; a bound method would be a Python call)
                     top = seg
         peer.snd_una = cum
         if peer.scoreboard._starts:  # (no SACK ranges recorded: nothing to forget)
@@ -171,7 +182,7 @@ class Recovery:
                 return  # a put status of ours: no application message, not counted as one
             peer.counters.num_msgs_completed += 1
             if msg.callback is not None:
-                self.events.append(_new(SendCompleted, (msg.callback, None)))
+                self.events.append(_NEW_EVENT(_SEND_COMPLETED, (msg.callback, None)))
             peer.send_queued -= msg.length  # self.release, inline (once per message)
             if peer.send_blocked:
                 self.release(peer, 0)
@@ -229,6 +240,10 @@ class Recovery:
         if n != HEADER_LEN + plen or plen < _ACK_BODY_LEN:
             self.counters.num_malformed_recvs += 1
             return
+        window: int
+        nranges: int
+        ack_flags: int
+        ack_delay: int  # (typed: compiled, every test on them is a C comparison)
         window, nranges, ack_flags, ack_delay = ACK_BODY.unpack_from(data, HEADER_LEN)
         if nranges > MAX_SACK_RANGES or plen != _ACK_BODY_LEN + nranges * _SACK_RANGE_LEN:
             self.counters.num_malformed_recvs += 1
@@ -248,10 +263,13 @@ class Recovery:
                 peer.reo_mult += 1  # a resend was not needed: allow more reordering (RACK)
                 peer.reo_persist = REO_PERSIST
         una = peer.snd_una
-        cum = una + ((ack_w - una) & SEQ_MASK)
-        if cum - una >= _HALF:
-            cum -= _WRAP
-            c.num_old_dup_acks += 1
+        d = ack_w - una  # how far it moves the ACK point, mod 2**64 the nearer way
+        if not 0 <= d <= SEQ_SHORT:  # (compiled, the masking is a boxed long operation)
+            d &= SEQ_MASK
+            if d >= _HALF:
+                d -= _WRAP
+                c.num_old_dup_acks += 1
+        cum = una + d
         at_cum = self.on_cum_ack(peer, ack_w, now)
         largest = cum  # the largest sequence number this ACK acknowledges
         sample = at_cum
@@ -260,6 +278,8 @@ class Recovery:
             unacked = peer.unacked
             top = peer.next_seq - 1
             base = HEADER_LEN + ACK_BODY.size
+            start: int
+            length: int
             for i in range(nranges):
                 start, length = SACK_RANGE.unpack_from(data, base + i * SACK_RANGE.size)
                 lo = max(cum + start, peer.snd_una + 1)
@@ -299,7 +319,7 @@ class Recovery:
         *and* it was sent longer ago than an RTT plus a reordering allowance.  The time
         condition keeps reordering from looking like loss; :meth:`_timer_times` times the check
         for a segment that meets only the first."""
-        thr = self.config.fast_retransmit_threshold
+        thr = self._fr_threshold
         limits = (peer.acked_serial[0] - thr, peer.acked_serial[1] - thr)
         top = limits[0] if limits[0] > limits[1] else limits[1]
         if top < 0 or not peer.unacked:
@@ -411,7 +431,7 @@ class Recovery:
         passed (it meets the serial rule, not yet the time rule).  ``unacked`` is in
         transmission order, so the walk stops at the first segment sent after the newest
         ACKed serial allows."""
-        thr = self.config.fast_retransmit_threshold
+        thr = self._fr_threshold
         acked = peer.acked_serial
         lim0 = acked[0] - thr
         lim1 = acked[1] - thr

@@ -44,17 +44,20 @@ class RetransmitTimer:
         """Feed one RTT sample (from a segment sent once: Karn's rule)."""
         if rtt < 0:
             return
-        if self.min_rtt is None or rtt < self.min_rtt:
+        # (srtt and min_rtt read once into locals: compiled, each read of a float-or-None
+        # attribute unboxes it, each write boxes a new float)
+        if (min_rtt := self.min_rtt) is None or rtt < min_rtt:
             self.min_rtt = rtt
-        if self.srtt is None:
-            self.srtt = rtt
+        if (srtt := self.srtt) is None:
+            srtt = rtt
             self.rttvar = rtt / 2
         else:
-            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
-            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(srtt - rtt)
+            srtt = 0.875 * srtt + 0.125 * rtt
+        self.srtt = srtt
         if self.adaptive:  # (max and min spelled out: this runs per sample)
             var = 4 * self.rttvar
-            rto = self.srtt + (var if var > GRANULARITY else GRANULARITY) + self.max_ack_delay
+            rto = srtt + (var if var > GRANULARITY else GRANULARITY) + self.max_ack_delay
             if self.rto_min > rto:
                 rto = self.rto_min
             self._base = self.rto_max if self.rto_max < rto else rto

@@ -18,19 +18,25 @@ if TYPE_CHECKING:
     from .peers import Peer
 
 
-def _repr(counters: PeerCounters | ModuleCounters) -> str:
-    return f"{type(counters).__name__}({', '.join(f'{k}={v!r}' for k, v in attrs.asdict(counters).items())})"
+def _repr(counters: Any, names: tuple[str, ...]) -> str:
+    """What attrs' ``__repr__`` gives: ``Name(field=value, ...)``."""
+    return f"{type(counters).__name__}({', '.join(f'{n}={getattr(counters, n)!r}' for n in names)})"
 
 
-def _eq(counters: PeerCounters | ModuleCounters, other: object) -> bool:
-    return (isinstance(other, (PeerCounters, ModuleCounters)) and type(other) is type(counters)
-            and attrs.asdict(counters) == attrs.asdict(other))
+def _eq(a: Any, b: object, names: tuple[str, ...]) -> Any:
+    """What attrs' ``__eq__`` gives: equal fields, the same class (else NotImplemented)."""
+    if type(b) is not type(a):
+        return NotImplemented
+    return all(getattr(a, n) == getattr(b, n) for n in names)
 
 
-# attr.s(auto_attribs=True), not attrs.define: mypyc compiles the former as a native class
-# (an increment on the hot path is then a C field access, not a generic getattr/add/setattr);
-# its generated __eq__ and __repr__ do not survive compilation, so they are spelled out
-@attr.s(auto_attribs=True, slots=True, eq=False, repr=False)
+# The counter classes are attrs classes spelled ``attr.s(auto_attribs=True, ...)``, the form mypyc
+# compiles into a native class (``attrs.define`` would leave it a Python class, each increment
+# on the hot path a dict lookup and a generic add); as ``attrs.define`` made them: slotted,
+# keyword ``__init__``, ``attrs.fields``/``asdict``, equal by fields, unhashable.  ``__repr__``
+# and ``__eq__`` are written out: a slotted attrs class is a new class, whose generated methods
+# mypyc does not carry over to the native one.
+@attr.s(auto_attribs=True, slots=True, weakref_slot=True, repr=False, eq=False)
 class PeerCounters:
     """One peer's counters (see ``docs/api.md`` for what each counts)."""
 
@@ -79,13 +85,13 @@ class PeerCounters:
         return attrs.asdict(self)
 
     def __repr__(self) -> str:
-        return _repr(self)
+        return _repr(self, PEER_COUNTERS)
 
-    def __eq__(self, other: object) -> bool:
-        return _eq(self, other)
+    def __eq__(self, other: object) -> Any:
+        return _eq(self, other, PEER_COUNTERS)
 
 
-@attr.s(auto_attribs=True, slots=True, eq=False, repr=False)
+@attr.s(auto_attribs=True, slots=True, weakref_slot=True, repr=False, eq=False)
 class ModuleCounters:
     """Counters that belong to the transport rather than to one peer."""
 
@@ -104,10 +110,10 @@ class ModuleCounters:
     num_rx_memory_drops: int = 0
 
     def __repr__(self) -> str:
-        return _repr(self)
+        return _repr(self, MODULE_COUNTERS)
 
-    def __eq__(self, other: object) -> bool:
-        return _eq(self, other)
+    def __eq__(self, other: object) -> Any:
+        return _eq(self, other, MODULE_COUNTERS)
 
 
 #: counters summed over peers; ``max_*`` ones are high-water marks (max, not sum)

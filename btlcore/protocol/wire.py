@@ -229,6 +229,10 @@ MAX_SACK_RANGES: Final = 64
 AF_TRUNCATED: Final = 0x01
 AF_DUPLICATE: Final = 0x02
 SEQ_MASK: Final = (1 << 64) - 1
+#: the largest int a mypyc-compiled module keeps unboxed (63-bit tagged): a sequence number in
+#: 0..SEQ_SHORT is its own low 64 bits, so ``s if 0 <= s <= SEQ_SHORT else s & SEQ_MASK`` spares
+#: the compiled build a boxed long operation per packet (SEQ_MASK is not a short int)
+SEQ_SHORT: Final = (1 << 62) - 1
 UNKNOWN_FLAGS: Final = 0xFF & ~KNOWN_FLAGS
 # the header and the chunk extension in one unpack (a receiver reads both at once)
 HEADER_CHUNK: Final = struct.Struct(HEADER.format + CHUNK.format[1:])
@@ -250,7 +254,8 @@ def _crc32c_py(data: bytes | bytearray | memoryview, value: int = 0) -> int:
     return crc ^ 0xFFFFFFFF
 
 
-crc32c: Callable[..., int] = _crc32c_mod.crc32c if _crc32c_mod is not None else _crc32c_py
+# Final: compiled modules that import it read it from a static, not the module's dict
+crc32c: Final[Callable[..., int]] = _crc32c_mod.crc32c if _crc32c_mod is not None else _crc32c_py
 
 
 def datagram_crc(buf: bytes | bytearray | memoryview, tail: bytes | memoryview = b"") -> int:
