@@ -10,7 +10,11 @@ size over the rate.  Before it, the peer leaves the send lists and waits on the 
 ``pace_next`` its deadline, so ``next_deadline()`` reports it and ``handle_timer()`` puts
 it back).  ``burst`` is one datagram, or :data:`BURST_GATHER` on a device that batches
 sends (``Capabilities.gather_sends``: the udp backend's GSO), where a few datagrams leaving
-together cost the path nothing and save the host a wake-up each.
+together cost the path nothing and save the host a wake-up each.  There, at a high rate, the
+burst grows to :data:`QUANTUM` seconds of the rate (at most :data:`BURST_MAX` datagrams), as
+Linux sizes its pacing quantum: at 1 GB/s a datagram of 9000 B leaves every 9 us, far below
+what one wake-up of the driver costs, so a burst of 8 kept a loopback transfer waking for
+nothing (bulk at 8972 B: about 20% below an unpaced window).
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from .peers import Peer
 from .timers import DeadlineHeap
 
 BURST: Final = 1  # datagrams released at once on a device that sends them one by one
-BURST_GATHER: Final = 8  # ... on one that batches them (Packetizer.enable_gather)
+BURST_GATHER: Final = 8  # ... on one that batches them (Packetizer.enable_gather), at least
+QUANTUM: Final = 1e-3  # ... or this many seconds of the pacing rate, when that is more
+BURST_MAX: Final = 64  # ... but never more datagrams than this
 
 
 class Pacer:
@@ -41,15 +47,25 @@ class Pacer:
         wait = peer.pace_next - now
         if wait > 0:
             return 0
-        burst = self.burst
-        if burst == 1:
+        if self.burst == 1:
             return 1
         n = int(-wait * rate / self.mtu + 1e-9)  # whole datagrams of credit (rounding forgiven)
-        return 1 + (n if n < burst - 1 else burst - 1)
+        cap = self.credit(rate)
+        return 1 + (n if n < cap else cap)
+
+    def credit(self, rate: float) -> int:
+        """The most datagrams of credit kept beside the one released (``burst - 1``, or
+        :data:`QUANTUM` of ``rate`` where that is more, below :data:`BURST_MAX`)."""
+        cap = self.burst - 1
+        if cap:
+            q = int(rate * QUANTUM / self.mtu)
+            if q > cap:
+                cap = q if q < BURST_MAX - 1 else BURST_MAX - 1
+        return cap
 
     def spent(self, peer: Peer, nbytes: int, now: float, rate: float) -> None:
         """``nbytes`` left for ``peer`` now: the bucket's next empty moment moves on."""
-        start = now - (self.burst - 1) * self.mtu / rate  # the most credit kept from before
+        start = now - self.credit(rate) * self.mtu / rate  # the most credit kept from before
         base = peer.pace_next
         peer.pace_next = (base if base > start else start) + nbytes / rate
 

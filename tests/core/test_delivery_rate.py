@@ -11,7 +11,7 @@ from btlcore import Config
 from btlcore.protocol import congestion
 from btlcore.protocol.congestion.aimd import Aimd
 from btlcore.protocol.congestion.rate import RateSample
-from btlcore.protocol.pacing import BURST_GATHER
+from btlcore.protocol.pacing import BURST_GATHER, BURST_MAX, QUANTUM
 from btlcore.protocol.peers import Peer
 from btlcore.protocol.wire import T_DATA
 from btlcore.testing.enginepair import DROP, EnginePair
@@ -174,6 +174,27 @@ def test_a_batching_device_gets_small_bursts(algorithm: dict[str, float]) -> Non
     a.handle_timer(later)
     out = a.datagrams_to_send(later)  # (new segments, and the retransmit timeout's probe: all paced)
     assert len([d for _c, _dest, d in out if (d[0] if type(d) is list else d)[1] == T_DATA]) == BURST_GATHER
+
+
+@pytest.mark.parametrize("rate", [2e8, 1e9])
+def test_a_batching_device_at_a_high_rate_gets_a_quantum(algorithm: dict[str, float], rate: float) -> None:
+    """At 200 MB/s a datagram of 9000 B leaves every 45 us, below a wake-up's cost: the burst
+    is a millisecond of the rate (22 datagrams), and never more than BURST_MAX (1 GB/s)."""
+    algorithm["rate"] = rate
+    p = EnginePair(Config(cc="sampling", cwnd_initial=1000, cwnd_max=1000), mtu=9000)
+    p.handshake()
+    a, peer = p.a, p.pa
+    a.enable_gather()
+    p.send(0, 1, 1, bytes(2_000_000))
+    later = p.now + 1.0  # credit accrued while idle: capped at the quantum
+    a.datagrams_to_send(p.now)
+    a.handle_timer(later)
+    out = a.datagrams_to_send(later)
+    want = min(1 + int(rate * QUANTUM / a.data_mtu), BURST_MAX)
+    assert want > BURST_GATHER
+    assert len([d for _c, _dest, d in out if (d[0] if type(d) is list else d)[1] == T_DATA]) == want
+    # and the next release waits for the rate again: nothing more at the same instant
+    assert a.datagrams_to_send(later) == [] and peer.pace_wait
 
 
 def test_unpaced_sends_are_not_spaced(algorithm: dict[str, float]) -> None:
