@@ -4,6 +4,7 @@ whose piggy-backed ACK acknowledges the one it answers.
     .venv/bin/python scripts/perf/engine_pingpong.py SIZE ITERS
 
 Run from the repository root; compare trees side by side."""
+import os
 import statistics
 import sys
 import time
@@ -14,7 +15,9 @@ from btlcore.testing.enginepair import EnginePair
 
 size = int(sys.argv[1]) if len(sys.argv) > 1 else 64
 iters = int(sys.argv[2]) if len(sys.argv) > 2 else 20000
-net = EnginePair(Config(), mtu=9000, priority_mtu=9000, crc=True)
+# cc=aimd, the default of the trees before bbr (CC=bbr to measure bbr's per-ACK cost beside)
+net = EnginePair(Config(**({"cc": os.environ.get("CC", "aimd")} if "cc" in Config.names() else {})),
+                 mtu=9000, priority_mtu=9000, crc=True)
 net.handshake()
 a, b = net.a, net.b
 pa, pb = net.pa, net.pb

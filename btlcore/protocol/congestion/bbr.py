@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Final
 
 from mypy_extensions import mypyc_attr
 
-from .model import MIN_SEGMENTS, PathModel, segments
+from .model import INF, MIN_SEGMENTS, PathModel, segments
 
 if TYPE_CHECKING:
     from ...config import Config
@@ -100,16 +100,16 @@ class BbrState(PathModel):
         self.probe_rtt_until: float | None = None  # PROBE_RTT's end, once its window is reached
         self.probe_rtt_round = 0
         self.prior_cwnd = 0.0  # the window before PROBE_RTT or persistent congestion, bytes
-        self.inflight_hi = float("inf")  # upper bound on the flight, bytes (set by high loss)
-        self.undo_hi = float("inf")  # inflight_hi before the last cut (on_spurious restores it)
+        self.inflight_hi = INF  # upper bound on the flight, bytes (set by high loss)
+        self.undo_hi = INF  # inflight_hi before the last cut (on_spurious restores it)
         self.loss_exit = False  # STARTUP ended on a high-loss round (on_spurious resumes it)
         self.drain_round = 0  # the round DRAIN began in
         #: upper bound on the bandwidth the flow paces at, bytes/s (inf: none): cut by
         #: LOSS_BETA on a high-loss round, regrown by steps of the same size for every flow
-        self.bw_cap = float("inf")
+        self.bw_cap = INF
         self.cap_step = CAP_STEP0  # the next step, segments per min RTT
-        self.undo_cap = float("inf")  # bw_cap before the last cut (on_spurious restores it)
-        self.win_rtt = float("inf")  # the shortest RTT sample since losses were last counted
+        self.undo_cap = INF  # bw_cap before the last cut (on_spurious restores it)
+        self.win_rtt = INF  # the shortest RTT sample since losses were last counted
 
     def pacing_bw(self) -> float:
         """The bandwidth the flow paces at and sizes its window by: the model's, within the cap."""
@@ -131,7 +131,7 @@ class Bbr:
     probe_rtt = True  # PROBE_RTT when the min RTT is 10 s old (``none``, windowless, has none)
 
     def __init__(self, config: Config) -> None:
-        self.cwnd_max = float(config.cwnd_max) if config.cwnd_max else float("inf")
+        self.cwnd_max = float(config.cwnd_max) if config.cwnd_max else INF
         self.cwnd_initial = float(min(config.cwnd_initial, self.cwnd_max))
         # segments the receiver may hold before it ACKs (its ACK frequency), twice: the
         # window needs them above the BDP or ACK batching alone would stall the flow
@@ -253,7 +253,7 @@ class Bbr:
             high_loss = (lost >= LOSS_MIN_SEGMENTS * st.seg and lost > LOSS_THRESH * (acked + lost)
                          and st.min_rtt > 0.0)
             congested = high_loss and st.win_rtt >= CAP_RTT * st.min_rtt
-            st.win_rtt = float("inf")
+            st.win_rtt = INF
         else:
             congested = False
         bdp_floor = st.bdp() + self.ack_allowance * st.seg
@@ -261,10 +261,10 @@ class Bbr:
         if high_loss:
             st.undo_hi = st.inflight_hi
             st.inflight_hi = max(bdp_floor, min(st.inflight_hi, st.cwnd_bytes) * LOSS_BETA)
-        elif st.inflight_hi != float("inf"):
+        elif st.inflight_hi != INF:
             st.inflight_hi *= HI_GROWTH
             if st.inflight_hi > CWND_GAIN * 2.0 * bdp_floor:
-                st.inflight_hi = float("inf")  # far above any use: drop the bound
+                st.inflight_hi = INF  # far above any use: drop the bound
         if st.mode == STARTUP and not st.filled:
             if not s.app_limited and st.bw > 0.0:
                 if st.bw >= st.full_bw * FULL_BW_GROWTH:
@@ -289,7 +289,7 @@ class Bbr:
             st.undo_cap = st.bw_cap
             st.bw_cap = LOSS_BETA * st.pacing_bw()
             st.cap_step = CAP_STEP0
-        elif st.bw_cap != float("inf"):
+        elif st.bw_cap != INF:
             st.bw_cap += st.cap_step * st.seg / st.min_rtt
             if not queued:  # (while a queue stands, the steps stay small)
                 st.cap_step *= 2.0

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, ClassVar, Final
 
 from mypy_extensions import mypyc_attr
 
-from .model import PathModel
+from .model import INF, PathModel
 
 if TYPE_CHECKING:
     from ...config import Config
@@ -60,7 +60,7 @@ class CubicState(PathModel):
         self.w_est = 0.0  # the window an AIMD flow would have (Reno-friendly region)
         self.cwnd_prior = 0.0  # the window just before the last decrease
         self.undo: tuple[float, float, float, float] | None = None  # cwnd, ssthresh, w_max, prior
-        inf = float("inf")
+        inf = INF
         self.last_round_rtt = self.round_rtt = inf  # HyStart++: min RTT of last / this round
         self.rtt_count = 0
         self.css_baseline = 0.0  # > 0: in conservative slow start, from this round min RTT
@@ -83,13 +83,13 @@ class Cubic:
     hystart: ClassVar[bool] = True  # HyStart++ in slow start (a subclass may turn it off)
 
     def __init__(self, config: Config) -> None:
-        self.cwnd_max = float(config.cwnd_max) if config.cwnd_max else float("inf")
+        self.cwnd_max = float(config.cwnd_max) if config.cwnd_max else INF
         self.cwnd_initial = float(min(config.cwnd_initial, self.cwnd_max))
 
     def on_new_peer(self, peer: Peer) -> None:
         peer.cc_state = CubicState(peer)
         peer.cwnd = self.cwnd_initial
-        peer.ssthresh = float("inf")
+        peer.ssthresh = INF
         peer.cwnd_cap = self.cwnd_max  # (the engine's auto-tuning may move it: autotune.py)
 
     def on_ack(self, peer: Peer) -> None:
@@ -142,7 +142,7 @@ class Cubic:
                     peer.ssthresh = peer.cwnd
                     st.css_baseline = 0.0
                     return False
-            st.last_round_rtt, st.round_rtt, st.rtt_count = st.round_rtt, float("inf"), 0
+            st.last_round_rtt, st.round_rtt, st.rtt_count = st.round_rtt, INF, 0
         if s.rtt > 0.0:
             st.rtt_count += 1
             if s.rtt < st.round_rtt:
@@ -152,7 +152,7 @@ class Cubic:
                 st.css_baseline, st.css_rounds = 0.0, 0
             return bool(st.css_baseline)
         last = st.last_round_rtt
-        if st.rtt_count >= HS_RTT_SAMPLES and last != float("inf"):
+        if st.rtt_count >= HS_RTT_SAMPLES and last != INF:
             thresh = min(max(last / HS_MIN_RTT_DIVISOR, HS_MIN_RTT_THRESH), HS_MAX_RTT_THRESH)
             if st.round_rtt >= last + thresh:
                 st.css_baseline, st.css_rounds = st.round_rtt, 0

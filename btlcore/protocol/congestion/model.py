@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..peers import Peer
     from .rate import RateSample
 
+INF: Final = float("inf")  # (a Final: compiled, float("inf") would be parsed at every use)
 BW_ROUNDS: Final = 10  # rounds the bandwidth filter remembers (BBR's)
 MIN_RTT_WINDOW: Final = 10.0  # seconds the min RTT filter remembers (BBR's)
 SEGMENT_GUESS: Final = 1200  # bytes per segment before the engine told its payload size
@@ -45,8 +46,8 @@ class PathModel:
         self.round_end = 0  # the ``delivered`` mark that ends the current round
         self.round_at = 0.0  # when it began
         self.round_acked = self.round_lost = 0  # bytes acknowledged / declared lost this round
-        self.round_min_rtt = float("inf")  # the shortest RTT sample of the current round ...
-        self.prev_round_min_rtt = float("inf")  # ... and of the last one (inf: none)
+        self.round_min_rtt = INF  # the shortest RTT sample of the current round ...
+        self.prev_round_min_rtt = INF  # ... and of the last one (inf: none)
         self.bw = 0.0  # bottleneck bandwidth estimate, bytes/s (0.0: no sample yet)
         self._bw_ring = [0.0] * BW_ROUNDS  # best rate of each of the last rounds
         self._bw_round = 0  # rounds that used the path (had a sample not application-limited)
@@ -85,7 +86,7 @@ class PathModel:
                  and s.now - self.round_at >= 0.5 * self.min_rtt)
         if ended:
             self.prev_round_min_rtt = self.round_min_rtt
-            self.round_min_rtt = float("inf")
+            self.round_min_rtt = INF
             self.rounds += 1
             self.round_at = s.now
             self.round_end = s.delivered if prior >= 0 else s.delivered + s.in_flight
