@@ -150,7 +150,7 @@ class Transport:
         try:  # (the common case, room in the buffer, without a coroutine more)
             self.sync.send(peer, tag, data, callback)
         except WouldBlock:
-            await self._queue(peer, tag, data, callback)
+            await self._queue(peer, tag, data, callback, full=True)
         else:
             self.driver.sent()
         await fut
@@ -165,15 +165,19 @@ class Transport:
         await self._queue(peer, tag, data, functools.partial(_settle_quietly, fut))
         return fut
 
-    async def _queue(self, peer: Peer, tag: int, data: Any, callback: Callable[[BaseException | None], None]) -> None:
+    async def _queue(self, peer: Peer, tag: int, data: Any, callback: Callable[[BaseException | None], None],
+                     full: bool = False) -> None:
         """Hand the message to the transport, waiting for room while the send buffer is full
-        (what :meth:`send` and :meth:`submit` share)."""
+        (what :meth:`send` and :meth:`submit` share; ``full``: the caller just found it full,
+        so wait before trying again)."""
         while True:
+            if full:
+                await self._wait_on(self._room.setdefault(peer, []), None, "room")
             try:
                 self.sync.send(peer, tag, data, callback)
                 break
             except WouldBlock:
-                await self._wait_on(self._room.setdefault(peer, []), None, "room")
+                full = True
         self.driver.sent()
 
     def send_nowait(self, peer: Peer, tag: int, data: Any) -> asyncio.Future[None]:
