@@ -355,3 +355,40 @@ def test_in_startup_the_pace_only_rises() -> None:
         p.send(0, 1, 1, bytes(1 << 20), key=i)
     p.run(lambda: all(p.completions[i] for i in range(4)), max_time=p.now + 5)
     assert len(paces) > 100 and paces == sorted(paces) and paces[0] == first
+
+
+def _acks(cc: Bbr, peer: Peer, now: float, n: int, each: int) -> None:
+    """``n`` ACKs at ``now``, each acknowledging ``each`` bytes (no rate sample in them)."""
+    st = peer.cc_state
+    for _ in range(n):
+        cc.on_rate_sample(peer, RateSample(now, 0.0, 0.0, st.round_end, each, 0, 40 * SEG, 0.0,  # type: ignore[arg-type]
+                                           False, -1))
+
+
+def test_acks_that_come_in_batches_widen_the_window_by_the_batch() -> None:
+    """A receiver that ACKs late and in batches (a busy host, a descheduled process) must not
+    leave the window full and the link idle: beyond the ACK-frequency allowance, the window
+    takes the bytes acknowledged above what the bandwidth explains (the drafts' extra_acked),
+    and lets it go again once no batch came for 2 x AGG_ROUNDS rounds."""
+    cc, peer = _probing_peer()
+    st = peer.cc_state
+    bdp = st.bdp()
+    smooth = st.cwnd_gain * bdp + cc.ack_allowance * st.seg
+    t = 1.0
+    for _ in range(100):  # ACKs at the bandwidth, 1 ms apart: the window settles at the target
+        t += 0.001
+        _acks(cc, peer, t, 1, int(1e7 * 0.001))
+    assert st.cwnd_bytes == pytest.approx(smooth)
+    t += 0.006  # the receiver was away 6 ms, then ACKs what came meanwhile, 60 kB at once
+    _acks(cc, peer, t, 6, int(1e7 * 0.001))
+    assert st.extra_acked() == pytest.approx(6e4)
+    for _ in range(20):
+        t += 0.001
+        _acks(cc, peer, t, 1, int(1e7 * 0.001))
+    assert st.cwnd_bytes == pytest.approx(st.cwnd_gain * bdp + 6e4)
+    for _ in range(2 * bbr.AGG_ROUNDS + 1):  # rounds of smooth ACKs: the batch is forgotten
+        t += 0.01
+        _round(cc, peer, t, int(1e7 * 0.001), 0, 0.01)
+    assert st.extra_acked() < cc.ack_allowance * st.seg
+    _acks(cc, peer, t + 0.001, 1, 0)
+    assert st.cwnd_bytes == pytest.approx(smooth)

@@ -76,6 +76,8 @@ HI_GROWTH: Final = 2.0  # inflight_hi per round without high loss (it lets go fa
 LOSS_WINDOW: Final = 20  # losses are counted over a round, or more until this many segments
 CAP_RTT: Final = 1.25  # ... and the bandwidth is cut only if no RTT then was below this x min RTT
 CAP_STEP0: Final = 1.0  # bw_cap's first step after a cut, segments per min RTT (doubles per round)
+AGG_ROUNDS: Final = 5  # the ACK-aggregation max filter keeps two buckets of this many rounds
+AGG_MAX_TIME: Final = 0.1  # ... and never more than this many seconds of the bandwidth
 
 
 class BbrState(PathModel):
@@ -84,7 +86,7 @@ class BbrState(PathModel):
     __slots__ = ("mode", "pacing_gain", "cwnd_gain", "cwnd_bytes", "filled", "full_bw",
                  "full_bw_rounds", "cycle", "cycle_at", "probe_rtt_until", "probe_rtt_round",
                  "prior_cwnd", "inflight_hi", "undo_hi", "loss_exit", "drain_round", "bw_cap",
-                 "cap_step", "undo_cap", "win_rtt")
+                 "cap_step", "undo_cap", "win_rtt", "agg_start", "agg_acked", "agg_max", "agg_prev")
 
     def __init__(self, peer: Peer, cwnd_initial: float) -> None:
         super().__init__(peer)
@@ -110,6 +112,35 @@ class BbrState(PathModel):
         self.cap_step = CAP_STEP0  # the next step, segments per min RTT
         self.undo_cap = INF  # bw_cap before the last cut (on_spurious restores it)
         self.win_rtt = INF  # the shortest RTT sample since losses were last counted
+        #: ACK aggregation (the BBR drafts' extra_acked): an interval's start and the bytes
+        #: acknowledged since, and the most acknowledged beyond what the bandwidth explains,
+        #: in this bucket of AGG_ROUNDS rounds and the last one
+        self.agg_start = 0.0
+        self.agg_acked = 0.0
+        self.agg_max = 0.0
+        self.agg_prev = 0.0
+
+    def aggregate(self, now: float, acked: int, cwnd: float) -> None:
+        """Per ACK: the bytes acknowledged beyond what the bandwidth estimate delivers since
+        the interval began (a receiver that ACKs late and in batches: a busy host's receive
+        pass, a descheduled process, ACK thinning).  An interval ends when the ACKs fall
+        behind the estimate."""
+        expected = self.bw * (now - self.agg_start)
+        if self.agg_acked <= expected:
+            self.agg_start, self.agg_acked, expected = now, 0.0, 0.0
+        self.agg_acked += acked
+        extra = self.agg_acked - expected
+        if extra > cwnd:
+            extra = cwnd
+        if extra > self.agg_max:
+            self.agg_max = extra
+
+    def extra_acked(self) -> float:
+        """The ACK aggregation of the last AGG_ROUNDS to 2 x AGG_ROUNDS rounds, bytes, within
+        AGG_MAX_TIME of the bandwidth."""
+        extra = self.agg_max if self.agg_max > self.agg_prev else self.agg_prev
+        most = self.bw * AGG_MAX_TIME
+        return extra if extra < most else most
 
     def pacing_bw(self) -> float:
         """The bandwidth the flow paces at and sizes its window by: the model's, within the cap."""
@@ -193,6 +224,8 @@ class Bbr:
         st: BbrState = peer.cc_state
         if st.update(peer, s):
             self._round(peer, st, s)
+        if st.bw > 0.0 and s.newly_acked:
+            st.aggregate(s.now, s.newly_acked, st.cwnd_bytes)
         mode = st.mode
         if mode == PROBE_BW:
             self._cycle(peer, st, s)
@@ -222,7 +255,15 @@ class Bbr:
         bdp = st.bdp()
         cwnd = st.cwnd_bytes + s.newly_acked
         if bdp > 0.0:
-            target = st.cwnd_gain * bdp + self.ack_allowance * st.seg
+            # room for ACKs that come in batches: the receiver's ACK frequency, or the
+            # aggregation measured once STARTUP is over, whichever is more (a receiver
+            # descheduled for a few ms must not leave the window full and the link idle)
+            allowance = self.ack_allowance * st.seg
+            if st.filled:
+                extra = st.extra_acked()
+                if extra > allowance:
+                    allowance = extra
+            target = st.cwnd_gain * bdp + allowance
             if st.filled:
                 cwnd = min(cwnd, target)
             elif st.cwnd_bytes >= target:  # STARTUP grows only while below the target
@@ -240,6 +281,8 @@ class Bbr:
     def _round(self, peer: Peer, st: BbrState, s: RateSample) -> None:
         """Once a round: STARTUP's full-bandwidth test and the loss-rate response."""
         high_loss = False
+        if st.rounds % AGG_ROUNDS == 0:
+            st.agg_prev, st.agg_max = st.agg_max, 0.0
         # a queue stood all round (no RTT near the min): the path is full.  (A round without
         # any RTT sample, only resent segments acknowledged, Karn's rule, counts as one: it
         # comes of heavy loss.)
