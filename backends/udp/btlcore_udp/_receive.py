@@ -204,7 +204,7 @@ def poll_recv_from(device: UdpDevice, budget: int) -> tuple[list[Any], list[Any]
     ready = device._ready
     device._ready = None
     if ready is None:
-        ready = readiness(device, device._poller.poll(0))
+        ready = readiness(device, device._look())
     elif device._lone:  # a busy wait saw one socket turn readable: a lone datagram, most likely
         device._lone = False
         if ready[0] != ready[1] and not device._pending and not device._gro:
