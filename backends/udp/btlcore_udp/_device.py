@@ -24,6 +24,10 @@ Receiving, three ways, each datagram returned as a memoryview valid until the ne
   in one ``recvmsg_into`` and is cut at the size the kernel reports, for a quarter of the
   cost; but each datagram that is not glued costs twice as much as with ``recv_into``.
 
+Whichever way, a datagram that arrived while a busy-poll wait spun (a round trip's) is read
+by one ``recvfrom_into``: the batch's ctypes call and its senders cost about a microsecond
+more for one datagram, and a loop's second read would only find the socket empty.
+
 Sending: ``sendto`` on the channel's socket.  ``post_send_batch`` sends runs of equal-size
 datagrams to one destination as one ``sendmsg`` with UDP GSO (``UDP_SEGMENT``, given per call
 as a control message, so single sends are never segmented); the kernel splits it into

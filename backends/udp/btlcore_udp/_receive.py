@@ -2,7 +2,9 @@
 three quarters of the budget while the data socket is readable: a flooded priority socket
 never starves the data one), then the data socket, each the device's way (``_drain_mmsg``: recvmmsg into fixed slots;
 ``_drain``: a recv_into loop into one arena; ``_drain_gro``: UDP GRO reads cut at the
-kernel's segment size).  Each datagram is a memoryview valid until the next poll.
+kernel's segment size).  Each datagram is a memoryview valid until the next poll.  After a
+busy wait that saw one socket turn readable while it spun (``device._lone``: a round trip's
+request or reply), that socket is read once with ``recvfrom_into`` instead (``_read_lone``).
 
 Plain functions taking the device first, which the core calls directly (the hooks name
 them with ``btlcore.device.direct``); the loops are per datagram, so everything in them

@@ -67,7 +67,9 @@ def looker(poller: Any) -> Callable[[], Any]:
 
 def wait(device: UdpDevice, deadline: float | None) -> None:
     """Block until a socket is readable or ``deadline`` (monotonic) passes; in busy-poll
-    mode spin on a zero-timeout poll instead of sleeping.
+    mode spin on a zero-timeout poll instead of sleeping (input that arrived during the spin
+    is marked ``device._lone``: poll_recv reads it with one call; input already there at the
+    first look is a backlog, read batched).
 
     The deadline goes in the device's timerfd (``_timer.py`` says why: a wait's own
     timeout costs a trap to the hypervisor on arming and on cancelling), re-armed only when
