@@ -921,6 +921,19 @@ def test_parse_peer():
             plugin.parse_peer(bad)
 
 
+def test_a_scoped_ipv6_sender_has_one_name_whichever_read_got_it():
+    # recvfrom gives "fe80::1" where the batched reads' sender cache gives "fe80::1%lo": the
+    # lone read of a busy wait names a scoped sender as the batch does (one peer, one source)
+    scope = socket.if_nametoindex("lo")
+    raw = (socket.AF_INET6.to_bytes(2, sys.byteorder) + (4242).to_bytes(2, "big") + (7).to_bytes(4, "big")
+           + socket.inet_pton(socket.AF_INET6, "fe80::1") + scope.to_bytes(4, sys.byteorder))
+    raw = raw.ljust(_mmsg.NAME_SIZE, b"\0")
+    batched = _mmsg._Senders(socket.AF_INET6)[raw]
+    assert batched == ("fe80::1%lo", 4242, 7, scope)
+    assert _mmsg.scoped(("fe80::1", 4242, 7, scope)) == batched
+    assert _mmsg.scoped(("::1", 4242, 0, 0)) == ("::1", 4242, 0, 0)  # unscoped: as recvfrom gives it
+
+
 @pytest.mark.skipif(not _mmsg.available(), reason="libc has no recvmmsg")
 def test_recvmmsg_arrays_are_laid_out_as_ctypes_sees_them():
     import ctypes

@@ -16,6 +16,7 @@ import socket
 import sys
 from typing import TYPE_CHECKING, Any
 
+from ._mmsg import scoped
 from ._sockets import UDP_GRO
 from ._wait import readiness
 
@@ -181,6 +182,8 @@ def _read_lone(device: UdpDevice, channel: int, out: list[Any], srcs: list[Any])
     if n > device._recv_mtu:
         device.rx_oversize += 1
         return
+    if len(src) == 4 and src[3] and device._batch is not None:
+        src = scoped(src)  # (a scoped IPv6 sender, named as the batched reads name it)
     out.append(device._arena[:n])
     srcs.append(src)
     device.rx_bytes += n
