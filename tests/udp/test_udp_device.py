@@ -610,6 +610,85 @@ def test_busy_poll_exchange(open_udp):
         assert recv_n(a, 1, timeout=2) == [b"pong%d" % i]
 
 
+def _count_reads(ops: DeviceOps) -> dict[str, int]:
+    """Wrap the device's reads: recvmmsg calls and the recvfrom_into of a lone datagram."""
+    dev = ops.device
+    counts = {"mmsg": 0, "one": 0}
+    if dev._batch is not None:
+        real = dev._mmsg_parts[0]
+
+        def recv(fd: int, first: int, count: int) -> int:
+            counts["mmsg"] += 1
+            return real(fd, first, count)
+
+        dev._mmsg_parts = (recv, *dev._mmsg_parts[1:])
+
+    def one(real_one):
+        def recv_one(buf, size):
+            counts["one"] += 1
+            return real_one(buf, size)
+        return recv_one
+
+    dev._recv_from = tuple(one(r) for r in dev._recv_from)
+    return counts
+
+
+@pytest.mark.parametrize("channel", [Channel.PRIORITY, Channel.DATA])
+def test_busy_wait_reads_a_datagram_that_arrived_while_it_spun_with_one_call(open_udp, channel):
+    # a round trip's request or reply arrives alone while the busy wait spins: it is read by
+    # one recvfrom_into (no recvmmsg through ctypes, no second read to learn the socket is empty)
+    a, b, to_b, _ = pair(open_udp, busy_poll=True)
+    reads = _count_reads(b)
+    for i in range(3):
+        def later(i=i):
+            time.sleep(0.05)
+            a.post_send(channel, to_b, b"lone %d" % i)
+
+        t = threading.Thread(target=later, daemon=True)
+        t.start()
+        b.wait(time.monotonic() + 5.0)
+        t.join(5)
+        assert [bytes(m) for m in b.poll_recv(16)] == [b"lone %d" % i]
+    assert reads == {"mmsg": 0, "one": 3}
+    st = b.device.stats()
+    assert st["rx_datagrams"] == 3 and st["rx_bytes"] == 3 * len(b"lone 0")
+    assert st["rx_priority"] == (3 if channel == Channel.PRIORITY else 0)
+
+
+def test_busy_wait_reads_a_backlog_in_a_batch(open_udp, recv_mode):
+    # datagrams already queued when the wait looks first are read the batched way, all at once
+    a, b, to_b, _ = pair(open_udp, busy_poll=True)
+    reads = _count_reads(b)
+    for i in range(5):
+        a.post_send(Channel.DATA, to_b, b"queued %d" % i)
+    time.sleep(0.02)
+    b.wait(time.monotonic() + 5.0)
+    assert [bytes(m) for m in b.poll_recv(16)] == [b"queued %d" % i for i in range(5)]
+    # (the recv_into loop has its own reads, which the lone read is not)
+    assert reads == {"mmsg": 1 if recv_mode == "auto" and _mmsg.available() else 0, "one": 0}
+
+
+def test_a_second_datagram_behind_a_lone_one_is_read_next(open_udp):
+    # two datagrams arriving back to back during the spin: the lone read takes the first,
+    # and the next wait finds the second at its first look (nothing is lost or reordered)
+    a, b, to_b, _ = pair(open_udp, busy_poll=True)
+
+    def later():
+        time.sleep(0.05)
+        a.post_send(Channel.DATA, to_b, b"first")
+        a.post_send(Channel.DATA, to_b, b"second")
+
+    t = threading.Thread(target=later, daemon=True)
+    t.start()
+    got: list[bytes] = []
+    deadline = time.monotonic() + 5.0
+    while len(got) < 2 and time.monotonic() < deadline:
+        b.wait(deadline)
+        got += [bytes(m) for m in b.poll_recv(16)]
+    t.join(5)
+    assert got == [b"first", b"second"]
+
+
 def test_fds_are_the_sockets_and_become_readable(open_udp):
     import select
 
@@ -840,6 +919,19 @@ def test_parse_peer():
     for bad in ("127.0.0.1:0", "zz", "55010400", "127.0.0.1:65535"):
         with pytest.raises(ValueError):
             plugin.parse_peer(bad)
+
+
+def test_a_scoped_ipv6_sender_has_one_name_whichever_read_got_it():
+    # recvfrom gives "fe80::1" where the batched reads' sender cache gives "fe80::1%lo": the
+    # lone read of a busy wait names a scoped sender as the batch does (one peer, one source)
+    scope = socket.if_nametoindex("lo")
+    raw = (socket.AF_INET6.to_bytes(2, sys.byteorder) + (4242).to_bytes(2, "big") + (7).to_bytes(4, "big")
+           + socket.inet_pton(socket.AF_INET6, "fe80::1") + scope.to_bytes(4, sys.byteorder))
+    raw = raw.ljust(_mmsg.NAME_SIZE, b"\0")
+    batched = _mmsg._Senders(socket.AF_INET6)[raw]
+    assert batched == ("fe80::1%lo", 4242, 7, scope)
+    assert _mmsg.scoped(("fe80::1", 4242, 7, scope)) == batched
+    assert _mmsg.scoped(("::1", 4242, 0, 0)) == ("::1", 4242, 0, 0)  # unscoped: as recvfrom gives it
 
 
 @pytest.mark.skipif(not _mmsg.available(), reason="libc has no recvmmsg")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+from typing import Any
 
 import pytest
 
@@ -11,7 +12,8 @@ import btlcore
 
 
 def _count_empty_reads(t: btlcore.Transport) -> list[int]:
-    """Wrap the device's recvmmsg: counts[0] calls, counts[1] calls that found nothing."""
+    """Wrap the device's reads (recvmmsg, and the recvfrom_into of a busy wait's lone
+    datagram): counts[0] calls, counts[1] calls that found nothing."""
     device = t.device.device
     counts = [0, 0]
     real = device._mmsg_parts[0]
@@ -22,7 +24,18 @@ def _count_empty_reads(t: btlcore.Transport) -> list[int]:
         counts[1] += k == 0
         return k
 
+    def one(real_one: Any) -> Any:
+        def recv_one(buf: Any, size: int) -> Any:
+            counts[0] += 1
+            try:
+                return real_one(buf, size)
+            except BlockingIOError:
+                counts[1] += 1
+                raise
+        return recv_one
+
     device._mmsg_parts = (recv, *device._mmsg_parts[1:])
+    device._recv_from = tuple(one(r) for r in device._recv_from)
     return counts
 
 

@@ -39,6 +39,16 @@ MAX_SENDERS = 4096
 """Sender addresses cached before the cache starts over (spoofed floods stay bounded)."""
 
 
+def scoped(addr: tuple[str, int, int, int]) -> tuple[str, int, int, int]:
+    """An IPv6 sender as this module names it: a scoped one's host with its zone,
+    ``fe80::1%eth0`` (``recvfrom`` gives ``fe80::1``; the poll that reads a lone datagram
+    that way names it so too, so that one sender has one name whichever way it was read)."""
+    if not addr[3]:
+        return addr
+    host = socket.getnameinfo((addr[0], 0, 0, addr[3]), socket.NI_NUMERICHOST)[0]
+    return (host, addr[1], addr[2], addr[3])
+
+
 class _Senders(dict[Any, Any]):
     """Raw sender address (an integer for IPv4, bytes for IPv6) -> the ``sockaddr`` tuple,
     made on first sight."""
@@ -54,10 +64,8 @@ class _Senders(dict[Any, Any]):
             raw = key
             host = socket.inet_ntop(socket.AF_INET6, raw[8:24])
             scope = int.from_bytes(raw[24:28], sys.byteorder)
-            if scope:  # as the socket module gives a scoped address: "fe80::1%lo"
-                host = socket.getnameinfo((host, 0, 0, scope), socket.NI_NUMERICHOST)[0]
-            value: Any = (host, int.from_bytes(raw[2:4], "big"),
-                          int.from_bytes(raw[4:8], "big"), scope)
+            value: Any = scoped((host, int.from_bytes(raw[2:4], "big"),
+                                 int.from_bytes(raw[4:8], "big"), scope))
         else:  # key: sockaddr_in's first word (family, port, IPv4 address) as an integer
             raw = key.to_bytes(8, sys.byteorder)
             value = (socket.inet_ntop(socket.AF_INET, raw[4:8]), int.from_bytes(raw[2:4], "big"))

@@ -2,7 +2,9 @@
 three quarters of the budget while the data socket is readable: a flooded priority socket
 never starves the data one), then the data socket, each the device's way (``_drain_mmsg``: recvmmsg into fixed slots;
 ``_drain``: a recv_into loop into one arena; ``_drain_gro``: UDP GRO reads cut at the
-kernel's segment size).  Each datagram is a memoryview valid until the next poll.
+kernel's segment size).  Each datagram is a memoryview valid until the next poll.  After a
+busy wait that saw one socket turn readable while it spun (``device._lone``: a round trip's
+request or reply), that socket is read once with ``recvfrom_into`` instead (``_read_lone``).
 
 Plain functions taking the device first, which the core calls directly (the hooks name
 them with ``btlcore.device.direct``); the loops are per datagram, so everything in them
@@ -14,6 +16,7 @@ import socket
 import sys
 from typing import TYPE_CHECKING, Any
 
+from ._mmsg import scoped
 from ._sockets import UDP_GRO
 from ._wait import readiness
 
@@ -163,6 +166,29 @@ def _drain_gro(device: UdpDevice, sock: socket.socket, out: list[Any], srcs: lis
     return off
 
 
+def _read_lone(device: UdpDevice, channel: int, out: list[Any], srcs: list[Any]) -> None:
+    """One datagram of the socket a busy wait saw turn readable (``device._lone``): one
+    ``recvfrom_into`` into the arena, no more.  A round trip's request or reply comes alone,
+    and this is the cheapest read of one (recvmmsg through ctypes costs a microsecond more
+    with its senders, and a second recv_into would only say the socket is empty).  Anything
+    else queued stays readable: the next wait sees it at once, and its read is batched."""
+    try:
+        n, src = device._recv_from[channel](device._arena, device._recv_size)
+    except BlockingIOError:
+        return
+    except OSError:  # an ICMP error reported by this call (IP_RECVERR)
+        _recv_failed(device, device._socks[channel], 0)
+        return
+    if n > device._recv_mtu:
+        device.rx_oversize += 1
+        return
+    if len(src) == 4 and src[3] and device._batch is not None:
+        src = scoped(src)  # (a scoped IPv6 sender, named as the batched reads name it)
+    out.append(device._arena[:n])
+    srcs.append(src)
+    device.rx_bytes += n
+
+
 def poll_recv(device: UdpDevice, budget: int) -> list[Any]:
     """Up to ``budget`` datagrams, the priority socket drained first."""
     return poll_recv_from(device, budget)[0]
@@ -183,7 +209,15 @@ def poll_recv_from(device: UdpDevice, budget: int) -> tuple[list[Any], list[Any]
     ready = device._ready
     device._ready = None
     if ready is None:
-        ready = readiness(device, device._poller.poll(0))
+        ready = readiness(device, device._look())
+    elif device._lone:  # a busy wait saw one socket turn readable: a lone datagram, most likely
+        device._lone = False
+        if ready[0] != ready[1] and not device._pending and not device._gro:
+            _read_lone(device, 0 if ready[0] else 1, out, srcs)
+            if ready[0]:
+                device.rx_priority += len(out)
+            device.rx_datagrams += len(out)
+            return out, srcs
     slot = off = 0
     if ready[0]:
         # first, but never the whole budget while data waits: a flood on the priority socket
