@@ -171,3 +171,22 @@ def test_goals_of_the_issue_are_judged_per_cell() -> None:
     flows = {**row, "kind": "flows", "loss": 0.0, "flows": 8, "goodput_frac": 0.95, "spurious_frac": 0.0}
     assert regimes_report.goal_misses({**flows, "jain": 0.94}) == ["Jain < 0.95"]
     assert regimes_report.goal_misses({**row, "verified": False}) == ["not verified"]
+
+
+def test_a_cell_short_of_its_needs_is_run_again_with_exactly_them() -> None:
+    """A cell that misses its goals and lists a setting it needs is run again with that
+    setting, past STARTUP: the table shows whether the setting does."""
+    grid = replace(regimes.GRIDS["quick"], loss_paths=((100, 0.01),), losses=(0.0,), queue_paths=(),
+                   flow_paths=(), compete_paths=(), min_time=0.3, rtts=15, min_bytes=1e6)
+    small = [("recv_buffer", "100000")]  # 11 chunks of a 250 kB BDP
+    rep = regimes.sweep(grid, sets=small, compete=(), kernel=False)
+    (row,) = rep["rows"]
+    assert row["verified"] and regimes_report.goal_misses(row) == ["goodput < 0.9"]
+    assert row["needs"] == window_needs(PathSpec(100.0, 0.01), Config.from_strings(small, Config()))
+    again = row["rerun"]
+    assert again["sets"] == row["needs"] and "recv_buffer" in again["sets"]
+    assert again["verified"] and again["misses"] == [] and again["goodput_frac"] > row["goodput_frac"]
+    assert again["warmup_s"] >= row["warmup_s"] and again["duration_s"] >= row["duration_s"]
+    assert "; with it " in regimes_report._row_cells(row)[-1]
+    assert "1 of 1 more met" in regimes_report.goals_line(rep["rows"])
+    assert regimes.failures(rep) == []
