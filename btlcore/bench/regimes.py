@@ -32,7 +32,7 @@ from typing import Any, TextIO
 
 from ..config import Config
 from ..protocol.wire import CHUNK_LEN, HEADER_LEN
-from .flows import MTU, PathSpec, run_flows, window_needs
+from .flows import MTU, PathSpec, recovery_rtts, run_flows, window_needs
 
 RATES = (10.0, 100.0, 1000.0, 10000.0)
 DELAYS = (0.00005, 0.001, 0.01, 0.05)
@@ -81,11 +81,13 @@ class Grid:
     def rerun_times(self, path: PathSpec, cfg: Config) -> tuple[float, float]:
         """``(duration, warmup)`` of a cell run again with the setting it needs: the warm-up
         covers STARTUP (a doubling per round from ``cwnd_initial`` to the BDP, then three flat
-        rounds, DRAIN and the handshake: :data:`STARTUP_EXTRA_RTTS`), which on a long fat path
-        outlasts the grid's first third, and :data:`RERUN_RTTS` round trips are measured."""
+        rounds, DRAIN and the handshake: :data:`STARTUP_EXTRA_RTTS`) and the repair of what
+        its last, largest flight lost (:func:`~.flows.recovery_rtts`), which on a long fat
+        path outlast the grid's first third; :data:`RERUN_RTTS` round trips are measured."""
         duration = self.duration(path)
-        flight = max(2.0, path.bdp / (MTU - HEADER_LEN - CHUNK_LEN) / cfg.cwnd_initial)
-        warmup = max(duration / 3, (math.log2(flight) + STARTUP_EXTRA_RTTS) * path.rtt)
+        flight = path.bdp / (MTU - HEADER_LEN - CHUNK_LEN)
+        rtts = math.log2(max(2.0, flight / cfg.cwnd_initial)) + STARTUP_EXTRA_RTTS + recovery_rtts(path, flight)
+        warmup = max(duration / 3, rtts * path.rtt)
         return max(duration, warmup + RERUN_RTTS * path.rtt), warmup
 
 
