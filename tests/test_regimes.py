@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from btlcore.bench import docs, regimes, regimes_report, runner, veth
-from btlcore.bench.flows import PathSpec, jain, run_flows, window_needs
+from btlcore.bench.flows import RECOVERY_RTTS, PathSpec, jain, recovery_rtts, run_flows, window_needs
 from btlcore.config import Config
 
 pytestmark = pytest.mark.timeout(600)
@@ -81,7 +81,26 @@ def test_window_needs_names_the_parameters_too_small_for_the_bdp() -> None:
     assert window_needs(PathSpec(100.0, 0.001), cfg) == {}  # 25 kB
     needs = window_needs(PathSpec(10000.0, 0.05), cfg)  # 125 MB in flight
     assert needs["send_buffer"] >= 125e6 and needs["recv_buffer"] >= 125e6
-    assert needs["cwnd_max"] > cfg.cwnd_max and needs["window"] > cfg.window
+    assert needs["window"] > cfg.window
+    # at its default cwnd_max is no bound (auto-tuning raises it within the send window):
+    # naming it would set it, and a set cwnd_max of one BDP is a bound that holds the flow back
+    assert "cwnd_max" not in needs
+    bounded = window_needs(PathSpec(10000.0, 0.05), Config(cwnd_max=2048))
+    assert bounded["cwnd_max"] >= 2 * 125e6 / 8952
+
+
+def test_window_needs_covers_what_loss_recovery_holds() -> None:
+    """A hole holds everything sent after it at the receiver until its repair lands, an RTT
+    and a quarter later per loss of the same segment: a lossy path needs a span of several
+    BDPs, the more the more it loses."""
+    cfg = Config()
+    assert window_needs(PathSpec(1000.0, 0.05), cfg) == {}  # 12.5 MB: within 16 MiB lossless
+    spans = [window_needs(PathSpec(1000.0, 0.05, loss=p), cfg) for p in (0.001, 0.01, 0.1)]
+    assert [s["recv_buffer"] for s in spans] == sorted(s["recv_buffer"] for s in spans)
+    assert spans[0]["recv_buffer"] >= 2 * 12.5e6  # a hole's repair: more than a BDP behind it
+    assert spans[2]["window"] > spans[1]["window"] > cfg.window
+    assert recovery_rtts(PathSpec(1000.0, 0.05), 1396) == 1.0
+    assert recovery_rtts(PathSpec(1000.0, 0.05, loss=0.01), 1396) == 1.0 + 2 * RECOVERY_RTTS
 
 
 def test_grids_cover_the_ranges_the_issue_names() -> None:
@@ -152,3 +171,22 @@ def test_goals_of_the_issue_are_judged_per_cell() -> None:
     flows = {**row, "kind": "flows", "loss": 0.0, "flows": 8, "goodput_frac": 0.95, "spurious_frac": 0.0}
     assert regimes_report.goal_misses({**flows, "jain": 0.94}) == ["Jain < 0.95"]
     assert regimes_report.goal_misses({**row, "verified": False}) == ["not verified"]
+
+
+def test_a_cell_short_of_its_needs_is_run_again_with_exactly_them() -> None:
+    """A cell that misses its goals and lists a setting it needs is run again with that
+    setting, past STARTUP: the table shows whether the setting does."""
+    grid = replace(regimes.GRIDS["quick"], loss_paths=((100, 0.01),), losses=(0.0,), queue_paths=(),
+                   flow_paths=(), compete_paths=(), min_time=0.3, rtts=15, min_bytes=1e6)
+    small = [("recv_buffer", "100000")]  # 11 chunks of a 250 kB BDP
+    rep = regimes.sweep(grid, sets=small, compete=(), kernel=False)
+    (row,) = rep["rows"]
+    assert row["verified"] and regimes_report.goal_misses(row) == ["goodput < 0.9"]
+    assert row["needs"] == window_needs(PathSpec(100.0, 0.01), Config.from_strings(small, Config()))
+    again = row["rerun"]
+    assert again["sets"] == row["needs"] and "recv_buffer" in again["sets"]
+    assert again["verified"] and again["misses"] == [] and again["goodput_frac"] > row["goodput_frac"]
+    assert again["warmup_s"] >= row["warmup_s"] and again["duration_s"] >= row["duration_s"]
+    assert "; with it " in regimes_report._row_cells(row)[-1]
+    assert "1 of 1 more met" in regimes_report.goals_line(rep["rows"])
+    assert regimes.failures(rep) == []

@@ -21,11 +21,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from math import ceil
 from typing import Any
 
 from ..config import Config
 from ..protocol.autotune import tunes_cwnd
-from ..protocol.wire import HEADER_LEN, crc32c
+from ..protocol.wire import CHUNK_LEN, HEADER_LEN, crc32c
 from ..verify import FRAME, Verifier
 from .harness import BenchError
 
@@ -88,24 +89,58 @@ def jain(xs: Sequence[float]) -> float:
     return total * total / (len(xs) * squares) if squares else 1.0
 
 
+RECOVERY_RTTS = 1.25
+"""Round trips one more loss of the same segment adds to its repair: an RTT before later
+ACKs show the hole, and RACK's quarter of an RTT of reordering allowance."""
+PROBE_GAIN = 1.25
+"""The flight above the BDP while bbr probes for bandwidth (its 1.25 pacing phase)."""
+
+
+def recovery_rtts(path: PathSpec, flight: float) -> float:
+    """Round trips from a segment's first send to its repair's ACK, for the segment lost the
+    most times in a round trip's ``flight`` (segments): one, and :data:`RECOVERY_RTTS` more per
+    loss, counting the losses that hit at least one segment in fifty round trips (``flight x
+    p^k >= 0.02``: a short run sees it, and one such hole stalls the window).  Until that
+    ACK the receiver holds everything sent after it: the span of sequence numbers in flight
+    is this many round trips of data, not one."""
+    k = 0
+    while path.loss > 0 and k < 8 and flight * path.loss ** (k + 1) >= 0.02:
+        k += 1
+    return 1.0 + RECOVERY_RTTS * k
+
+
+def _pow2(n: float) -> int:
+    return 1 << int(n - 1).bit_length()
+
+
 def window_needs(path: PathSpec, cfg: Config, mtu: int = MTU) -> dict[str, int]:
-    """The parameters too small to keep a path's BDP in flight, with the value that would:
-    the sweep lists them beside the cells that need them.  At its default ``cwnd_max`` is
-    no bound: the window grows to the BDP by itself (window auto-tuning,
-    :mod:`btlcore.protocol.autotune`) as far as ``window`` and ``recv_buffer`` allow, so it
-    is listed only where they do not (raising them is then enough)."""
+    """The parameters too small for a path, with the value that would do: the sweep lists
+    them beside the cells that need them (and runs those cells again with them).
+
+    What a flow needs is more than the BDP once the path loses: the receiver holds what
+    arrived after a hole until its repair lands, :func:`recovery_rtts` round trips after its
+    first send, so the span from the ACK point to the newest segment sent is that many
+    round trips of data (times :data:`PROBE_GAIN`, for bbr's probes).  That span is bounded
+    by ``window`` (segments) and by the receiver's ``recv_buffer`` (in full chunks: the
+    sender's send window, autotune.send_window); the sender's ``send_buffer`` holds the flight
+    and each message a hole keeps from completing.  At its default ``cwnd_max`` is no bound
+    (window auto-tuning raises it to cover the BDP, within the send window); a ``cwnd_max``
+    set by hand is listed if it is below bbr's window of two BDPs."""
     bdp = path.bdp
-    seg = mtu - HEADER_LEN - 4
-    segments = int(bdp / seg) + 1
+    chunk = mtu - HEADER_LEN - CHUNK_LEN
+    flight = bdp / chunk  # segments a round trip holds
+    rtts = recovery_rtts(path, flight)
+    span = ceil(PROBE_GAIN * rtts * flight)
+    holes = flight * path.loss * rtts  # segments awaiting their repair at any time
     needs: dict[str, int] = {}
-    if cfg.window < segments:
-        needs["window"] = segments
-    reach = min(cfg.window, cfg.recv_buffer // seg) if tunes_cwnd(cfg) else cfg.cwnd_max
-    if cfg.cwnd_max and reach < segments:
-        needs["cwnd_max"] = segments
-    for name in ("send_buffer", "recv_buffer"):
-        if getattr(cfg, name) < bdp:
-            needs[name] = 1 << int(bdp - 1).bit_length()
+    if cfg.window < span:
+        needs["window"] = span
+    if not tunes_cwnd(cfg) and cfg.cwnd_max and cfg.cwnd_max < 2 * flight:
+        needs["cwnd_max"] = ceil(2 * flight)
+    if cfg.send_buffer < PROBE_GAIN * bdp + holes * MESSAGE:
+        needs["send_buffer"] = _pow2(PROBE_GAIN * bdp + holes * MESSAGE)
+    if cfg.recv_buffer < span * chunk:
+        needs["recv_buffer"] = _pow2(span * chunk)
     return needs
 
 

@@ -23,6 +23,7 @@ Code calls :func:`sweep`; ``btl bench --regimes [--quick]`` calls :func:`run_arg
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -30,7 +31,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
 from ..config import Config
-from .flows import PathSpec, run_flows, window_needs
+from ..protocol.wire import CHUNK_LEN, HEADER_LEN
+from .flows import MTU, PathSpec, recovery_rtts, run_flows, window_needs
 
 RATES = (10.0, 100.0, 1000.0, 10000.0)
 DELAYS = (0.00005, 0.001, 0.01, 0.05)
@@ -40,6 +42,16 @@ BURST = (0.05, 4.0)
 QUEUES = (0.1, 0.5, 1.0, 2.0)
 FLOWS = (1, 2, 8)
 DEFAULT_COMPETE = ("cc=bbr", "cc=cubic")
+
+
+STARTUP_EXTRA_RTTS = 6
+"""Round trips of a run's start besides STARTUP's doublings: the handshake, three rounds
+without growth, DRAIN, and one for the pacing's first window."""
+RERUN_RTTS = 10
+"""Round trips measured (at least) when a cell is run again with the setting it needs."""
+RERUN_MAX_BUFFER = 256 << 20
+"""A cell whose setting asks for a larger ``recv_buffer`` is not run again: the simulator
+would hold that much out-of-order data in this process (it is listed, not checked)."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +77,18 @@ class Grid:
         rate = path.rate_mbps * 1e6 / 8
         t = max(self.min_time, self.rtts * path.rtt, self.min_bytes / rate)
         return max(min(t, self.budget / rate), 8 * path.rtt)
+
+    def rerun_times(self, path: PathSpec, cfg: Config) -> tuple[float, float]:
+        """``(duration, warmup)`` of a cell run again with the setting it needs: the warm-up
+        covers STARTUP (a doubling per round from ``cwnd_initial`` to the BDP, then three flat
+        rounds, DRAIN and the handshake: :data:`STARTUP_EXTRA_RTTS`) and the repair of what
+        its last, largest flight lost (:func:`~.flows.recovery_rtts`), which on a long fat
+        path outlast the grid's first third; :data:`RERUN_RTTS` round trips are measured."""
+        duration = self.duration(path)
+        flight = path.bdp / (MTU - HEADER_LEN - CHUNK_LEN)
+        rtts = math.log2(max(2.0, flight / cfg.cwnd_initial)) + STARTUP_EXTRA_RTTS + recovery_rtts(path, flight)
+        warmup = max(duration / 3, rtts * path.rtt)
+        return max(duration, warmup + RERUN_RTTS * path.rtt), warmup
 
 
 GRIDS = {
@@ -144,15 +168,18 @@ def _configs(base: Config, cell: Cell) -> list[Config]:
     return [Config.from_strings(list(sets), base) if sets else base for sets in cell.flows]
 
 
-def run_cell(cell: Cell, grid: Grid, base: Config, seed: int = 1) -> dict[str, Any]:
-    """One cell's row: its parameters and :func:`run_flows`' figures (or its error)."""
+def run_cell(cell: Cell, grid: Grid, base: Config, seed: int = 1,
+             times: tuple[float, float] | None = None) -> dict[str, Any]:
+    """One cell's row: its parameters and :func:`run_flows`' figures (or its error);
+    ``times``: ``(duration, warmup)`` other than the grid's."""
     duration = grid.duration(cell.path)
+    duration, warmup = times or (duration, duration / 3)
     row: dict[str, Any] = {"kind": cell.kind, **asdict(cell.path), "flows": len(cell.flows),
-                           "sets": [dict(s) for s in cell.flows], "duration_s": duration,
+                           "sets": [dict(s) for s in cell.flows], "duration_s": duration, "warmup_s": warmup,
                            "needs": window_needs(cell.path, base)}
     try:
         configs = _configs(base, cell)
-        row.update(run_flows(cell.path, configs, duration, duration / 3, seed=seed))
+        row.update(run_flows(cell.path, configs, duration, warmup, seed=seed))
     except Exception as exc:  # one broken cell must not stop the sweep
         row.update(error=f"{type(exc).__name__}: {exc}", verified=False, errors=[str(exc)])
     return row
@@ -179,6 +206,8 @@ def sweep(grid: Grid | str = "quick", sets: Sequence[tuple[str, str]] = (),
         if log is not None:
             print(f"[{time.perf_counter() - t0:6.1f}s] {i + 1}/{len(todo)} {cell.label()}: {_brief(row)}",
                   file=log, flush=True)
+    for cell, row in zip(todo, rows, strict=True):
+        rerun_with_needs(cell, row, g, base, seed, log)
     kern: dict[str, Any] = {"skipped": "not asked for (--no-kernel)"}
     if kernel:
         from . import veth
@@ -188,6 +217,32 @@ def sweep(grid: Grid | str = "quick", sets: Sequence[tuple[str, str]] = (),
             "cpu_s": time.process_time(), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "grid_spec": asdict(g)}
     return {"meta": meta, "rows": rows, "kernel": kern}
+
+
+def rerun_with_needs(cell: Cell, row: dict[str, Any], grid: Grid, base: Config, seed: int = 1,
+                     log: TextIO | None = None) -> None:
+    """A one-flow cell that missed its goals and lists a setting it needs is run again with
+    exactly that setting (``--set``), long enough to leave STARTUP behind
+    (:meth:`Grid.rerun_times`): ``row["rerun"]`` holds that run's figures, or why it was not
+    run.  The setting is then shown to do, or not."""
+    from .regimes_report import goal_misses
+
+    needs = row.get("needs")
+    if not needs or len(cell.flows) != 1 or not goal_misses(row):
+        return
+    if needs.get("recv_buffer", 0) > RERUN_MAX_BUFFER:
+        row["rerun"] = {"sets": needs, "skipped": f"recv_buffer above {RERUN_MAX_BUFFER >> 20} MiB"}
+        return
+    cfg = Config.from_strings([(k, str(v)) for k, v in needs.items()], base)
+    t0 = time.perf_counter()
+    again = run_cell(cell, grid, cfg, seed, grid.rerun_times(cell.path, cfg))
+    keep = ("goodput_frac", "spurious_frac", "verified", "verified_bytes", "errors", "duration_s", "warmup_s",
+            "error", "loss", "kind", "flows", "jain")
+    row["rerun"] = {"sets": needs, **{k: again[k] for k in keep if k in again}}
+    row["rerun"]["misses"] = goal_misses(again)
+    if log is not None:
+        print(f"  again with {', '.join(f'{k}={v}' for k, v in needs.items())} "
+              f"({time.perf_counter() - t0:.1f}s): {_brief(again)}", file=log, flush=True)
 
 
 def _brief(row: dict[str, Any]) -> str:
@@ -200,12 +255,17 @@ def _brief(row: dict[str, Any]) -> str:
 
 
 def failures(rep: dict[str, Any]) -> list[str]:
-    """The cells whose bytes were not all verified, or where a live peer was declared dead."""
+    """The cells whose bytes were not all verified, or where a live peer was declared dead
+    (in the grid's run, or in the run again with the setting a cell needs)."""
     out = []
     for r in rep["rows"]:
-        if not r.get("verified"):
-            out.append(f"{r['kind']} {r['rate_mbps']:g} Mb/s {r['delay'] * 1e3:g} ms loss {r['loss']:g}: "
-                       + "; ".join(r.get("errors", [])[:2]))
+        again = r.get("rerun") or {}
+        for run, what in ((r, ""), (again, " (run again with the setting it needs)")):
+            if run is again and (not again or "skipped" in again):
+                continue
+            if not run.get("verified"):
+                out.append(f"{r['kind']} {r['rate_mbps']:g} Mb/s {r['delay'] * 1e3:g} ms loss {r['loss']:g}{what}: "
+                           + "; ".join(run.get("errors", [])[:2]))
     return out
 
 

@@ -99,6 +99,46 @@ def test_heavy_random_loss_keeps_the_link_busy(loss: float, floor: float) -> Non
     assert run.goodput(since=0.5) >= floor * link.rate * (1 - loss)
 
 
+def test_startup_finds_the_bandwidth_through_heavy_random_loss() -> None:
+    """At 10% random loss about every other round loses more than LOSS_THRESH; on an empty
+    path (no queue in the RTT) that is no overflow, and STARTUP goes on until the bandwidth
+    stops growing.  (Ending it there left 1 Gb/s at 10 ms at 120 Mb/s, and PROBE_BW took
+    seconds to find the rest.)"""
+    link = Link(200 * MBPS, 0.020, loss=0.10)  # a BDP of 667 segments: 5 doublings from 32
+    rec = Modes()
+    run = Run("bbr", link, seg=SEG, on_sample=rec).run(1.5)
+    assert run.lost_total > 100  # the losses came ...
+    _, _, _, bw_at_drain = rec.first(DRAIN)
+    assert bw_at_drain >= 0.8 * link.rate * (1 - link.loss)  # ... and STARTUP found the bandwidth
+    assert run.goodput(since=0.75) >= 0.85 * link.rate * (1 - link.loss)
+
+
+def _startup_peer() -> tuple[Bbr, Peer]:
+    """A flow in STARTUP over a 10 ms path, its bandwidth still growing."""
+    peer = FakePeer(SEG, 1)
+    cc = Bbr(Config())
+    cc.on_new_peer(peer)  # type: ignore[arg-type]
+    st = peer.cc_state
+    st.bw, st.min_rtt, st.min_rtt_at = 1e6, 0.01, 0.0
+    return cc, peer
+
+
+@pytest.mark.parametrize("lost, rtt, ends", [
+    (5, 0.0101, False),  # 20% lost, the RTT at its min: random loss, STARTUP goes on
+    (5, 0.02, True),  # the same with a queue standing: overflow
+    (12, 0.0101, True),  # 38% lost (> HEAVY_LOSS): overflow of a queue too shallow to show
+    (1, 0.02, False),  # 5%: below LOSS_THRESH, whatever the RTT
+])
+def test_startup_ends_on_loss_only_where_a_queue_overflows(lost: int, rtt: float, ends: bool) -> None:
+    cc, peer = _startup_peer()
+    st = peer.cc_state
+    st.full_bw = st.bw  # (the bandwidth grew this round: the plateau test does not end it)
+    _round(cc, peer, 1.0, 20 * SEG, lost * SEG, rtt)
+    assert st.filled is ends
+    assert (st.mode != STARTUP) is ends  # (DRAIN, or past it: the flight is small)
+    assert st.loss_exit is ends
+
+
 def test_probe_rtt_after_ten_seconds_without_a_new_min_rtt() -> None:
     link = Link(20 * MBPS, 0.005)
     rec = Modes()
