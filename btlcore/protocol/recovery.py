@@ -24,6 +24,7 @@ from typing import Any, Final
 from ..errors import PeerUnreachable, PutError
 from .autotune import grow as grow_cap
 from .autotune import tunes_cwnd
+from .congestion.base import Algorithm, native
 from .delivery import frame_size
 from .events import PeerFailed, PeerWritable, SendCompleted, _new
 from .packetizer import Packetizer
@@ -78,7 +79,7 @@ class Recovery:
     """What the sender learns from ACKs: completions, RTT samples, losses (fast retransmit and
     the retransmit timeout), peer death."""
 
-    __slots__ = ("_state", "config", "events", "counters", "_cc", "_cc_on_ack", "_autotune",
+    __slots__ = ("_state", "config", "events", "counters", "_cc", "_autotune",
                  "_granularity", "_resending", "_sending", "_touched", "_timed", "_deadlines",
                  "_actions", "_timed_order", "_stamp", "_unschedule", "_confirm", "_close_timer",
                  "_live_at", "_liveness",
@@ -89,8 +90,8 @@ class Recovery:
         self.config = state.config
         self.events = state.events
         self.counters = state.counters
-        self._cc = state.cc
-        self._cc_on_ack = state.cc.on_ack  # (bound once: called per ACKed segment)
+        # (a native class: compiled, its on_ack, called per ACKed segment, is a C call)
+        self._cc: Algorithm = native(state.cc)
         self._autotune = tunes_cwnd(state.config)  # (autotune.py: cwnd_max at its default)
         self._granularity = state.granularity
         self._fr_threshold: int = state.config.fast_retransmit_threshold  # (Config: a dict lookup per read)
@@ -168,8 +169,8 @@ class Recovery:
                 peer.reo_mult += 1
                 peer.reo_persist = REO_PERSIST
             self._undo.resend_acked(peer, seg, self._state.now)  # spurious? then undo (undo.py)
-        if peer.cwnd < peer.cwnd_cap:  # (the congestion controller's on_ack, bound once)
-            self._cc_on_ack(peer)
+        if peer.cwnd < peer.cwnd_cap:  # (below the cap: the congestion controller's on_ack)
+            self._cc.on_ack(peer)
         msg = seg.msg
         msg.outstanding -= 1
         if msg.cut_all and msg.outstanding == 0 and not msg.done:

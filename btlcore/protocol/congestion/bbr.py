@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Final
 
 from mypy_extensions import mypyc_attr
 
+from .base import RateSampled
 from .model import INF, MIN_SEGMENTS, PathModel, segments
 
 if TYPE_CHECKING:
@@ -122,11 +123,11 @@ class BbrState(PathModel):
 
 # subclassed by pure Python (third parties, tests): allowed when compiled
 @mypyc_attr(allow_interpreted_subclasses=True)
-class Bbr:
+class Bbr(RateSampled):
     """The ``bbr`` algorithm (``Config.cwnd_initial`` is STARTUP's first window;
     ``Config.cwnd_max`` caps the window, ``0``: no cap but the send window)."""
 
-    __slots__ = ("cwnd_max", "cwnd_initial", "ack_allowance")
+    __slots__ = ("ack_allowance",)
 
     probe_rtt = True  # PROBE_RTT when the min RTT is 10 s old (``none``, windowless, has none)
 
