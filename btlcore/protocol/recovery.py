@@ -16,6 +16,7 @@ exists (the handshake in turn uses :meth:`Recovery.fail_messages`).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from itertools import islice
 from operator import attrgetter
@@ -68,6 +69,18 @@ KEEPALIVE_FRACTION: Final = 3  # a keepalive PING after peer_timeout / this of s
 #: rather than from the module's dict (events.py is pure Python)
 _NEW_EVENT: Final = _new
 _SEND_COMPLETED: Final = SendCompleted
+
+
+def _take(unacked: OrderedDict[int, Segment], seq: int) -> Segment | None:
+    """``unacked.pop(seq, None)``, without the method call: compiled, that is a lookup of
+    ``pop`` and, in CPython 3.11, OrderedDict.pop parsing a tuple of arguments (per ACKed
+    segment); ``in``, ``[]`` and ``del`` are slot calls."""
+    key: Any = seq  # (boxed once, not per use)
+    if key in unacked:
+        seg = unacked[key]
+        del unacked[key]
+        return seg
+    return None
 
 
 def _unwired(peer: Peer, now: float) -> None:
@@ -135,14 +148,14 @@ class Recovery:
             if cum <= una:
                 return None
         if cum == una + 1:  # one segment (each ping-pong reply): no loop to set up
-            top = peer.unacked.pop(cum, None)
+            top = _take(peer.unacked, cum)
             if top is not None:
                 self._acked(peer, top)
         else:
-            pop = peer.unacked.pop  # (once per ACK: the loop runs per segment)
+            unacked = peer.unacked
             top = None
             for s in range(una + 1, cum + 1):
-                seg = pop(s, None)
+                seg = _take(unacked, s)
                 if seg is not None:
                     self._acked(peer, seg)  # (compiled: a C call; a bound method would be a Python call)
                     top = seg
@@ -294,7 +307,7 @@ class Recovery:
                 largest = hi
                 for a, b in peer.scoreboard.add(lo, hi):
                     for s in range(a, b + 1):
-                        seg = unacked.pop(s, None)
+                        seg = _take(unacked, s)
                         if seg is not None:
                             self._acked(peer, seg)
                             sacked_new = True
