@@ -16,11 +16,10 @@ exists (the handshake in turn uses :meth:`Recovery.fail_messages`).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 from itertools import islice
 from operator import attrgetter
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import PeerUnreachable, PutError
 from .autotune import grow as grow_cap
@@ -29,7 +28,7 @@ from .congestion.base import Algorithm, native
 from .delivery import frame_size
 from .events import PeerFailed, PeerWritable, SendCompleted, _new
 from .packetizer import Packetizer
-from .peers import OutMessage, Peer, PeerEvent, PeerState, Segment
+from .peers import OutMessage, Peer, PeerEvent, PeerState, Segment, take_segment
 from .rtt import GRANULARITY, RetransmitTimer  # noqa: F401  (re-exported: their old home)
 from .state import EngineState
 from .tlp import TailLossProbe, tlp_at
@@ -49,6 +48,9 @@ from .wire import (
     SEQ_SHORT,
     U32_MASK,
 )
+
+if TYPE_CHECKING:
+    from .lifecycle import Lifecycle
 
 _ESTABLISHED: Final = PeerState.ESTABLISHED
 _ACK_BODY_LEN: Final = ACK_BODY.size
@@ -71,32 +73,19 @@ _NEW_EVENT: Final = _new
 _SEND_COMPLETED: Final = SendCompleted
 
 
-def _take(unacked: OrderedDict[int, Segment], seq: int) -> Segment | None:
-    """``unacked.pop(seq, None)``, without the method call: compiled, that is a lookup of
-    ``pop`` and, in CPython 3.11, OrderedDict.pop parsing a tuple of arguments (per ACKed
-    segment); ``in``, ``[]`` and ``del`` are slot calls."""
-    key: Any = seq  # (boxed once, not per use)
-    if key in unacked:
-        seg = unacked[key]
-        del unacked[key]
-        return seg
-    return None
-
-
 def _unwired(peer: Peer, now: float) -> None:
     raise RuntimeError("Recovery.wire() was not called")
-
 
 
 class Recovery:
     """What the sender learns from ACKs: completions, RTT samples, losses (fast retransmit and
     the retransmit timeout), peer death."""
 
+    _lifecycle: Lifecycle  # (wire(): its timers, called directly -- compiled, C calls)
     __slots__ = ("_state", "config", "events", "counters", "_cc", "_autotune",
                  "_granularity", "_resending", "_sending", "_touched", "_timed", "_deadlines",
-                 "_actions", "_timed_order", "_stamp", "_unschedule", "_confirm", "_close_timer",
-                 "_live_at", "_liveness",
-                 "_control", "_sampler", "_pacer", "_undo", "_tlp", "_tlp_at", "_fr_threshold")
+                 "_actions", "_timed_order", "_stamp", "_unschedule", "_confirm", "_lifecycle",
+                 "_control", "_sampler", "_pacer", "_undo", "_tlp", "_tlp_on", "_fr_threshold")
 
     def __init__(self, state: EngineState, packetizer: Packetizer) -> None:
         self._state = state  # for now
@@ -118,20 +107,17 @@ class Recovery:
         self._stamp = packetizer.stamp
         self._unschedule = state.unschedule
         self._confirm: Callable[[Peer, float], None] = _unwired
-        self._close_timer: Callable[[Peer, float], None] = _unwired
-        self._live_at: Callable[[Peer], float] = _unwired  # type: ignore[assignment]
-        self._liveness: Callable[[Peer, float], bool] = _unwired  # type: ignore[assignment]
         self._control = state.control
         self._sampler = state.sampler  # (None: the algorithm takes no rate samples)
         self._pacer = state.pacer
         self._undo = Undo(getattr(state.cc, "on_spurious", None))  # (undo.py)
         self._tlp = TailLossProbe(state, packetizer.stamp)  # (tlp.py; Config.tlp off: never due)
-        self._tlp_at: Callable[[Peer], float | None] = tlp_at if state.config.tlp else lambda peer: None
+        self._tlp_on: bool = state.config.tlp  # (tlp_at called directly: compiled, a C call)
 
-    def wire(self, confirm: Callable[[Peer, float], None], close_timer: Callable[[Peer, float], None],
-             live_at: Callable[[Peer], float], liveness: Callable[[Peer, float], bool]) -> None:
-        """The handshake's ``confirm`` (an ACK confirms); the lifecycle's timers (lifecycle.py)."""
-        self._confirm, self._close_timer, self._live_at, self._liveness = confirm, close_timer, live_at, liveness
+    def wire(self, confirm: Callable[[Peer, float], None], lifecycle: Lifecycle) -> None:
+        """The handshake's ``confirm`` (an ACK confirms); the lifecycle's timers (lifecycle.py:
+        ``live_at``, ``liveness``, ``close_timer``)."""
+        self._confirm, self._lifecycle = confirm, lifecycle
 
     def on_cum_ack(self, peer: Peer, ack_w: int, now: float) -> Segment | None:
         """Apply a cumulative ACK (piggy-backed or standalone).  Returns the segment at the
@@ -148,14 +134,14 @@ class Recovery:
             if cum <= una:
                 return None
         if cum == una + 1:  # one segment (each ping-pong reply): no loop to set up
-            top = _take(peer.unacked, cum)
+            top = take_segment(peer.unacked, cum)
             if top is not None:
                 self._acked(peer, top)
         else:
             unacked = peer.unacked
             top = None
             for s in range(una + 1, cum + 1):
-                seg = _take(unacked, s)
+                seg = take_segment(unacked, s)
                 if seg is not None:
                     self._acked(peer, seg)  # (compiled: a C call; a bound method would be a Python call)
                     top = seg
@@ -307,7 +293,7 @@ class Recovery:
                 largest = hi
                 for a, b in peer.scoreboard.add(lo, hi):
                     for s in range(a, b + 1):
-                        seg = _take(unacked, s)
+                        seg = take_segment(unacked, s)
                         if seg is not None:
                             self._acked(peer, seg)
                             sacked_new = True
@@ -487,10 +473,10 @@ class Recovery:
                 t = self._rto_at(peer, front)
                 if candidate is front and act is not None and act < t:
                     t = act  # the oldest segment's loss check comes first
-                if (tlp := self._tlp_at(peer)) is not None and tlp < t:
+                if self._tlp_on and (tlp := tlp_at(peer)) is not None and tlp < t:
                     t = tlp  # the tail-loss probe (tlp.py)
         if state is _ESTABLISHED:
-            live = self._live_at(peer)
+            live = self._lifecycle.live_at(peer)
             if t is None or live < t:
                 t = live
         if peer.pace_wait and (t is None or peer.pace_next < t):
@@ -602,16 +588,16 @@ class Recovery:
             if peer.queue and state is _ESTABLISHED:
                 self._sending[peer] = None
         if state is _CLOSING:
-            self._close_timer(peer, now)
+            self._lifecycle.close_timer(peer, now)
             return
-        if state is _ESTABLISHED and self._liveness(peer, now):
+        if state is _ESTABLISHED and self._lifecycle.liveness(peer, now):
             return
         if peer.unacked:
             self.detect_losses(peer)
             front = self._rto_front(peer)
             if front is not None and self._rto_at(peer, front) <= now:
                 self._timeout(peer, now)
-            elif front is not None and (tlp := self._tlp_at(peer)) is not None and tlp <= now:
+            elif front is not None and self._tlp_on and (tlp := tlp_at(peer)) is not None and tlp <= now:
                 self._tlp.fire(peer)
         if peer.hello_started is not None and peer.state is _CONNECTING \
                 and peer.hello_started + cfg.handshake_timeout <= now:
