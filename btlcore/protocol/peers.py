@@ -107,19 +107,6 @@ class OutMessage:
         self.put_status: int | None = None  # a put: the receiver's status code, once known
 
 
-
-def take_segment(unacked: OrderedDict[int, Segment], seq: int) -> Segment | None:
-    """``unacked.pop(seq, None)`` (an acknowledged segment leaves), without the method call:
-    compiled, that is a lookup of ``pop`` and, in CPython 3.11, OrderedDict.pop parsing a
-    tuple of arguments, per ACKed segment; ``in``, ``[]`` and ``del`` are slot calls."""
-    key: Any = seq  # (boxed once, not per use)
-    if key in unacked:
-        seg: Segment = unacked[key]
-        del unacked[key]
-        return seg
-    return None
-
-
 class Segment:
     """One sequenced datagram held until acknowledged.  ``buf`` is the whole datagram; a
     retransmission re-stamps its ACK and CRC fields in a copy."""

@@ -28,7 +28,7 @@ from .congestion.base import Algorithm, native
 from .delivery import frame_size
 from .events import PeerFailed, PeerWritable, SendCompleted, _new
 from .packetizer import Packetizer
-from .peers import OutMessage, Peer, PeerEvent, PeerState, Segment, take_segment
+from .peers import OutMessage, Peer, PeerEvent, PeerState, Segment
 from .rtt import GRANULARITY, RetransmitTimer  # noqa: F401  (re-exported: their old home)
 from .state import EngineState
 from .tlp import TailLossProbe, tlp_at
@@ -134,14 +134,14 @@ class Recovery:
             if cum <= una:
                 return None
         if cum == una + 1:  # one segment (each ping-pong reply): no loop to set up
-            top = take_segment(peer.unacked, cum)
+            top = peer.unacked.pop(cum, None)
             if top is not None:
                 self._acked(peer, top)
         else:
-            unacked = peer.unacked
+            pop = peer.unacked.pop  # (once per ACK: the loop runs per segment)
             top = None
             for s in range(una + 1, cum + 1):
-                seg = take_segment(unacked, s)
+                seg = pop(s, None)
                 if seg is not None:
                     self._acked(peer, seg)  # (compiled: a C call; a bound method would be a Python call)
                     top = seg
@@ -293,7 +293,7 @@ class Recovery:
                 largest = hi
                 for a, b in peer.scoreboard.add(lo, hi):
                     for s in range(a, b + 1):
-                        seg = take_segment(unacked, s)
+                        seg = unacked.pop(s, None)
                         if seg is not None:
                             self._acked(peer, seg)
                             sacked_new = True
