@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -285,7 +285,10 @@ class Peer:
         self.snd_una = isn  # everything up to here is acknowledged
         # queue and resend: deques once used, an empty tuple until then (a deque costs ~770 B)
         self.queue: deque[OutMessage] | tuple[()] = ()
-        self.unacked: OrderedDict[int, Segment] = OrderedDict()  # in transmission order
+        # in transmission order (a dict keeps insertion order; a resent segment is moved to
+        # the end by deleting and inserting it: compiled, dict operations are C calls, where
+        # an OrderedDict's were Python method calls and a linked-list node per segment)
+        self.unacked: dict[int, Segment] = {}
         self.resend: deque[Segment] | tuple[()] = ()
         self.scoreboard, self.tx_serial = SackScoreboard(), 0
         self.acked_serial = [0, 0]  # per channel: highest transmission serial acknowledged

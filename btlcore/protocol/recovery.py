@@ -348,7 +348,8 @@ class Recovery:
             sampler = self._sampler
             for seg in lost:
                 seg.lost = LOST_FAST
-                unacked.move_to_end(seg.seq)
+                del unacked[seg.seq]  # (to the end: transmission order)
+                unacked[seg.seq] = seg
                 resend.append(seg)
                 if sampler is not None:
                     sampler.lost(peer, seg)
@@ -623,7 +624,8 @@ class Recovery:
         resend = peer.resend or peer.new_resend()
         for seg in probes:
             seg.lost = LOST_TIMEOUT
-            peer.unacked.move_to_end(seg.seq)
+            del peer.unacked[seg.seq]  # (to the end: transmission order)
+            peer.unacked[seg.seq] = seg
             resend.append(seg)
             if self._sampler is not None:
                 self._sampler.lost(peer, seg)
@@ -672,7 +674,8 @@ class Recovery:
                 else:
                     c.num_timeout_retrans += 1
                 seg.lost = 0
-                peer.unacked.move_to_end(seg.seq)
+                del peer.unacked[seg.seq]  # (to the end: transmission order)
+                peer.unacked[seg.seq] = seg
                 self._stamp(peer, seg, now, out)
                 if sampler is not None:
                     sampler.resent(peer, seg, now)
