@@ -157,9 +157,11 @@ class Recovery:
 
     def _acked(self, peer: Peer, seg: Segment) -> None:
         """``seg`` is acknowledged: count it against its message, complete the message."""
-        acked_serial = peer.acked_serial
-        if seg.tx_serial > acked_serial[seg.channel]:
-            acked_serial[seg.channel] = seg.tx_serial
+        if seg.channel:
+            if seg.tx_serial > peer.acked_priority:
+                peer.acked_priority = seg.tx_serial
+        elif seg.tx_serial > peer.acked_data:
+            peer.acked_data = seg.tx_serial
         if seg.tx_count > 1:
             # Acked sooner after the retransmission than any round trip takes: the original
             # arrived, it was only late.  Widen the reordering allowance (RACK's reo_wnd_mult).
@@ -320,8 +322,8 @@ class Recovery:
         condition keeps reordering from looking like loss; :meth:`_timer_times` times the check
         for a segment that meets only the first."""
         thr = self._fr_threshold
-        limits = (peer.acked_serial[0] - thr, peer.acked_serial[1] - thr)
-        top = limits[0] if limits[0] > limits[1] else limits[1]
+        lim0, lim1 = peer.acked_data - thr, peer.acked_priority - thr
+        top = lim0 if lim0 > lim1 else lim1
         if top < 0 or not peer.unacked:
             return
         reo = self._reorder_time(peer)
@@ -335,7 +337,7 @@ class Recovery:
                 break
             # judged only against its own channel: a tiny message on the priority channel
             # overtaking bulk queued on the data channel is not a loss
-            if not seg.lost and seg.tx_serial <= limits[seg.channel] \
+            if not seg.lost and seg.tx_serial <= (lim1 if seg.channel else lim0) \
                     and (seq_limit is None or seg.seq <= seq_limit):
                 lost.append(seg)
         if lost:
@@ -433,9 +435,7 @@ class Recovery:
         transmission order, so the walk stops at the first segment sent after the newest
         ACKed serial allows."""
         thr = self._fr_threshold
-        acked = peer.acked_serial
-        lim0 = acked[0] - thr
-        lim1 = acked[1] - thr
+        lim0, lim1 = peer.acked_data - thr, peer.acked_priority - thr
         top = lim0 if lim0 > lim1 else lim1
         seq_limit = peer.loss_seq_limit
         front = None
