@@ -40,11 +40,11 @@ PURE_ENV = "BTL_PURE"
 #: folder of ``pyproject.toml``); everything else is always pure Python
 MODULES: dict[str, str] = {
     **{f"btlcore.protocol.{m}": f"btlcore/protocol/{m}.py" for m in (
-        "delivery", "engine", "guard", "handshake", "lifecycle", "pacing", "packetizer",
+        "autotune", "delivery", "engine", "guard", "handshake", "lifecycle", "pacing", "packetizer",
         "peers", "receive", "recovery", "rtt", "sampled", "state", "stats", "timers", "tlp", "undo",
         "versions", "window", "wire")},
     **{f"btlcore.protocol.congestion.{m}": f"btlcore/protocol/congestion/{m}.py" for m in (
-        "aimd", "bbr", "cubic", "model", "none", "rate")},
+        "aimd", "base", "bbr", "cubic", "model", "none", "rate")},
     **{f"btlcore_sim.{m}": f"backends/sim/btlcore_sim/{m}.py" for m in (
         "fabric", "links", "nic", "scheduler")},
     "btlcore.progress": "btlcore/progress.py",

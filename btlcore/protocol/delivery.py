@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .congestion.base import RateSampled
 from .congestion.rate import RateSample
 from .peers import Frame, Peer, Segment
 
@@ -37,10 +38,16 @@ class DeliverySampler:
     """Stamps segments at send, accumulates what one ACK datagram acknowledged and lost, and
     builds its sample (the algorithm's ``on_rate_sample``, bound once)."""
 
-    __slots__ = ("_on_rate_sample",)
+    __slots__ = ("_on_rate_sample", "_native")
 
     def __init__(self, on_rate_sample: OnRateSample) -> None:
         self._on_rate_sample = on_rate_sample
+        # the bound method of one of btlcore's own algorithms (a RateSampled): called on
+        # its instance instead, compiled a C call rather than a Python one (same method)
+        owner = getattr(on_rate_sample, "__self__", None)
+        self._native: RateSampled | None = (
+            owner if isinstance(owner, RateSampled)
+            and getattr(on_rate_sample, "__name__", None) == "on_rate_sample" else None)
 
     @staticmethod
     def stamp(peer: Peer, now: float) -> tuple[int, float, float, bool]:
@@ -122,4 +129,7 @@ class DeliverySampler:
         peer.rs_acked = peer.rs_lost = 0
         if rate:
             peer.delivery_rate = rate  # (the last valid sample: peer_stats shows it)
-        self._on_rate_sample(peer, sample)
+        if self._native is not None:
+            self._native.on_rate_sample(peer, sample)
+        else:
+            self._on_rate_sample(peer, sample)

@@ -20,8 +20,7 @@ it calls::
     packetizer = Packetizer(state)                # uses nothing else
     recovery   = Recovery(state, packetizer)      # resends with packetizer.stamp
     handshake  = Handshake(state, packetizer, recovery)   # fail_messages, build_hello
-    recovery.wire(confirm=handshake.confirm, close_timer=lifecycle.close_timer,  # an ACK confirms
-                  live_at=lifecycle.live_at, liveness=lifecycle.liveness)
+    recovery.wire(confirm=handshake.confirm, lifecycle=lifecycle)  # an ACK confirms; timers
     guard      = Guard(state, handshake._restart_peer, recovery.fail_peer)  # notices, challenges, sources
     versions   = Versions(state, recovery.fail_peer)  # VERSION replies, in and out
     lifecycle  = Lifecycle(state, recovery)       # keepalive, CLOSE, disconnect
@@ -124,8 +123,7 @@ class Engine:
         self.recovery = recovery
         handshake = self.handshake = Handshake(state, packetizer, recovery)
         lifecycle = self.lifecycle = Lifecycle(state, recovery)
-        recovery.wire(confirm=handshake.confirm, close_timer=lifecycle.close_timer,
-                      live_at=lifecycle.live_at, liveness=lifecycle.liveness)
+        recovery.wire(confirm=handshake.confirm, lifecycle=lifecycle)
         guard = self.guard = Guard(state, handshake._restart_peer, recovery.fail_peer)
         guard.wire(on_hello=handshake.on_hello)
         handshake.wire_guard(guard.challenge, guard.learn_remote, guard.foreign)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -213,8 +213,8 @@ class Peer:
         "error", "user_data", "source", "sources", "past_incarnations", "past_remote_conns", "remote_isn",
         # send side
         "isn", "next_seq", "snd_una", "queue", "unacked", "resend", "scoreboard",
-        "tx_serial", "acked_serial", "reo_mult", "reo_persist", "loss_seq_limit", "cwnd", "ssthresh", "pacing_rate",
-        "cwnd_cap", "tune_at",
+        "tx_serial", "acked_data", "acked_priority", "reo_mult", "reo_persist", "loss_seq_limit", "cwnd",
+        "ssthresh", "pacing_rate", "cwnd_cap", "tune_at",
         "recovery_serial", "timeouts", "probe_seq", "probe_serial", "probe_dup", "timer",
         "last_progress", "rto_base", "msg_counter", "puts",
         # delivery-rate sampling (delivery.py) and pacing (pacing.py)
@@ -285,10 +285,10 @@ class Peer:
         self.snd_una = isn  # everything up to here is acknowledged
         # queue and resend: deques once used, an empty tuple until then (a deque costs ~770 B)
         self.queue: deque[OutMessage] | tuple[()] = ()
-        self.unacked: OrderedDict[int, Segment] = OrderedDict()  # in transmission order
+        self.unacked: dict[int, Segment] = {}  # in transmission order (a resend: del, insert)
         self.resend: deque[Segment] | tuple[()] = ()
         self.scoreboard, self.tx_serial = SackScoreboard(), 0
-        self.acked_serial = [0, 0]  # per channel: highest transmission serial acknowledged
+        self.acked_data = self.acked_priority = 0  # per channel: highest serial acknowledged
         self.loss_seq_limit: int | None = None  # no loss declared above (truncated SACK)
         self.cwnd = 0.0  # congestion window, segments (set by the engine)
         self.ssthresh = self.cwnd_cap = float("inf")  # (cwnd_cap: the window's cap, autotune.py)
@@ -330,6 +330,12 @@ class Peer:
         self.counters = PeerCounters()
         self.timed, self.timed_order = False, 0  # the engine keeps times for it; since when (ties)
         self.cc_state: Any = None  # the congestion controller's, set by its on_new_peer
+
+    @property
+    def acked_serial(self) -> tuple[int, int]:
+        """The highest transmission serial acknowledged, per channel (data, priority): two
+        ints, not a list (compiled: unboxed, and 72 bytes less per peer)."""
+        return self.acked_data, self.acked_priority
 
     def new_flight(self) -> None:
         """Delivery-rate sampling's state (delivery.py, only for an algorithm that takes

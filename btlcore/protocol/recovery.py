@@ -19,11 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from itertools import islice
 from operator import attrgetter
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import PeerUnreachable, PutError
 from .autotune import grow as grow_cap
 from .autotune import tunes_cwnd
+from .congestion.base import Algorithm, native
 from .delivery import frame_size
 from .events import PeerFailed, PeerWritable, SendCompleted, _new
 from .packetizer import Packetizer
@@ -47,6 +48,9 @@ from .wire import (
     SEQ_SHORT,
     U32_MASK,
 )
+
+if TYPE_CHECKING:
+    from .lifecycle import Lifecycle
 
 _ESTABLISHED: Final = PeerState.ESTABLISHED
 _ACK_BODY_LEN: Final = ACK_BODY.size
@@ -73,24 +77,23 @@ def _unwired(peer: Peer, now: float) -> None:
     raise RuntimeError("Recovery.wire() was not called")
 
 
-
 class Recovery:
     """What the sender learns from ACKs: completions, RTT samples, losses (fast retransmit and
     the retransmit timeout), peer death."""
 
-    __slots__ = ("_state", "config", "events", "counters", "_cc", "_cc_on_ack", "_autotune",
+    _lifecycle: Lifecycle  # (wire(): its timers, called directly -- compiled, C calls)
+    __slots__ = ("_state", "config", "events", "counters", "_cc", "_autotune",
                  "_granularity", "_resending", "_sending", "_touched", "_timed", "_deadlines",
-                 "_actions", "_timed_order", "_stamp", "_unschedule", "_confirm", "_close_timer",
-                 "_live_at", "_liveness",
-                 "_control", "_sampler", "_pacer", "_undo", "_tlp", "_tlp_at", "_fr_threshold")
+                 "_actions", "_timed_order", "_stamp", "_unschedule", "_confirm", "_lifecycle",
+                 "_control", "_sampler", "_pacer", "_undo", "_tlp", "_tlp_on", "_fr_threshold")
 
     def __init__(self, state: EngineState, packetizer: Packetizer) -> None:
         self._state = state  # for now
         self.config = state.config
         self.events = state.events
         self.counters = state.counters
-        self._cc = state.cc
-        self._cc_on_ack = state.cc.on_ack  # (bound once: called per ACKed segment)
+        # (a native class: compiled, its on_ack, called per ACKed segment, is a C call)
+        self._cc: Algorithm = native(state.cc)
         self._autotune = tunes_cwnd(state.config)  # (autotune.py: cwnd_max at its default)
         self._granularity = state.granularity
         self._fr_threshold: int = state.config.fast_retransmit_threshold  # (Config: a dict lookup per read)
@@ -104,20 +107,17 @@ class Recovery:
         self._stamp = packetizer.stamp
         self._unschedule = state.unschedule
         self._confirm: Callable[[Peer, float], None] = _unwired
-        self._close_timer: Callable[[Peer, float], None] = _unwired
-        self._live_at: Callable[[Peer], float] = _unwired  # type: ignore[assignment]
-        self._liveness: Callable[[Peer, float], bool] = _unwired  # type: ignore[assignment]
         self._control = state.control
         self._sampler = state.sampler  # (None: the algorithm takes no rate samples)
         self._pacer = state.pacer
         self._undo = Undo(getattr(state.cc, "on_spurious", None))  # (undo.py)
         self._tlp = TailLossProbe(state, packetizer.stamp)  # (tlp.py; Config.tlp off: never due)
-        self._tlp_at: Callable[[Peer], float | None] = tlp_at if state.config.tlp else lambda peer: None
+        self._tlp_on: bool = state.config.tlp  # (tlp_at called directly: compiled, a C call)
 
-    def wire(self, confirm: Callable[[Peer, float], None], close_timer: Callable[[Peer, float], None],
-             live_at: Callable[[Peer], float], liveness: Callable[[Peer, float], bool]) -> None:
-        """The handshake's ``confirm`` (an ACK confirms); the lifecycle's timers (lifecycle.py)."""
-        self._confirm, self._close_timer, self._live_at, self._liveness = confirm, close_timer, live_at, liveness
+    def wire(self, confirm: Callable[[Peer, float], None], lifecycle: Lifecycle) -> None:
+        """The handshake's ``confirm`` (an ACK confirms); the lifecycle's timers (lifecycle.py:
+        ``live_at``, ``liveness``, ``close_timer``)."""
+        self._confirm, self._lifecycle = confirm, lifecycle
 
     def on_cum_ack(self, peer: Peer, ack_w: int, now: float) -> Segment | None:
         """Apply a cumulative ACK (piggy-backed or standalone).  Returns the segment at the
@@ -157,9 +157,11 @@ class Recovery:
 
     def _acked(self, peer: Peer, seg: Segment) -> None:
         """``seg`` is acknowledged: count it against its message, complete the message."""
-        acked_serial = peer.acked_serial
-        if seg.tx_serial > acked_serial[seg.channel]:
-            acked_serial[seg.channel] = seg.tx_serial
+        if seg.channel:
+            if seg.tx_serial > peer.acked_priority:
+                peer.acked_priority = seg.tx_serial
+        elif seg.tx_serial > peer.acked_data:
+            peer.acked_data = seg.tx_serial
         if seg.tx_count > 1:
             # Acked sooner after the retransmission than any round trip takes: the original
             # arrived, it was only late.  Widen the reordering allowance (RACK's reo_wnd_mult).
@@ -168,8 +170,8 @@ class Recovery:
                 peer.reo_mult += 1
                 peer.reo_persist = REO_PERSIST
             self._undo.resend_acked(peer, seg, self._state.now)  # spurious? then undo (undo.py)
-        if peer.cwnd < peer.cwnd_cap:  # (the congestion controller's on_ack, bound once)
-            self._cc_on_ack(peer)
+        if peer.cwnd < peer.cwnd_cap:  # (below the cap: the congestion controller's on_ack)
+            self._cc.on_ack(peer)
         msg = seg.msg
         msg.outstanding -= 1
         if msg.cut_all and msg.outstanding == 0 and not msg.done:
@@ -320,8 +322,8 @@ class Recovery:
         condition keeps reordering from looking like loss; :meth:`_timer_times` times the check
         for a segment that meets only the first."""
         thr = self._fr_threshold
-        limits = (peer.acked_serial[0] - thr, peer.acked_serial[1] - thr)
-        top = limits[0] if limits[0] > limits[1] else limits[1]
+        lim0, lim1 = peer.acked_data - thr, peer.acked_priority - thr
+        top = lim0 if lim0 > lim1 else lim1
         if top < 0 or not peer.unacked:
             return
         reo = self._reorder_time(peer)
@@ -335,7 +337,7 @@ class Recovery:
                 break
             # judged only against its own channel: a tiny message on the priority channel
             # overtaking bulk queued on the data channel is not a loss
-            if not seg.lost and seg.tx_serial <= limits[seg.channel] \
+            if not seg.lost and seg.tx_serial <= (lim1 if seg.channel else lim0) \
                     and (seq_limit is None or seg.seq <= seq_limit):
                 lost.append(seg)
         if lost:
@@ -348,7 +350,8 @@ class Recovery:
             sampler = self._sampler
             for seg in lost:
                 seg.lost = LOST_FAST
-                unacked.move_to_end(seg.seq)
+                del unacked[seg.seq]  # (to the end: transmission order)
+                unacked[seg.seq] = seg
                 resend.append(seg)
                 if sampler is not None:
                     sampler.lost(peer, seg)
@@ -432,9 +435,7 @@ class Recovery:
         transmission order, so the walk stops at the first segment sent after the newest
         ACKed serial allows."""
         thr = self._fr_threshold
-        acked = peer.acked_serial
-        lim0 = acked[0] - thr
-        lim1 = acked[1] - thr
+        lim0, lim1 = peer.acked_data - thr, peer.acked_priority - thr
         top = lim0 if lim0 > lim1 else lim1
         seq_limit = peer.loss_seq_limit
         front = None
@@ -473,10 +474,10 @@ class Recovery:
                 t = self._rto_at(peer, front)
                 if candidate is front and act is not None and act < t:
                     t = act  # the oldest segment's loss check comes first
-                if (tlp := self._tlp_at(peer)) is not None and tlp < t:
+                if self._tlp_on and (tlp := tlp_at(peer)) is not None and tlp < t:
                     t = tlp  # the tail-loss probe (tlp.py)
         if state is _ESTABLISHED:
-            live = self._live_at(peer)
+            live = self._lifecycle.live_at(peer)
             if t is None or live < t:
                 t = live
         if peer.pace_wait and (t is None or peer.pace_next < t):
@@ -588,16 +589,16 @@ class Recovery:
             if peer.queue and state is _ESTABLISHED:
                 self._sending[peer] = None
         if state is _CLOSING:
-            self._close_timer(peer, now)
+            self._lifecycle.close_timer(peer, now)
             return
-        if state is _ESTABLISHED and self._liveness(peer, now):
+        if state is _ESTABLISHED and self._lifecycle.liveness(peer, now):
             return
         if peer.unacked:
             self.detect_losses(peer)
             front = self._rto_front(peer)
             if front is not None and self._rto_at(peer, front) <= now:
                 self._timeout(peer, now)
-            elif front is not None and (tlp := self._tlp_at(peer)) is not None and tlp <= now:
+            elif front is not None and self._tlp_on and (tlp := tlp_at(peer)) is not None and tlp <= now:
                 self._tlp.fire(peer)
         if peer.hello_started is not None and peer.state is _CONNECTING \
                 and peer.hello_started + cfg.handshake_timeout <= now:
@@ -623,7 +624,8 @@ class Recovery:
         resend = peer.resend or peer.new_resend()
         for seg in probes:
             seg.lost = LOST_TIMEOUT
-            peer.unacked.move_to_end(seg.seq)
+            del peer.unacked[seg.seq]  # (to the end: transmission order)
+            peer.unacked[seg.seq] = seg
             resend.append(seg)
             if self._sampler is not None:
                 self._sampler.lost(peer, seg)
@@ -672,7 +674,8 @@ class Recovery:
                 else:
                     c.num_timeout_retrans += 1
                 seg.lost = 0
-                peer.unacked.move_to_end(seg.seq)
+                del peer.unacked[seg.seq]  # (to the end: transmission order)
+                peer.unacked[seg.seq] = seg
                 self._stamp(peer, seg, now, out)
                 if sampler is not None:
                     sampler.resent(peer, seg, now)

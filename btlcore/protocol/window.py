@@ -26,6 +26,11 @@ DUPLICATE: Final = 1
 BELOW_WINDOW: Final = 2
 ABOVE_WINDOW: Final = 3
 
+#: the ranges of a window or scoreboard that never had any (nearly all: an idle peer's), one
+#: list shared by all of them and never mutated -- each method that adds a range to an empty
+#: record gives it lists of its own first (two empty lists per record are 224 bytes a peer)
+_NO_RANGES: list[int] = []
+
 
 class ReceiveWindow:
     """The receive side of one peer's sequence space.
@@ -39,8 +44,8 @@ class ReceiveWindow:
     def __init__(self, cum: int, size: int) -> None:
         self.cum = cum
         self.size = size
-        self._starts: list[int] = []
-        self._ends: list[int] = []
+        self._starts: list[int] = _NO_RANGES
+        self._ends: list[int] = _NO_RANGES
         self.high = cum  # highest sequence number seen
 
     def accept(self, seq: int) -> int:
@@ -79,6 +84,8 @@ class ReceiveWindow:
             ends[i] = seq
         elif joins_right:
             starts[i + 1] = seq
+        elif not starts:
+            self._starts, self._ends = [seq], [seq]  # (the first range: lists of its own)
         else:
             starts.insert(i + 1, seq)
             ends.insert(i + 1, seq)
@@ -122,8 +129,8 @@ class SackScoreboard:
     __slots__ = ("_starts", "_ends")
 
     def __init__(self) -> None:
-        self._starts: list[int] = []
-        self._ends: list[int] = []
+        self._starts: list[int] = _NO_RANGES
+        self._ends: list[int] = _NO_RANGES
 
     def prune(self, cum: int) -> None:
         """Forget what the cumulative ACK now covers."""
@@ -152,6 +159,9 @@ class SackScoreboard:
             j += 1
         if pos <= hi:
             fresh.append((pos, hi))
+        if not starts:
+            self._starts, self._ends = [lo], [hi]  # (the first range: lists of its own)
+            return fresh
         if i < j:
             lo = min(lo, starts[i])
             hi = max(hi, ends[j - 1])

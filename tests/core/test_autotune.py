@@ -5,13 +5,12 @@ nothing a peer claims makes this end hold more than its budgets."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import attrs
 import pytest
 
 from btlcore import Config
 from btlcore.protocol import autotune
+from btlcore.protocol.peers import Peer
 from btlcore.testing.enginepair import EnginePair
 
 MIB = 1 << 20
@@ -83,32 +82,38 @@ def test_a_claimed_huge_byte_window_raises_nothing_past_our_own_bounds() -> None
     assert p.pb.adv_window <= Config().window
 
 
-def fake(cwnd: float, srtt: float, min_rtt: float, window_cap: int = 4096, rate: float = 0.0) -> SimpleNamespace:
-    timer = SimpleNamespace(srtt=srtt, min_rtt=min_rtt)
-    return SimpleNamespace(timer=timer, cwnd=cwnd, cwnd_cap=cwnd, window_cap=window_cap, tune_at=0.0,
-                           unacked={i: None for i in range(int(cwnd))}, resend=(), delivery_rate=rate,
-                           inflight_bytes=int(cwnd) * 1000)
+def fake(cwnd: float, srtt: float, min_rtt: float, window_cap: int = 4096, rate: float = 0.0) -> Peer:
+    """A peer in the state a test sets (a real one: compiled, grow takes nothing else)."""
+    p = EnginePair(Config(cc="aimd"))
+    p.handshake()
+    peer: Peer = p.pa
+    peer.timer.srtt, peer.timer.min_rtt = srtt, min_rtt
+    peer.cwnd = peer.cwnd_cap = cwnd
+    peer.window_cap, peer.tune_at, peer.resend = window_cap, 0.0, ()
+    peer.unacked = {i: None for i in range(int(cwnd))}  # type: ignore[misc]  # (only counted)
+    peer.delivery_rate, peer.inflight_bytes = rate, int(cwnd) * 1000
+    return peer
 
 
 def test_grow_doubles_without_a_queue_holds_with_one_and_once_per_round_trip() -> None:
     peer = fake(1024.0, srtt=0.010, min_rtt=0.010)
-    autotune.grow(peer, 1.0)  # type: ignore[arg-type]
+    autotune.grow(peer, 1.0)
     assert peer.cwnd_cap == 2048.0 and peer.tune_at == pytest.approx(1.010)
     peer.cwnd = 2048.0
-    autotune.grow(peer, 1.005)  # type: ignore[arg-type]
+    autotune.grow(peer, 1.005)
     assert peer.cwnd_cap == 2048.0  # not twice in one round trip
-    autotune.grow(peer, 1.011)  # type: ignore[arg-type]
+    autotune.grow(peer, 1.011)
     assert peer.cwnd_cap == 4096.0  # (the send window: no further)
     queued = fake(1024.0, srtt=0.020, min_rtt=0.010)  # the flight is twice what the path holds
-    autotune.grow(queued, 1.0)  # type: ignore[arg-type]
+    autotune.grow(queued, 1.0)
     assert queued.cwnd_cap == 1024.0
 
 
 def test_grow_takes_the_algorithm_s_delivery_rate_when_it_is_more() -> None:
     # 1000 B segments delivered at 40 MB/s over a 10 ms min RTT: 400 segments a round trip
     peer = fake(100.0, srtt=0.020, min_rtt=0.010, rate=40e6)
-    autotune.grow(peer, 1.0)  # type: ignore[arg-type]
+    autotune.grow(peer, 1.0)
     assert peer.cwnd_cap == pytest.approx(800.0)
     none = fake(100.0, srtt=0.010, min_rtt=None)  # type: ignore[arg-type]  # no RTT yet: no news
-    autotune.grow(none, 1.0)  # type: ignore[arg-type]
+    autotune.grow(none, 1.0)
     assert none.cwnd_cap == 100.0

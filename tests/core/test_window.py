@@ -237,3 +237,19 @@ def test_sack_ranges_model(received: set[int], limit: int) -> None:
     assert w.sack_ranges(limit) == [(a - cum, b - a + 1) for a, b in picked]
     assert w.sack_truncated(limit) == (len(runs) > limit)
     assert w.out_of_order_count() == sum(b - a + 1 for a, b in runs)
+
+
+def test_records_without_ranges_share_nothing_once_one_has_some() -> None:
+    """An idle peer's window and scoreboard hold no lists of their own (memory per peer); the
+    first range gives one its own, and the others stay empty."""
+    windows = [ReceiveWindow(100, 64) for _ in range(3)]
+    boards = [SackScoreboard() for _ in range(3)]
+    assert windows[1].accept(105) == NEW and ranges_of(windows[1]) == [(105, 105)]
+    assert windows[1].accept(107) == NEW and ranges_of(windows[1]) == [(105, 105), (107, 107)]
+    assert boards[2].add(10, 12) == [(10, 12)] and boards[2].ranges() == [(10, 12)]
+    for w in (windows[0], windows[2]):
+        assert ranges_of(w) == [] and not w.has_gaps and w.accept(101) == NEW
+    for b in boards[:2]:
+        assert b.ranges() == [] and b.add(20, 21) == [(20, 21)] and b.ranges() == [(20, 21)]
+    assert boards[2].ranges() == [(10, 12)] and ranges_of(windows[1]) == [(105, 105), (107, 107)]
+    assert ReceiveWindow(0, 8)._starts == [] and SackScoreboard()._ends == []

@@ -44,7 +44,10 @@ The cap is kept per peer, ``peer.cwnd_cap``, which an algorithm sets to its ``cw
 ``on_new_peer`` and never exceeds: at the default ``cwnd_max`` the engine raises it to cover the
 path's measured bandwidth-delay product, within the memory budgets (window auto-tuning,
 :mod:`..autotune`).
-Third parties add theirs the same way: a class taking the Config, in the group.
+Third parties add theirs the same way: a class taking the Config, in the group.  It may
+subclass :class:`~.base.Algorithm` (btlcore's own do: in the compiled build the engine then
+calls it through a C vtable, and a pure-Python subclass's overrides are called as well) or
+nothing (the engine then forwards each call to it: :class:`~.base.Foreign`).
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Final
 
 from mypy_extensions import mypyc_attr
 
+from .base import Algorithm
+
 if TYPE_CHECKING:
     from ...config import Config
     from ..peers import Peer
@@ -19,11 +21,11 @@ VENO_BACKLOG: Final = 3.0  # segments this flow keeps queued (cwnd x (1 - min_rt
 
 # subclassed by pure Python (third parties, tests): allowed when compiled
 @mypyc_attr(allow_interpreted_subclasses=True)
-class Aimd:
+class Aimd(Algorithm):
     """The ``aimd`` algorithm (``Config.cwnd_initial``, ``Config.cwnd_max``; ``cwnd_max=0``
     turns congestion control off: a window so large it never binds)."""
 
-    __slots__ = ("cwnd_max", "cwnd_initial")
+    __slots__ = ()
 
     def __init__(self, config: Config) -> None:
         self.cwnd_max = float(config.cwnd_max) if config.cwnd_max else float("inf")

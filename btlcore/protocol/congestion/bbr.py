@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Final
 
 from mypy_extensions import mypyc_attr
 
+from .base import RateSampled
 from .model import INF, MIN_SEGMENTS, PathModel, segments
 
 if TYPE_CHECKING:
@@ -55,7 +56,11 @@ if TYPE_CHECKING:
     from ..peers import Peer
     from .rate import RateSample
 
-STARTUP, DRAIN, PROBE_BW, PROBE_RTT = 0, 1, 2, 3
+# (Finals: compiled, a plain module global is a dict lookup and an unboxing per use)
+STARTUP: Final = 0
+DRAIN: Final = 1
+PROBE_BW: Final = 2
+PROBE_RTT: Final = 3
 MODE_NAMES = ("startup", "drain", "probe_bw", "probe_rtt")
 
 STARTUP_GAIN: Final = 2.77  # pacing gain in STARTUP (BBRv3's; 2/ln 2 doubles the rate per round)
@@ -163,11 +168,11 @@ class BbrState(PathModel):
 
 # subclassed by pure Python (third parties, tests): allowed when compiled
 @mypyc_attr(allow_interpreted_subclasses=True)
-class Bbr:
+class Bbr(RateSampled):
     """The ``bbr`` algorithm (``Config.cwnd_initial`` is STARTUP's first window;
     ``Config.cwnd_max`` caps the window, ``0``: no cap but the send window)."""
 
-    __slots__ = ("cwnd_max", "cwnd_initial", "ack_allowance")
+    __slots__ = ("ack_allowance",)
 
     probe_rtt = True  # PROBE_RTT when the min RTT is 10 s old (``none``, windowless, has none)
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, ClassVar, Final
 
 from mypy_extensions import mypyc_attr
 
+from .base import RateSampled
 from .model import INF, PathModel
 
 if TYPE_CHECKING:
@@ -74,11 +75,11 @@ class CubicState(PathModel):
 
 # subclassed by pure Python (third parties, tests): allowed when compiled
 @mypyc_attr(allow_interpreted_subclasses=True)
-class Cubic:
+class Cubic(RateSampled):
     """The ``cubic`` algorithm (``Config.cwnd_initial``, ``Config.cwnd_max``: ``0``, no cap
     but the send window)."""
 
-    __slots__ = ("cwnd_max", "cwnd_initial")
+    __slots__ = ()
 
     hystart: ClassVar[bool] = True  # HyStart++ in slow start (a subclass may turn it off)
 

@@ -29,6 +29,9 @@ MIN_RTT_WINDOW: Final = 10.0  # seconds the min RTT filter remembers (BBR's)
 SEGMENT_GUESS: Final = 1200  # bytes per segment before the engine told its payload size
 MIN_SEGMENTS: Final = 4.0  # no window below this: a loss must still be detectable by later ACKs
 _SEG_EWMA: Final = 0.25  # weight of a new mean-segment-size observation
+#: the rate filter of a model that never had a rate sample (an idle peer's, one that only
+#: receives): shared, never written -- the first sample gives the model a ring of its own
+_NO_RING: list[float] = []
 
 
 class PathModel:
@@ -49,7 +52,7 @@ class PathModel:
         self.round_min_rtt = INF  # the shortest RTT sample of the current round ...
         self.prev_round_min_rtt = INF  # ... and of the last one (inf: none)
         self.bw = 0.0  # bottleneck bandwidth estimate, bytes/s (0.0: no sample yet)
-        self._bw_ring = [0.0] * BW_ROUNDS  # best rate of each of the last rounds
+        self._bw_ring: list[float] = _NO_RING  # best rate of each of the last rounds
         self._bw_round = 0  # rounds that used the path (had a sample not application-limited)
         self._bw_full = False  # this round has one
         t = peer.timer
@@ -105,6 +108,8 @@ class PathModel:
                 self._bw_full = True
             slot = self._bw_round % BW_ROUNDS
             ring = self._bw_ring
+            if not ring:
+                ring = self._bw_ring = [0.0] * BW_ROUNDS
             # an application-limited sample only ever raises the estimate (the draft's rule)
             if rate > ring[slot] and (not s.app_limited or rate > self.bw):
                 ring[slot] = rate
