@@ -93,21 +93,21 @@ HEAVY_LOSS: Final = 0.3
 CAP_STEP0: Final = 1.0  # bw_cap's first step after a cut, segments per min RTT (doubles per round)
 AGG_ROUNDS: Final = 5  # the ACK-aggregation max filter keeps two buckets of this many rounds
 AGG_MAX_TIME: Final = 0.1  # ... and never more than this many seconds of the bandwidth
+AGG_MIN_TIME: Final = 0.1  # ... a bucket lasting at least this long (a host path's rounds last 0.1-1 ms)
 
 
 class BbrState(PathModel):
     """One connection's BBR state (``peer.cc_state``)."""
 
-    __slots__ = ("mode", "pacing_gain", "cwnd_gain", "cwnd_bytes", "filled", "full_bw",
+    __slots__ = ("mode", "pacing_gain", "cwnd_bytes", "filled", "full_bw",
                  "full_bw_rounds", "cycle", "cycle_at", "probe_rtt_until", "probe_rtt_round",
                  "prior_cwnd", "inflight_hi", "undo_hi", "loss_exit", "drain_round", "bw_cap",
-                 "cap_step", "undo_cap", "win_rtt", "agg_start", "agg_acked", "agg_max", "agg_prev")
+                 "cap_step", "undo_cap", "win_rtt", "agg_start", "agg_acked", "agg_max", "agg_prev", "agg_bucket_at")
 
     def __init__(self, peer: Peer, cwnd_initial: float) -> None:
         super().__init__(peer)
         self.mode = STARTUP
         self.pacing_gain = STARTUP_GAIN
-        self.cwnd_gain = STARTUP_GAIN
         self.cwnd_bytes = cwnd_initial * self.seg
         self.filled = False  # STARTUP found the bandwidth
         self.full_bw = 0.0  # the bandwidth when it last grew by FULL_BW_GROWTH
@@ -134,6 +134,7 @@ class BbrState(PathModel):
         self.agg_acked = 0.0
         self.agg_max = 0.0
         self.agg_prev = 0.0
+        self.agg_bucket_at = 0.0  # when this bucket began
 
     def aggregate(self, now: float, acked: int, cwnd: float) -> None:
         """Per ACK: the bytes acknowledged beyond what the bandwidth estimate delivers since
@@ -151,11 +152,19 @@ class BbrState(PathModel):
             self.agg_max = extra
 
     def extra_acked(self) -> float:
-        """The ACK aggregation of the last AGG_ROUNDS to 2 x AGG_ROUNDS rounds, bytes, within
-        AGG_MAX_TIME of the bandwidth."""
+        """The ACK aggregation of the last AGG_ROUNDS to 2 x AGG_ROUNDS rounds (and at least
+        AGG_MIN_TIME to twice that: on a host path, where a round lasts 0.1 ms, ten rounds
+        forget a descheduled receiver's batch within a millisecond, and it comes back every
+        few hundred), bytes, within AGG_MAX_TIME of the bandwidth."""
         extra = self.agg_max if self.agg_max > self.agg_prev else self.agg_prev
         most = self.bw * AGG_MAX_TIME
         return extra if extra < most else most
+
+    @property
+    def cwnd_gain(self) -> float:
+        """The window's gain in BDPs: STARTUP's until the pipe was filled, CWND_GAIN after
+        (derived, not kept: a slot less per peer)."""
+        return CWND_GAIN if self.filled else STARTUP_GAIN
 
     def pacing_bw(self) -> float:
         """The bandwidth the flow paces at and sizes its window by: the model's, within the cap."""
@@ -229,7 +238,7 @@ class Bbr(RateSampled):
         if st.loss_exit and st.mode != PROBE_RTT:  # the losses that ended STARTUP were not
             st.loss_exit = st.filled = False
             st.full_bw_rounds = 0
-            st.mode, st.pacing_gain, st.cwnd_gain = STARTUP, STARTUP_GAIN, STARTUP_GAIN
+            st.mode, st.pacing_gain = STARTUP, STARTUP_GAIN
         if st.prior_cwnd > st.cwnd_bytes and st.mode != PROBE_RTT:
             st.cwnd_bytes, st.prior_cwnd = st.prior_cwnd, 0.0
         peer.cwnd = segments(st.cwnd_bytes, st, peer.cwnd_cap)
@@ -296,8 +305,8 @@ class Bbr(RateSampled):
     def _round(self, peer: Peer, st: BbrState, s: RateSample) -> None:
         """Once a round: STARTUP's full-bandwidth test and the loss-rate response."""
         high_loss = startup_exit = False
-        if st.rounds % AGG_ROUNDS == 0:
-            st.agg_prev, st.agg_max = st.agg_max, 0.0
+        if st.rounds % AGG_ROUNDS == 0 and s.now - st.agg_bucket_at >= AGG_MIN_TIME:
+            st.agg_prev, st.agg_max, st.agg_bucket_at = st.agg_max, 0.0, s.now
         # a queue stood all round (no RTT near the min): the path is full.  (A round without
         # any RTT sample, only resent segments acknowledged, Karn's rule, counts as one: it
         # comes of heavy loss.)
@@ -334,7 +343,7 @@ class Bbr(RateSampled):
             if st.full_bw_rounds >= FULL_BW_ROUNDS or startup_exit:
                 st.filled, st.loss_exit = True, startup_exit
                 st.drain_round = st.rounds
-                st.mode, st.pacing_gain, st.cwnd_gain = DRAIN, DRAIN_GAIN, CWND_GAIN
+                st.mode, st.pacing_gain = DRAIN, DRAIN_GAIN
         elif high_loss and st.mode == PROBE_BW and CYCLE[st.cycle] > 1.0:
             st.cycle, st.cycle_at = 1, s.now  # stop probing: go to the phase that drains
             st.pacing_gain = CYCLE[1]
@@ -357,7 +366,7 @@ class Bbr(RateSampled):
                 st.bw_cap = st.bw
 
     def _enter_probe_bw(self, peer: Peer, st: BbrState, now: float) -> None:
-        st.mode, st.cwnd_gain = PROBE_BW, CWND_GAIN
+        st.mode = PROBE_BW
         # a phase other than the draining one, chosen from the (seeded, random) ISN so that
         # flows sharing a link do not probe in step
         c = peer.isn % (len(CYCLE) - 1)
