@@ -306,7 +306,7 @@ class Recovery:
         # less the time the receiver held the ACK
         if sample is not None and sample.seq == largest and sample.tx_count == 1 \
                 and ack_delay != U32_MASK:
-            peer.timer.sample(now - sample.sent_at - ack_delay * 1e-6)
+            peer.timer.sample(now - sample.sent_at, ack_delay * 1e-6)
         if at_cum is None and not sacked_new and cum == una:
             c.num_dup_acks += 1
         if peer.unacked:  # (with nothing unacked it has nothing to do)

@@ -40,14 +40,21 @@ class RetransmitTimer:
         #: (every deadline computation reads it)
         self.rto = self._base
 
-    def sample(self, rtt: float) -> None:
-        """Feed one RTT sample (from a segment sent once: Karn's rule)."""
+    def sample(self, rtt: float, ack_delay: float = 0.0) -> None:
+        """Feed one RTT sample (from a segment sent once: Karn's rule), ``ack_delay`` the time
+        the receiver says it held the ACK.  RFC 9002 section 5.3: the min RTT takes the sample
+        whole (the receiver's word cannot take it below what was measured: on a host path,
+        where receive passes take as long as the wire, the delay subtracted left min RTTs of
+        1-18 us on a 60 us veth path); srtt takes it less the delay, unless that would go
+        below the min RTT."""
         if rtt < 0:
             return
         # (srtt and min_rtt read once into locals: compiled, each read of a float-or-None
         # attribute unboxes it, each write boxes a new float)
         if (min_rtt := self.min_rtt) is None or rtt < min_rtt:
-            self.min_rtt = rtt
+            self.min_rtt = min_rtt = rtt
+        if ack_delay > 0.0 and rtt - ack_delay >= min_rtt:
+            rtt -= ack_delay
         if (srtt := self.srtt) is None:
             srtt = rtt
             self.rttvar = rtt / 2

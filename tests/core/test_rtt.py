@@ -108,3 +108,19 @@ def test_peer_ack_delay_added_to_rto() -> None:
     assert t.rto == pytest.approx(srtt + 4 * rttvar + 0.02)
     fixed = RetransmitTimer(False, 0.02, 1e-6, 2.0, 0.005, max_ack_delay=0.5)
     assert fixed.rto == 0.005
+
+
+def test_ack_delay_leaves_the_min_rtt_whole_and_never_takes_srtt_below_it() -> None:
+    """RFC 9002 section 5.3: the min RTT is the sample as measured (a receiver's word on its
+    ACK delay cannot take it lower); srtt takes the sample less the delay, but only where
+    that stays at or above the min RTT."""
+    t = adaptive()
+    t.sample(0.010, 0.008)  # less the delay, 2 ms: below the min RTT (this sample, 10 ms)
+    assert t.min_rtt == 0.010
+    assert t.srtt == 0.010
+    t.sample(0.030, 0.015)  # less the delay, 15 ms: at or above the min RTT, so taken
+    assert t.min_rtt == 0.010
+    assert t.srtt == pytest.approx(0.875 * 0.010 + 0.125 * 0.015)
+    t.sample(0.012, 0.006)  # 6 ms is below the min RTT: the sample is taken whole
+    assert t.srtt == pytest.approx(0.875 * (0.875 * 0.010 + 0.125 * 0.015) + 0.125 * 0.012)
+    assert t.min_rtt == 0.010
