@@ -62,6 +62,13 @@ class ReceiveWindow:
         if seq > cum + self.size:
             return ABOVE_WINDOW
         starts, ends = self._starts, self._ends
+        if starts and seq == ends[-1] + 1:
+            # the next above the highest range: what arrives while a hole waits for its
+            # repair, the usual case on a lossy path (no search)
+            ends[-1] = seq
+            if seq > self.high:
+                self.high = seq
+            return NEW
         i = bisect_right(starts, seq) - 1  # the range starting at or before seq
         if i >= 0 and seq <= ends[i]:
             return DUPLICATE
