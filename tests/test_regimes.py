@@ -190,3 +190,19 @@ def test_a_cell_short_of_its_needs_is_run_again_with_exactly_them() -> None:
     assert "; with it " in regimes_report._row_cells(row)[-1]
     assert "1 of 1 more met" in regimes_report.goals_line(rep["rows"])
     assert regimes.failures(rep) == []
+
+
+def test_kernel_table_gives_medians_spreads_and_the_ratio_to_kernel_bbr() -> None:
+    runs = {"kernel bbr": [[800.0, 850.0, 700.0]], "btlcore udp": [[400.0, 900.0, 760.0]]}
+    kern = {"setup": "s", "paths": [{"rate_mbps": 1000, "delay": 0.0, "shaper": "tbf", "trials": 3, "losses": [0.05],
+                                     "runs": runs,
+                                     "mbps": {"kernel bbr": [veth._median(runs["kernel bbr"][0])],
+                                              "btlcore udp": [veth._median(runs["btlcore udp"][0])],
+                                              veth.RATIO: [veth._median([0.5, 900 / 850, 760 / 700])]}}]}
+    text = "\n".join(regimes_report.kernel_lines(kern))
+    assert "800.0 Mb/s (700-850)" in text  # the median of the runs, and their spread
+    assert "760.0 Mb/s (400-900)" in text
+    assert "1.06x" in text  # the median of the per-trial ratios, not the ratio of the medians (0.95)
+    assert veth._median([None, 3.0, 1.0, None]) == 2.0 and veth._median([None]) is None
+    with pytest.raises(ValueError, match="trials must be at least 1"):
+        veth.compare(trials=0)

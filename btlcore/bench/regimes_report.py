@@ -152,6 +152,17 @@ def matrix(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str], lis
     return plabels, llabels, grid
 
 
+def _kernel_cell(name: str, v: float | None, runs: Sequence[float | None]) -> str:
+    """A cell of the veth table: the median, and the spread of its runs where there were
+    several; the ratio row (btlcore over kernel bbr, trial by trial) as a factor."""
+    if v is None:
+        return "-"
+    if name.startswith("btlcore /"):
+        return f"{v:.2f}x"
+    got = [r for r in runs if r is not None]
+    return f"{v:.1f} Mb/s" + (f" ({min(got):.0f}-{max(got):.0f})" if len(got) > 1 else "")
+
+
 def kernel_lines(kern: Mapping[str, Any]) -> list[str]:
     """The veth comparison: one table per path, a column per loss rate (Mb/s of goodput)."""
     if kern.get("skipped"):
@@ -160,7 +171,9 @@ def kernel_lines(kern: Mapping[str, Any]) -> list[str]:
     for p in kern["paths"]:
         rate = f"{p['rate_mbps'] / 1000:g} Gb/s" if p["rate_mbps"] >= 1000 else f"{p['rate_mbps']:g} Mb/s"
         head = [f"{rate} ({p['shaper']})"] + [f"{x * 100:g}% loss" for x in p["losses"]]
-        body = [[name] + ["-" if v is None else f"{v:.1f} Mb/s" for v in vals] for name, vals in p["mbps"].items()]
+        runs = p.get("runs", {})
+        body = [[name] + [_kernel_cell(name, v, runs[name][i] if name in runs else []) for i, v in enumerate(vals)]
+                for name, vals in p["mbps"].items()]
         out += [md_table(head, body), ""]
     return out
 

@@ -18,7 +18,8 @@ Needs Linux, root, ``ip`` and ``tc`` (iproute2), ``nft`` (nftables), the sch_net
 and the congestion control modules; :func:`unavailable` says what is missing, and
 :func:`compare` then returns ``{"skipped": reason}``.
 
-``python -m btlcore.bench.veth`` runs it alone (``--full`` for the larger set).
+``python -m btlcore.bench.veth`` runs it alone (``--full`` for the larger set, ``--trials N``
+for N runs of each sender per cell, taking turns; the full set's default is 3).
 """
 
 from __future__ import annotations
@@ -39,9 +40,10 @@ UDP_PORT = 5302
 CMD_TIMEOUT = 30.0
 CHUNK = 1 << 16
 PACKAGES = {"ip": "iproute2", "tc": "iproute2", "nft": "nftables"}
-QUICK = {"paths": [(100.0, 0.005)], "losses": [0.0, 0.01, 0.05], "seconds": 3.0}
+QUICK = {"paths": [(100.0, 0.005)], "losses": [0.0, 0.01, 0.05], "seconds": 3.0, "trials": 1}
 FULL = {"paths": [(100.0, 0.00005), (100.0, 0.005), (1000.0, 0.001)], "losses": [0.0, 0.01, 0.05, 0.1],
-        "seconds": 5.0}
+        "seconds": 5.0, "trials": 3}
+RATIO = "btlcore / kernel bbr"  # the row of per-trial ratios, where both ran
 
 
 def _run(*args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -180,12 +182,19 @@ def _btl_run(path: VethPath, seconds: float) -> float:
     return float(out["goodput_mbps"])
 
 
-def compare(quick: bool = True, log: TextIO | None = None) -> dict[str, Any]:
-    """Every sender on every path and loss rate of the quick (or full) set."""
+def compare(quick: bool = True, log: TextIO | None = None, trials: int | None = None) -> dict[str, Any]:
+    """Every sender on every path and loss rate of the quick (or full) set, ``trials`` times
+    (default: the set's), the senders taking turns within each trial so that a load that
+    comes and goes falls on all of them: each cell is the median of its runs, ``runs`` has
+    them all, and the :data:`RATIO` row the median of btlcore's ratio to kernel bbr trial by
+    trial (a single run of btlcore at 1 Gb/s and 5% loss spread over 410-807 Mb/s)."""
+    spec = QUICK if quick else FULL
+    n = int(spec["trials"] if trials is None else trials)  # type: ignore[call-overload]
+    if n < 1:
+        raise ValueError(f"trials must be at least 1, not {n}")
     why = unavailable()
     if why:
         return {"skipped": why}
-    spec = QUICK if quick else FULL
     algos = [a for a in ("cubic", "bbr") if a in kernel_algorithms()]
     seconds = float(spec["seconds"])  # type: ignore[arg-type]
     paths_out: list[dict[str, Any]] = []
@@ -194,26 +203,44 @@ def compare(quick: bool = True, log: TextIO | None = None) -> dict[str, Any]:
             if any(p["rate_mbps"] == rate and not p["delay"] for p in paths_out):
                 continue  # (no netem here: a path differing only in its delay was measured)
             with VethPath(rate, delay) as path:
-                mbps: dict[str, list[float | None]] = {f"kernel {a}": [] for a in algos}
-                mbps["btlcore udp"] = []
+                runs: dict[str, list[list[float | None]]] = {f"kernel {a}": [] for a in algos}
+                runs["btlcore udp"] = []
                 for p in spec["losses"]:  # type: ignore[attr-defined]
                     path.set_loss(p)
-                    for a in algos:
-                        mbps[f"kernel {a}"].append(_guarded(lambda a=a: _tcp_run(path, a, seconds), log))
-                    mbps["btlcore udp"].append(_guarded(lambda: _btl_run(path, seconds), log))
+                    for name in runs:
+                        runs[name].append([])
+                    for _ in range(n):
+                        for a in algos:
+                            runs[f"kernel {a}"][-1].append(_guarded(lambda a=a: _tcp_run(path, a, seconds), log))
+                        runs["btlcore udp"][-1].append(_guarded(lambda: _btl_run(path, seconds), log))
                     if log is not None:
                         print(f"veth {rate:g} Mb/s {path.delay * 1e3:g} ms loss {p:.0%}: "
-                              + ", ".join(f"{k} {v[-1] or 0:.1f} Mb/s" for k, v in mbps.items()), file=log, flush=True)
-            paths_out.append({"rate_mbps": rate, "delay": path.delay, "shaper": path.shaper,
-                              "losses": list(spec["losses"]), "mbps": mbps})  # type: ignore[call-overload]
+                              + ", ".join(f"{k} {_median(v[-1]) or 0:.1f} Mb/s" for k, v in runs.items()),
+                              file=log, flush=True)
+            mbps: dict[str, list[float | None]] = {k: [_median(c) for c in v] for k, v in runs.items()}
+            if "kernel bbr" in runs:
+                mbps[RATIO] = [_median([b / k if b and k else None for b, k in zip(bc, kc, strict=True)])
+                               for bc, kc in zip(runs["btlcore udp"], runs["kernel bbr"], strict=True)]
+            paths_out.append({"rate_mbps": rate, "delay": path.delay, "shaper": path.shaper, "trials": n,
+                              "losses": list(spec["losses"]), "mbps": mbps, "runs": runs})  # type: ignore[call-overload]
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         return {"skipped": f"the veth pair could not be set up: {exc}"}
     missing = [a for a in ("cubic", "bbr") if a not in algos]
     return {"setup": "Two network namespaces joined by veth; tc netem delay each way, netem rate and a queue of "
                      "about one BDP (at least 100 packets) at the sender (or tbf where the kernel has no netem); "
-                     f"nftables random loss on the receiver's input (TCP and UDP); {seconds:g} s per run, MTU 1500"
+                     f"nftables random loss on the receiver's input (TCP and UDP); {seconds:g} s per run, MTU 1500; "
+                     f"the median of {n} run{'s' if n > 1 else ''} per cell, the senders taking turns"
                      + (f"; kernel {', '.join(missing)} not available" if missing else "") + ".",
             "paths": paths_out}
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    """The median of the runs that gave a figure (None: none did)."""
+    got = sorted(v for v in values if v is not None)
+    if not got:
+        return None
+    mid = len(got) // 2
+    return got[mid] if len(got) % 2 else (got[mid - 1] + got[mid]) / 2
 
 
 def _guarded(fn: Any, log: TextIO | None) -> float | None:
@@ -266,7 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] == ["tcp-source"]:
         tcp_source(args[1], int(args[2]), args[3], float(args[4]))
         return 0
-    print(json.dumps(compare(quick="--full" not in args, log=sys.stderr), indent=1))
+    trials = int(args[args.index("--trials") + 1]) if "--trials" in args else None
+    print(json.dumps(compare(quick="--full" not in args, log=sys.stderr, trials=trials), indent=1))
     return 0
 
 
