@@ -25,10 +25,19 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any
 
 RTT_N = 1000
 BULK_MIB = 16
+
+
+def linger(t: Any) -> None:
+    """Progress a moment (the last ACKs leave), then close."""
+    end = time.monotonic() + 0.05
+    while time.monotonic() < end:
+        t.progress(0.01)
+    t.close()
 
 
 def _server(conn: Any, busy: bool) -> None:
@@ -41,8 +50,7 @@ def _server(conn: Any, busy: bool) -> None:
     conn.send(t.address)
     while not stop[0]:
         t.progress(0.05)
-    btlcore.run_until([t], lambda: False, 0.05)
-    t.close()
+    linger(t)
 
 
 def rtt(n: int, busy: bool) -> None:
@@ -62,8 +70,7 @@ def rtt(n: int, busy: bool) -> None:
         while got[0] <= i:
             t.progress(0.05)
     t.send(peer, 2, b"stop")
-    btlcore.run_until([t], lambda: False, 0.05)
-    t.close()
+    linger(t)
     proc.join()
 
 
@@ -119,7 +126,7 @@ def main(trees: list[str]) -> None:
     for what, n, unit in (("rtt", RTT_N, "round trip"), ("bulk", BULK_MIB, "MiB")):
         for tree in trees:
             one, two = measure(tree, what, n), measure(tree, what, 2 * n)
-            per = [(b - a) / n for a, b in zip(one, two)]
+            per = [(b - a) / n for a, b in zip(one, two, strict=True)]
             parts = " + ".join(f"{p:,.0f}" for p in per)
             print(f"{what:4s} {tree:24s} {sum(per):12,.0f} instructions per {unit} ({parts})", flush=True)
 
