@@ -14,7 +14,10 @@ copies and system calls are not counted (callgrind runs the code on a synthetic 
 clock timers (ACK delay, probes) fire differently on callgrind's slower clock: the round trip
 figure moves by about a percent between runs.
 
-    python scripts/perf/udp_instr.py --run rtt N | bulk N   # one run (what callgrind runs)
+    python scripts/perf/udp_instr.py --run rtt N | busy N | bulk N   # one run (what callgrind runs)
+
+(``busy``: the round trip with busy-poll waits; its spin adds instructions that depend on
+timing, so compare its functions other than the wait's spin, e.g. with callgrind_annotate.)
 """
 
 from __future__ import annotations
@@ -133,8 +136,8 @@ def main(trees: list[str]) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--run"]:
-        if sys.argv[2] == "rtt":
-            rtt(int(sys.argv[3]), False)
+        if sys.argv[2] in ("rtt", "busy"):
+            rtt(int(sys.argv[3]), sys.argv[2] == "busy")
         else:
             bulk(int(sys.argv[3]), 65000)
     else:
