@@ -48,7 +48,7 @@ MODULES: dict[str, str] = {
     **{f"btlcore_sim.{m}": f"backends/sim/btlcore_sim/{m}.py" for m in (
         "fabric", "links", "nic", "scheduler")},
     "btlcore.progress": "btlcore/progress.py",
-    **{f"btlcore_udp.{m}": f"backends/udp/btlcore_udp/{m}.py" for m in ("_receive", "_send", "_wait")},
+    **{f"btlcore_udp.{m}": f"backends/udp/btlcore_udp/{m}.py" for m in ("_receive", "_send", "_state", "_wait")},
 }
 
 #: mypyc's shared library for the whole group (a top-level module beside ``btlcore``)

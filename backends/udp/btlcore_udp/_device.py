@@ -49,20 +49,18 @@ from typing import Any
 from btlcore.device import Capabilities, Channel, ChannelInfo
 from btlcore.errors import AddressUnreachable, ConfigError
 
-from . import _address, _errors, _heap, _mmsg, _mtu, _receive, _route, _send, _sockets, _wait
+from . import _address, _heap, _mmsg, _mtu, _receive, _route, _send, _sockets, _wait
 from ._errors import REACH_CACHE
 from ._lazy import lazy_buffer
 from ._options import MAX_PAYLOAD, UdpOptions
 from ._receive import ARENA_BYTES, GRO_BUFFER
+from ._state import UdpState
 
 
-class UdpDevice:
-    """One UDP device: a priority socket and a data socket bound to one IP."""
-
-    _send_error = _errors.send_error
-    _gso_error = _errors.gso_error
-    _unreachable = _errors.unreachable
-    _drain_errqueue = _errors.drain_errqueue
+class UdpDevice(UdpState):
+    """One UDP device: a priority socket and a data socket bound to one IP.  The fields its
+    per-datagram paths use are declared on :class:`._state.UdpState` (a native class where
+    mypyc built it); the rest are ordinary attributes."""
 
     def __init__(self, opts: UdpOptions) -> None:
         if opts.recvmmsg == "on" and not _mmsg.available():
@@ -76,22 +74,22 @@ class UdpDevice:
         self._max_payload = MAX_PAYLOAD[family]
         socks = _sockets.bind_sockets(opts)
         self.rcvbuf_granted, self.sndbuf_granted, has_gso = _sockets.configure(socks, opts)
-        self._socks: tuple[socket.socket, socket.socket] = (socks[0], socks[1])
+        self._socks = (socks[0], socks[1])
         self._prio_sock = socks[0]
         self._prio_fd = socks[0].fileno()
         self._data_fd = socks[1].fileno()
-        self._ready: tuple[bool, bool] | None = None  # set by wait(), used once by poll_recv
+        self._ready = None  # set by wait(), used once by poll_recv
         self._lone = False  # set by a busy wait that saw its input arrive: read one datagram
         self._sendto = (socks[0].sendto, socks[1].sendto)
         self._recv_from = (socks[0].recvfrom_into, socks[1].recvfrom_into)
         self._data_sock = socks[1]
         self._gro = opts.gro
-        self._pending: list[bytes] = []
-        self._pending_from: list[Any] = []
+        self._pending = []
+        self._pending_from = []
         self._gso = has_gso and opts.gso != "off"
         self._gso_mode = opts.gso
         self._gso_failures = 0
-        self._gso_cmsg: dict[int, list[tuple[int, int, bytes]]] = {}
+        self._gso_cmsg = {}
         self.local_sockaddrs = tuple(s.getsockname() for s in socks)
         self.wildcard = _sockets.is_wildcard(opts.host)
         if opts.mtu:
@@ -118,15 +116,15 @@ class UdpDevice:
                                          self.local_sockaddrs[1][1], scope)
         self._busy_poll = opts.busy_poll
         self._reach: dict[tuple[str, int], str | None] = {}  # resolve's answers, per (ip, scope)
-        self._warned: set[Any] = set()  # destinations whose unreachability was logged
+        self._warned = set()  # destinations whose unreachability was logged
         (self._wake_r, self._wake_w, self._poller, self._poll_scale,
          self._select_fds, self._timer) = _wait.open_waiting(socks)
-        self._look = _wait.looker(self._poller)  # (a busy wait's spin)
+        self._epoll = _wait.is_epoll(self._poller)
         self.tx_datagrams = self.tx_bytes = self.tx_pushbacks = self.tx_errors = 0
         self.tx_gso_sends = self.gso_fallbacks = 0
         self.rx_datagrams = self.rx_bytes = self.rx_priority = self.rx_errors = self.rx_oversize = 0
         self.rx_gro_reads = self.icmp_errors = 0
-        self.port_unreachable: list[Any] = []  # destinations ICMP said closed (path_errors takes them)
+        self.port_unreachable = []  # destinations ICMP said closed (path_errors takes them)
         self.tx_unreachable = 0
         self.last_send_error = ""
 
@@ -264,10 +262,6 @@ class UdpDevice:
         raise AddressUnreachable(f"udp: cannot reach {_address.describe(address)} from "
                                  f"{self._bound_text()}: it is {theirs} but this device is bound "
                                  f"to {mine} address {self.options.host}; bind {bind} (option bind)")
-
-    def _bound_text(self) -> str:
-        host, port = self.local_sockaddrs[0][0], self.local_sockaddrs[0][1]
-        return f"[{host}]:{port}" if self.family == socket.AF_INET6 else f"{host}:{port}"
 
     def clock(self) -> Any:
         return time.monotonic

@@ -1,7 +1,7 @@
 """Errors on the send path and ICMP errors (IP_RECVERR), rare by nature: kept out of the
 per-datagram functions of ``_send`` and ``_receive``, which call these only on a failure.
 
-Plain functions taking the device first, installed as the device's methods."""
+Plain functions taking the device first (its hot state, :class:`._state.UdpState`)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,9 @@ import logging
 import socket
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ._send import _nbytes, _send1
-
-if TYPE_CHECKING:
-    from ._device import UdpDevice
+from ._state import UdpState, nbytes
 
 #: errors that mean "the send queue is full, try later"
 PUSHBACK = (errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS)
@@ -32,7 +29,14 @@ REACH_CACHE = 4096  # destinations whose reachability is remembered (a HELLO flo
 log = logging.getLogger("btlcore.udp")
 
 
-def send_error(device: UdpDevice, exc: OSError, sock: socket.socket, data: Any, addr: Any) -> bool:
+def _send1(sock: socket.socket, data: Any, addr: Any) -> None:
+    if type(data) is list:  # gathered: [header, payload], the kernel joins them
+        sock.sendmsg(data, (), 0, addr)
+    else:
+        sock.sendto(data, addr)
+
+
+def send_error(device: UdpState, exc: OSError, sock: socket.socket, data: Any, addr: Any) -> bool:
     """The send of ``data`` failed with ``exc``: True if it was sent after all or is to be
     counted as lost, False if the queue is full (the caller posts it again later)."""
     if device.closed:
@@ -40,11 +44,11 @@ def send_error(device: UdpDevice, exc: OSError, sock: socket.socket, data: Any, 
     if exc.errno not in PUSHBACK:
         # With IP_RECVERR an ICMP error (a peer's closed port, a smaller path MTU) is
         # reported once, by whichever call comes next: clear it and try again, once.
-        device._drain_errqueue(sock)
+        drain_errqueue(device, sock)
         try:
             _send1(sock, data, addr)
             device.tx_datagrams += 1
-            device.tx_bytes += _nbytes(data)
+            device.tx_bytes += nbytes(data)
             return True
         except OSError as again:
             exc = again
@@ -52,18 +56,18 @@ def send_error(device: UdpDevice, exc: OSError, sock: socket.socket, data: Any, 
         device.tx_pushbacks += 1
         return False
     if exc.errno == errno.EMSGSIZE:
-        raise OSError(errno.EMSGSIZE, f"udp: the kernel refused a {_nbytes(data)}-byte datagram "
+        raise OSError(errno.EMSGSIZE, f"udp: the kernel refused a {nbytes(data)}-byte datagram "
                       f"to {addr} as too large for the path; lower the 'mtu' option") from exc
     # Unreachable network, a firewall's EPERM: the datagram is lost as on a wire, and the
     # core's retransmission and peer timeout deal with it.  connect() refused peers
     # unreachable from the start; a route lost since is said once per destination.
     device.tx_errors += 1
     if exc.errno in UNREACHABLE:
-        device._unreachable(addr, exc)
+        unreachable(device, addr, exc)
     return True
 
 
-def unreachable(device: UdpDevice, addr: Any, exc: OSError) -> None:
+def unreachable(device: UdpState, addr: Any, exc: OSError) -> None:
     device.tx_unreachable += 1
     device.last_send_error = f"udp: cannot send from {device._bound_text()} to {addr[0]} port {addr[1]}: {exc.strerror}"
     if addr not in device._warned and len(device._warned) < REACH_CACHE:
@@ -72,7 +76,7 @@ def unreachable(device: UdpDevice, addr: Any, exc: OSError) -> None:
                     "the route returns, and the peer fails after peer_timeout)", device.last_send_error)
 
 
-def drain_errqueue(device: UdpDevice, sock: Any) -> None:
+def drain_errqueue(device: UdpState, sock: Any) -> None:
     """Read and count the socket's queued ICMP errors (IP_RECVERR): left there, they take
     receive-buffer space and keep epoll reporting EPOLLERR."""
     for _ in range(ERRQUEUE_BATCH):
@@ -89,7 +93,7 @@ def drain_errqueue(device: UdpDevice, sock: Any) -> None:
             device.port_unreachable.append(dest)
 
 
-def gso_error(device: UdpDevice, exc: OSError, sock: socket.socket, iov: Sequence[Any], cmsg: Any,
+def gso_error(device: UdpState, exc: OSError, sock: socket.socket, iov: Sequence[Any], cmsg: Any,
                addr: Any, count: int, size: int) -> int | None:
     """A GSO send of ``count`` datagrams of ``size`` bytes (the buffers ``iov``) failed
     with ``exc``.  Returns the bytes sent after all, 0 if the run is lost (as on a wire),
@@ -112,12 +116,12 @@ def gso_error(device: UdpDevice, exc: OSError, sock: socket.socket, iov: Sequenc
         if device.closed:
             raise OSError(errno.EBADF, "udp: device is closed") from exc
         if attempt == 0:  # perhaps an ICMP error reported by this call: clear it, retry
-            device._drain_errqueue(sock)
+            drain_errqueue(device, sock)
             try:
                 return int(sock.sendmsg(iov, cmsg, 0, addr))
             except OSError as again:
                 exc = again
     device.tx_errors += count  # lost as on a wire: the core retransmits
     if exc.errno in UNREACHABLE:
-        device._unreachable(addr, exc)
+        unreachable(device, addr, exc)
     return 0

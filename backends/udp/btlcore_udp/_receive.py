@@ -8,20 +8,20 @@ request or reply), that socket is read once with ``recvfrom_into`` instead (``_r
 
 Plain functions taking the device first, which the core calls directly (the hooks name
 them with ``btlcore.device.direct``); the loops are per datagram, so everything in them
-stays inline.  Compiled with mypyc where the build can (``btlcore/_native.py``)."""
+stays inline.  Compiled with mypyc where the build can (``btlcore/_native.py``), on the
+device's fields as a native class declares them (``_state``: typed, at fixed offsets)."""
 
 from __future__ import annotations
 
 import socket
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ._errors import drain_errqueue
 from ._mmsg import scoped
 from ._sockets import UDP_GRO
-from ._wait import readiness
-
-if TYPE_CHECKING:
-    from ._device import UdpDevice
+from ._state import UdpState
+from ._wait import look, readiness
 
 GRO_BUFFER = 65536  # a GRO read may return up to 64 KiB of glued datagrams
 GRO_CMSG_SPACE = socket.CMSG_SPACE(4)
@@ -29,15 +29,15 @@ ARENA_BYTES = 4 << 20
 MAX_ERRORS_PER_POLL = 8
 
 
-def _recv_failed(device: UdpDevice, sock: socket.socket, errors: int) -> int:
+def _recv_failed(device: UdpState, sock: socket.socket, errors: int) -> int:
     """A read raised: count it and read the socket's error queue (the ICMP behind it), so
     the next read gets data again; return the poll's error count."""
     device.rx_errors += 1
-    device._drain_errqueue(sock)
+    drain_errqueue(device, sock)
     return errors + 1
 
 
-def _drain(device: UdpDevice, sock: socket.socket, out: list[Any], srcs: list[Any], budget: int,
+def _drain(device: UdpState, sock: socket.socket, out: list[Any], srcs: list[Any], budget: int,
            off: int) -> int:
     """``recvfrom_into`` datagrams back to back into the arena from ``off``, their senders
     into ``srcs``; return the new offset.  Stops when the socket is empty, ``out`` holds
@@ -47,8 +47,6 @@ def _drain(device: UdpDevice, sock: socket.socket, out: list[Any], srcs: list[An
     size = device._recv_size
     mtu = device._recv_mtu
     recvfrom_into = sock.recvfrom_into
-    append = out.append
-    append_src = srcs.append
     errors = 0
     start = off
     while len(out) < budget and off <= limit:
@@ -64,14 +62,14 @@ def _drain(device: UdpDevice, sock: socket.socket, out: list[Any], srcs: list[An
         if n > mtu:
             device.rx_oversize += 1
             continue
-        append(arena[off:off + n])
-        append_src(src)
+        out.append(arena[off:off + n])
+        srcs.append(src)
         off += n
     device.rx_bytes += off - start
     return off
 
 
-def _drain_mmsg(device: UdpDevice, sock: socket.socket, out: list[Any], srcs: list[Any],
+def _drain_mmsg(device: UdpState, sock: socket.socket, out: list[Any], srcs: list[Any],
                 budget: int, slot: int) -> int:
     """Like :func:`_drain` with ``recvmmsg``: many datagrams per system call, each in its own
     slot of ``device._batch`` from ``slot`` on; return the next free slot.  The senders are
@@ -79,13 +77,12 @@ def _drain_mmsg(device: UdpDevice, sock: socket.socket, out: list[Any], srcs: li
     recv, view, lens, stride, at, size, slots, sources = device._mmsg_parts
     fd = sock.fileno()
     mtu = device._recv_mtu
-    append = out.append
     nbytes = 0
     errors = 0
     while len(out) < budget and slot < slots:
         want = min(budget - len(out), slots - slot)
         try:
-            k = recv(fd, slot, want)
+            k: int = recv(fd, slot, want)
         except OSError:  # an ICMP error reported by this call (IP_RECVERR)
             errors = _recv_failed(device, sock, errors)
             if errors >= MAX_ERRORS_PER_POLL:
@@ -93,12 +90,12 @@ def _drain_mmsg(device: UdpDevice, sock: socket.socket, out: list[Any], srcs: li
             continue
         had = len(out)
         for i in range(slot, slot + k):
-            n = lens[i * stride + at]
+            n: int = lens[i * stride + at]
             if n > mtu:
                 device.rx_oversize += 1
                 continue
             begin = i * size
-            append(view[begin:begin + n])
+            out.append(view[begin:begin + n])
             nbytes += n
         if len(out) - had == k:
             srcs += sources(slot, k)
@@ -112,7 +109,7 @@ def _drain_mmsg(device: UdpDevice, sock: socket.socket, out: list[Any], srcs: li
     return slot
 
 
-def _drain_gro(device: UdpDevice, sock: socket.socket, out: list[Any], srcs: list[Any], budget: int,
+def _drain_gro(device: UdpState, sock: socket.socket, out: list[Any], srcs: list[Any], budget: int,
                off: int) -> int:
     """Like :func:`_drain`, for a socket with UDP_GRO on: one ``recvmsg_into`` may return many
     datagrams glued together, with their size in a control message.  Those beyond the budget
@@ -122,8 +119,6 @@ def _drain_gro(device: UdpDevice, sock: socket.socket, out: list[Any], srcs: lis
     limit = device._arena_gro_limit
     mtu = device._recv_mtu
     recvmsg_into = sock.recvmsg_into
-    append = out.append
-    append_src = srcs.append
     errors = 0
     start = off
     while len(out) < budget and off <= limit:
@@ -144,8 +139,8 @@ def _drain_gro(device: UdpDevice, sock: socket.socket, out: list[Any], srcs: lis
             device.rx_oversize += -(-n // seg) if seg else 1
             continue
         if seg == n:
-            append(arena[off:off + n])
-            append_src(src)
+            out.append(arena[off:off + n])
+            srcs.append(src)
             off += n
             continue
         device.rx_gro_reads += 1
@@ -154,8 +149,8 @@ def _drain_gro(device: UdpDevice, sock: socket.socket, out: list[Any], srcs: lis
         while p < end:
             q = p + seg if p + seg < end else end
             if len(out) < budget:
-                append(arena[p:q])
-                append_src(src)
+                out.append(arena[p:q])
+                srcs.append(src)
             else:
                 device._pending.append(bytes(arena[p:q]))
                 device._pending_from.append(src)
@@ -166,19 +161,20 @@ def _drain_gro(device: UdpDevice, sock: socket.socket, out: list[Any], srcs: lis
     return off
 
 
-def _read_lone(device: UdpDevice, channel: int, out: list[Any], srcs: list[Any]) -> None:
+def _read_lone(device: UdpState, channel: int, out: list[Any], srcs: list[Any]) -> None:
     """One datagram of the socket a busy wait saw turn readable (``device._lone``): one
     ``recvfrom_into`` into the arena, no more.  A round trip's request or reply comes alone,
     and this is the cheapest read of one (recvmmsg through ctypes costs a microsecond more
     with its senders, and a second recv_into would only say the socket is empty).  Anything
     else queued stays readable: the next wait sees it at once, and its read is batched."""
     try:
-        n, src = device._recv_from[channel](device._arena, device._recv_size)
+        got: tuple[int, Any] = device._recv_from[channel](device._arena, device._recv_size)
     except BlockingIOError:
         return
     except OSError:  # an ICMP error reported by this call (IP_RECVERR)
         _recv_failed(device, device._socks[channel], 0)
         return
+    n, src = got
     if n > device._recv_mtu:
         device.rx_oversize += 1
         return
@@ -189,12 +185,12 @@ def _read_lone(device: UdpDevice, channel: int, out: list[Any], srcs: list[Any])
     device.rx_bytes += n
 
 
-def poll_recv(device: UdpDevice, budget: int) -> list[Any]:
+def poll_recv(device: UdpState, budget: int) -> list[Any]:
     """Up to ``budget`` datagrams, the priority socket drained first."""
     return poll_recv_from(device, budget)[0]
 
 
-def poll_recv_from(device: UdpDevice, budget: int) -> tuple[list[Any], list[Any]]:
+def poll_recv_from(device: UdpState, budget: int) -> tuple[list[Any], list[Any]]:
     """Up to ``budget`` datagrams, the priority socket drained first, and the address of the
     socket each came from (``(host, port)``: a peer's priority and data sockets differ)."""
     out: list[Any] = []
@@ -209,7 +205,7 @@ def poll_recv_from(device: UdpDevice, budget: int) -> tuple[list[Any], list[Any]
     ready = device._ready
     device._ready = None
     if ready is None:
-        ready = readiness(device, device._look())
+        ready = readiness(device, look(device))
     elif device._lone:  # a busy wait saw one socket turn readable: a lone datagram, most likely
         device._lone = False
         if ready[0] != ready[1] and not device._pending and not device._gro:

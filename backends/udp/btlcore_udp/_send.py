@@ -3,39 +3,28 @@ datagrams as one UDP GSO ``sendmsg``) and ``post_send_many`` (a driver's whole f
 
 Plain functions taking the device first, which the core calls directly (the hooks name
 them with ``btlcore.device.direct``: no wrapper per datagram); compiled with mypyc where
-the build can (``btlcore/_native.py``).  A channel is a plain ``int`` here (the engine's
-numbering; :class:`~btlcore.device.Channel` is one).  Their rare failures go to ``_errors``."""
+the build can (``btlcore/_native.py``), on the device's fields as a native class declares
+them (``_state``: read at fixed offsets, typed).  A channel is a plain ``int`` here (the
+engine's numbering; :class:`~btlcore.device.Channel` is one).  Their rare failures go to
+``_errors``."""
 
 from __future__ import annotations
 
 import socket
 import struct
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from btlcore.device import Channel
 
+from ._errors import gso_error, send_error
 from ._sockets import UDP_SEGMENT
-
-if TYPE_CHECKING:
-    from ._device import UdpDevice
+from ._state import UdpState, nbytes
 
 GSO_MAX_SEGMENTS = 64  # UDP_MAX_SEGMENTS in kernels before 6.9 (128 since); stay safe
 
 
-def _nbytes(data: Any) -> int:
-    """Length of a datagram given as one buffer or as a list of buffers (gathered)."""
-    return len(data) if type(data) is not list else sum(map(len, data))
-
-
-def _send1(sock: socket.socket, data: Any, addr: Any) -> None:
-    if type(data) is list:  # gathered: [header, payload], the kernel joins them
-        sock.sendmsg(data, (), 0, addr)
-    else:
-        sock.sendto(data, addr)
-
-
-def post_send(device: UdpDevice, channel: int, dest: Any, data: Any) -> bool:
+def post_send(device: UdpState, channel: int, dest: Any, data: Any) -> bool:
     """Send one datagram (one buffer, or a list of buffers sent as one datagram); False if
     the socket's send queue is full."""
     if type(data) is list:
@@ -47,14 +36,14 @@ def post_send(device: UdpDevice, channel: int, dest: Any, data: Any) -> bool:
     try:
         device._sendto[channel](data, dest[channel])
     except OSError as exc:
-        return device._send_error(exc, device._socks[channel], data, dest[channel])
+        return send_error(device, exc, device._socks[channel], data, dest[channel])
     device.tx_datagrams += 1
     device.tx_bytes += n
     return True
 
 
-def _post_gathered(device: UdpDevice, channel: int, dest: Any, data: list[Any]) -> bool:
-    n = _nbytes(data)
+def _post_gathered(device: UdpState, channel: int, dest: Any, data: list[Any]) -> bool:
+    n = nbytes(data)
     if n > device._mtus[channel]:
         raise ValueError(f"udp: datagram of {n} bytes exceeds the {Channel(channel).name} "
                          f"channel MTU of {device._mtus[channel]} bytes")
@@ -62,13 +51,13 @@ def _post_gathered(device: UdpDevice, channel: int, dest: Any, data: list[Any]) 
     try:
         sock.sendmsg(data, (), 0, dest[channel])
     except OSError as exc:
-        return device._send_error(exc, sock, data, dest[channel])
+        return send_error(device, exc, sock, data, dest[channel])
     device.tx_datagrams += 1
     device.tx_bytes += n
     return True
 
 
-def post_send_batch(device: UdpDevice, channel: int, dest: Any, datagrams: Sequence[Any]) -> int:
+def post_send_batch(device: UdpState, channel: int, dest: Any, datagrams: Sequence[Any]) -> int:
     """Send ``datagrams`` in order to one destination; return how many were taken (a prefix;
     the caller posts the rest again later, as after ``post_send`` returned False).
 
@@ -80,7 +69,7 @@ def post_send_batch(device: UdpDevice, channel: int, dest: Any, datagrams: Seque
     sock = device._socks[channel]
     addr = dest[channel]
     total = len(datagrams)
-    sizes = list(map(_nbytes, datagrams))
+    sizes = [nbytes(d) for d in datagrams]  # (compiled: direct calls, no map)
     plain_until = 0  # datagrams before this index go one by one (after a GSO failure)
     # a GSO run needs two datagrams in one send: larger ones (65000 B) always go one by one
     gso_max = device._max_payload // 2 if device._gso else 0
@@ -100,12 +89,12 @@ def post_send_batch(device: UdpDevice, channel: int, dest: Any, datagrams: Seque
         if j - i == 1:
             data = datagrams[i]
             try:
-                if type(data) is list:  # (_send1, inlined: once per datagram at 65000 B)
+                if type(data) is list:  # (_errors._send1, inlined: once per datagram at 65000 B)
                     sock.sendmsg(data, (), 0, addr)
                 else:
                     sock.sendto(data, addr)
             except OSError as exc:
-                if not device._send_error(exc, sock, datagrams[i], addr):
+                if not send_error(device, exc, sock, datagrams[i], addr):
                     return i
                 i = j
                 continue
@@ -128,9 +117,9 @@ def post_send_batch(device: UdpDevice, channel: int, dest: Any, datagrams: Seque
         if cmsg is None:
             cmsg = device._gso_cmsg[size] = [(socket.IPPROTO_UDP, UDP_SEGMENT, struct.pack("=H", size))]
         try:
-            nbytes = sock.sendmsg(iov, cmsg, 0, addr)
+            sent_bytes: int = sock.sendmsg(iov, cmsg, 0, addr)
         except OSError as exc:
-            sent = device._gso_error(exc, sock, iov, cmsg, addr, j - i, size)
+            sent = gso_error(device, exc, sock, iov, cmsg, addr, j - i, size)
             if sent is None:  # queue full
                 return i
             if sent < 0:  # GSO refused here: this run again, datagram by datagram
@@ -138,16 +127,16 @@ def post_send_batch(device: UdpDevice, channel: int, dest: Any, datagrams: Seque
                 if not device._gso:  # ... and, turned off now, for the rest of the batch too
                     gso_max = 0
                 continue
-            nbytes = sent
-        if nbytes:
+            sent_bytes = sent
+        if sent_bytes:
             device.tx_datagrams += j - i
-            device.tx_bytes += nbytes
+            device.tx_bytes += sent_bytes
             device.tx_gso_sends += 1
         i = j
     return total
 
 
-def post_send_many(device: UdpDevice, items: Sequence[tuple[Any, Any, Any]]) -> int:
+def post_send_many(device: UdpState, items: Sequence[tuple[Any, Any, Any]]) -> int:
     """Post ``(channel, dest, data)`` items in order, each run of items for one channel and
     destination through :func:`post_send_batch` (GSO); return how many were taken (a prefix:
     the caller keeps the rest for later).  What a driver's flush loop needs in one call."""

@@ -5,18 +5,15 @@ deadline timer and the wake descriptor for a device."""
 
 from __future__ import annotations
 
-import functools
 import os
 import select
 import socket
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ._errors import drain_errqueue
+from ._state import UdpState
 from ._timer import DeadlineTimer, open_timer
-
-if TYPE_CHECKING:
-    from ._device import UdpDevice
 
 FINE_WAIT = 0.05  # waits shorter than this go through select (microseconds, not ms)
 SELECT_FD_LIMIT = 1024  # FD_SETSIZE: select cannot take larger descriptors
@@ -56,16 +53,21 @@ def open_waiting(socks: list[socket.socket]) -> tuple[int, int, Any, float, list
     return wake_r, wake_w, poller, scale, (fds if max(fds) < SELECT_FD_LIMIT else None), timer
 
 
-def looker(poller: Any) -> Callable[[], Any]:
-    """A zero-timeout poll of ``poller``, as a busy wait spins on it.  Epoll's with
+def is_epoll(poller: Any) -> bool:
+    """Whether ``poller`` is an epoll (whose zero-timeout look takes ``maxevents``)."""
+    return hasattr(select, "epoll") and isinstance(poller, select.epoll)
+
+
+def look(device: UdpState) -> Any:
+    """A zero-timeout poll of the device's poller, as a busy wait spins on it.  Epoll's with
     ``maxevents`` the device's four descriptors: by default it allocates room for 1023
     answers on every call, a fifth of a spin's cost."""
-    if hasattr(select, "epoll") and isinstance(poller, select.epoll):
-        return functools.partial(poller.poll, 0.0, POLL_EVENTS)
-    return functools.partial(poller.poll, 0)  # pragma: no cover - non-Linux
+    if device._epoll:
+        return device._poller.poll(0.0, POLL_EVENTS)
+    return device._poller.poll(0)  # pragma: no cover - non-Linux
 
 
-def wait(device: UdpDevice, deadline: float | None) -> None:
+def wait(device: UdpState, deadline: float | None) -> None:
     """Block until a socket is readable or ``deadline`` (monotonic) passes; in busy-poll
     mode spin on a zero-timeout poll instead of sleeping (input that arrived during the spin
     is marked ``device._lone``: poll_recv reads it with one call; input already there at the
@@ -80,15 +82,14 @@ def wait(device: UdpDevice, deadline: float | None) -> None:
     wait of every pass."""
     if device.closed:
         return
-    poll = device._poller.poll
+    poller = device._poller
+    events: Any
     if device._busy_poll:
-        look = device._look
-        events = look()
+        events = look(device)
         device._lone = False  # input there at the first look: a backlog, read in a batch
         if not events:
-            monotonic = time.monotonic
-            while not (events := look()):
-                if deadline is not None and monotonic() >= deadline:
+            while not (events := look(device)):
+                if deadline is not None and time.monotonic() >= deadline:
                     device._ready = (False, False)
                     return
             # the input arrived while we spun: one datagram, nearly always (a round trip's),
@@ -98,19 +99,19 @@ def wait(device: UdpDevice, deadline: float | None) -> None:
         timer = device._timer
         if timer is not None and timer.at is not None:
             timer.disarm()
-        events = poll(-1)
+        events = poller.poll(-1)
     else:
         timeout = deadline - time.monotonic()
         if timeout <= 0:
-            events = poll(0)
+            events = poller.poll(0)
         elif (timer := device._timer) is not None and timeout < MAX_TIMER:
             # input already there (a bulk receiver's usual case) needs no timer: looked for
             # first while the last wait found it so (a round trip's waits sleep: no look)
-            events = poll(0) if timer.found else None
+            events = poller.poll(0) if timer.found else None
             if not events:
                 if deadline != timer.at:
                     timer.arm(deadline)
-                events = poll(-1)  # (the timerfd ends it at the deadline)
+                events = poller.poll(-1)  # (the timerfd ends it at the deadline)
                 timer.found = False
             else:
                 timer.found = True
@@ -123,15 +124,17 @@ def wait(device: UdpDevice, deadline: float | None) -> None:
                 drain_wake(device)
             return
         else:
-            events = poll(timeout * device._poll_scale)
+            events = poller.poll(timeout * device._poll_scale)
     device._ready = readiness(device, events)  # what poll_recv needs to read
 
 
-def readiness(device: UdpDevice, events: Any) -> tuple[bool, bool]:
+def readiness(device: UdpState, events: Any) -> tuple[bool, bool]:
     """(priority readable, data readable) from epoll's answer; queued ICMP errors
     (EPOLLERR) are read here, or epoll would report the socket for ever."""
     prio = data = False
     prio_fd = device._prio_fd
+    fd: int
+    mask: int
     for fd, mask in events:
         if fd == prio_fd:
             prio = True
@@ -144,11 +147,11 @@ def readiness(device: UdpDevice, events: Any) -> tuple[bool, bool]:
         else:
             data = True
         if mask & POLL_ERR:
-            device._drain_errqueue(device._socks[0] if fd == prio_fd else device._socks[1])
+            drain_errqueue(device, device._socks[0] if fd == prio_fd else device._socks[1])
     return prio, data
 
 
-def wake(device: UdpDevice) -> None:
+def wake(device: UdpState) -> None:
     """Make a wait blocked in another thread return now (thread-safe: one write to the
     wake descriptor; a full pipe or a closed device is ignored)."""
     if device.closed:
@@ -159,7 +162,7 @@ def wake(device: UdpDevice) -> None:
         pass
 
 
-def drain_wake(device: UdpDevice) -> None:
+def drain_wake(device: UdpState) -> None:
     try:
         while os.read(device._wake_r, 4096):
             if device._wake_r == device._wake_w:  # an eventfd: one read resets it
