@@ -39,7 +39,13 @@ the queue full and the others' packets are the ones dropped (Jain 0.76 for 2 flo
 flow paces at, ``bw_cap``, to :data:`LOSS_BETA` of it (BBRv2's ``bw_lo``, in PROBE_BW
 only).  The cap regrows once a round by the same step for every flow on the path, one
 segment per min RTT, doubling per round while no queue stands (so a lone flow has its
-bandwidth back in a few rounds): flows sharing a queue converge, as under AIMD.
+bandwidth back in a few rounds): flows sharing a queue converge, as under AIMD.  A queue
+that never drains hides itself (every min RTT is measured with it full), so a window that
+lost more than :data:`OVERFLOW_LOSS` (half) of its bytes cuts the cap whatever the RTTs
+show.  And the pace never falls below :data:`PACING_FLOOR` segments per smoothed RTT: where
+a fair share is under a datagram per round trip (8 flows on 100 Mb/s at 1 ms, 9000 B), a
+flow whose first window was lost whole would otherwise pace its repairs at its estimate of
+a segment over a second.
 """
 
 from __future__ import annotations
@@ -98,12 +104,12 @@ HEAVY_LOSS: Final = 0.3
 # flows on burst loss (100 Mb/s at 10 ms: goodput 1.05 -> 0.98)
 OVERFLOW_LOSS: Final = 0.5
 CAP_STEP0: Final = 1.0  # bw_cap's first step after a cut, segments per min RTT (doubles per round)
-# no pace below this many segments per smoothed RTT: a window-based protocol's smallest window.
-# A flow whose first window was lost whole to a full queue (1 segment of 42 acknowledged) has a
-# bandwidth estimate of a segment over a long interval, and paced at it (times DRAIN's gain)
-# it sent its repairs one every second or so: flows that stalled for the whole run (8 flows on
-# 100 Mb/s at 1 ms, two of them at 0.0 of the link).  Half a segment: 8 flows paced at a whole
-# segment per RTT (RTT with the queue full: 5.7 ms) fill 100 Mb/s at 1 ms on their own
+# no pace below this many segments per smoothed RTT (a window-based protocol's smallest window
+# is one).  A flow whose first window was lost whole to a full queue (1 segment of 42
+# acknowledged) has a bandwidth estimate of a segment over a long interval, and paced at it
+# (times DRAIN's gain) it sent its repairs a datagram every second or two: flows that stalled
+# for the whole run (8 flows on 100 Mb/s at 1 ms, two of them at 0.0 of the link).  Half a
+# segment: 8 flows at a whole segment per RTT (about 5 ms with the queue full) fill that path
 PACING_FLOOR: Final = 0.5
 AGG_ROUNDS: Final = 5  # the ACK-aggregation max filter keeps two buckets of this many rounds
 AGG_MAX_TIME: Final = 0.1  # ... and never more than this many seconds of the bandwidth
