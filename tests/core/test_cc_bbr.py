@@ -235,6 +235,37 @@ def test_loss_while_a_queue_stands_cuts_the_pace_and_equal_steps_regrow_it() -> 
     assert st.bw_cap == st.bw
 
 
+def test_heavy_loss_cuts_the_pace_even_with_no_rtt_above_the_min() -> None:
+    """A queue that never drains leaves no RTT well above a min RTT it inflated itself, so a
+    loss rate beyond any random loss's (OVERFLOW_LOSS) is congestion without one: it cuts
+    the pace; a rate below it, with every RTT at the min, does not."""
+    cc, peer = _probing_peer()
+    st = peer.cc_state
+    _round(cc, peer, 1.0, 20 * SEG, 12 * SEG, 0.0101)  # 37% lost, no queue seen: random loss
+    assert st.bw_cap == float("inf")
+    _round(cc, peer, 1.02, 20 * SEG, 24 * SEG, 0.0101)  # 55% lost
+    assert st.bw_cap == pytest.approx(bbr.LOSS_BETA * 1e7)
+    assert peer.pacing_rate == pytest.approx(bbr.LOSS_BETA * 1e7)
+
+
+def test_the_pace_stays_above_a_fraction_of_a_segment_per_rtt() -> None:
+    """A bandwidth estimate of one segment acknowledged over 1.5 s (a first window lost whole
+    to a full queue) would pace the repairs at one segment a second and more: the pace is at
+    least PACING_FLOOR segments per smoothed RTT; above that floor it follows the model."""
+    cc, peer = _probing_peer()
+    st = peer.cc_state
+    peer.timer.srtt = 0.004
+    st.bw = st.seg / 1.5
+    delivered = st.round_end - 2 * SEG  # (samples that end no round)
+    sample = RateSample(1.0, 0.0, 0.0, delivered, SEG, 0, SEG, 0.0, False, delivered)
+    cc.on_rate_sample(peer, sample)  # type: ignore[arg-type]
+    assert st.mode == PROBE_BW and st.bw == pytest.approx(st.seg / 1.5)
+    assert peer.pacing_rate == pytest.approx(bbr.PACING_FLOOR * st.seg / 0.004)
+    st.bw = 1e7
+    cc.on_rate_sample(peer, sample)  # type: ignore[arg-type]
+    assert peer.pacing_rate == pytest.approx(st.pacing_gain * 1e7)
+
+
 def test_random_loss_on_an_empty_path_leaves_the_pace_alone() -> None:
     """The same loss rate with RTTs at the min (no queue: losses the path makes, not a
     queue overflowing) does not cut the pace; nor does it before the flow left STARTUP."""

@@ -39,7 +39,13 @@ the queue full and the others' packets are the ones dropped (Jain 0.76 for 2 flo
 flow paces at, ``bw_cap``, to :data:`LOSS_BETA` of it (BBRv2's ``bw_lo``, in PROBE_BW
 only).  The cap regrows once a round by the same step for every flow on the path, one
 segment per min RTT, doubling per round while no queue stands (so a lone flow has its
-bandwidth back in a few rounds): flows sharing a queue converge, as under AIMD.
+bandwidth back in a few rounds): flows sharing a queue converge, as under AIMD.  A queue
+that never drains hides itself (every min RTT is measured with it full), so a window that
+lost more than :data:`OVERFLOW_LOSS` (half) of its bytes cuts the cap whatever the RTTs
+show.  And the pace never falls below :data:`PACING_FLOOR` segments per smoothed RTT: where
+a fair share is under a datagram per round trip (8 flows on 100 Mb/s at 1 ms, 9000 B), a
+flow whose first window was lost whole would otherwise pace its repairs at its estimate of
+a segment over a second.
 """
 
 from __future__ import annotations
@@ -90,7 +96,21 @@ CAP_RTT: Final = 1.25  # ... and the bandwidth is cut only if no RTT then was be
 # at 10 ms left it at 120 Mb/s, and PROBE_BW's probes, 25% a cycle, took seconds to find the
 # rest).  A round of 20 segments at 10% random loss loses more than 30% once in 400.
 HEAVY_LOSS: Final = 0.3
+# losses above this share of a window are congestion whatever the RTTs show: with 8 flows on
+# 100 Mb/s at 1 ms (a path and queue of 7 datagrams of 9000 B) the queue never drained, every
+# flow's min RTT was measured with it full, no RTT stood 1.25 x above it, and the flows lost
+# half of what they sent for the whole run without a cut.  Random loss at 10% (or 5% in bursts
+# of 4) loses half of a 20-segment window about never; at HEAVY_LOSS it cut the cap of lone
+# flows on burst loss (100 Mb/s at 10 ms: goodput 1.05 -> 0.98)
+OVERFLOW_LOSS: Final = 0.5
 CAP_STEP0: Final = 1.0  # bw_cap's first step after a cut, segments per min RTT (doubles per round)
+# no pace below this many segments per smoothed RTT (a window-based protocol's smallest window
+# is one).  A flow whose first window was lost whole to a full queue (1 segment of 42
+# acknowledged) has a bandwidth estimate of a segment over a long interval, and paced at it
+# (times DRAIN's gain) it sent its repairs a datagram every second or two: flows that stalled
+# for the whole run (8 flows on 100 Mb/s at 1 ms, two of them at 0.0 of the link).  Half a
+# segment: 8 flows at a whole segment per RTT (about 5 ms with the queue full) fill that path
+PACING_FLOOR: Final = 0.5
 AGG_ROUNDS: Final = 5  # the ACK-aggregation max filter keeps two buckets of this many rounds
 AGG_MAX_TIME: Final = 0.1  # ... and never more than this many seconds of the bandwidth
 AGG_MIN_TIME: Final = 0.1  # ... a bucket lasting at least this long (a host path's rounds last 0.1-1 ms)
@@ -267,6 +287,9 @@ class Bbr(RateSampled):
         bw = st.pacing_bw()
         if bw > 0.0:
             rate = st.pacing_gain * bw
+            srtt = peer.timer.srtt
+            if srtt and rate * srtt < PACING_FLOOR * st.seg:
+                rate = PACING_FLOOR * st.seg / srtt
             # (until STARTUP has found the bandwidth, the pace only rises: the first samples,
             # a segment or two acknowledged over a whole round trip, are far below the path's
             # rate, and a pace set by them would hold the first rounds back: the draft's rule)
@@ -319,7 +342,11 @@ class Bbr(RateSampled):
             # queue's overflow: an initial timeout shorter than the path's round trip)
             high_loss = (lost >= LOSS_MIN_SEGMENTS * st.seg and lost > LOSS_THRESH * (acked + lost)
                          and st.min_rtt > 0.0)
-            congested = high_loss and st.win_rtt >= CAP_RTT * st.min_rtt
+            # congestion: overflow while a queue stood, or more loss than any random loss
+            # (OVERFLOW_LOSS: a queue that never drains leaves no RTT near the true min RTT,
+            # and the min RTT measured is inflated by it, so "a queue stood" is not seen)
+            congested = high_loss and (st.win_rtt >= CAP_RTT * st.min_rtt
+                                       or lost > OVERFLOW_LOSS * (acked + lost))
             # (STARTUP's exit: overflow, not the random loss of a lossy path: HEAVY_LOSS)
             startup_exit = congested or (high_loss and lost > HEAVY_LOSS * (acked + lost))
             st.win_rtt = INF
