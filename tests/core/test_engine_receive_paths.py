@@ -14,9 +14,9 @@ from btlcore.testing.enginepair import EnginePair
 MTU = 1500
 
 
-def pair(**cfg: object) -> EnginePair:
+def pair(mtu: int = MTU, **cfg: object) -> EnginePair:
     # aimd: these tests count the datagrams of each send pass, unpaced
-    p = EnginePair(Config(**{"cc": "aimd", **cfg}), mtu=MTU)  # type: ignore[arg-type]
+    p = EnginePair(Config(**{"cc": "aimd", **cfg}), mtu=mtu)  # type: ignore[arg-type]
     p.handshake()
     return p
 
@@ -157,13 +157,18 @@ def test_receive_datagrams_matches_receive_datagram(cfg: dict, fa: list, fb: lis
     assert summary(run_scenario(True, cfg, fa, fb, plan)) == summary(run_scenario(False, cfg, fa, fb, plan))
 
 
+@pytest.mark.parametrize("mtu", [MTU, 600])
 @pytest.mark.parametrize("reuse", [False, True])
-def test_receive_datagrams_bulk_in_order(reuse: bool) -> None:
+def test_receive_datagrams_bulk_in_order(reuse: bool, mtu: int) -> None:
     """The short path itself: whole messages and middle chunks in order, as bytes (chunks
-    kept) or as views of a buffer the device overwrites afterwards (chunks copied)."""
-    p = pair()
+    kept) or as views of a buffer the device overwrites afterwards (chunks copied); with
+    a 600 B MTU every datagram is small enough for its CRC to be taken over a copy of its
+    tail (receive.py's _COPY_MAX), so the chunks' views are made apart from it."""
+    p = pair(mtu)
+    assert p.b.crc
     now = p.now + 1e-4
-    msgs = [payload(n, i) for i, n in enumerate([10, 1400, 9000, 0, 20000, 3])]
+    sizes = [10, 1400, 9000, 0, 20000, 3] if mtu == MTU else [10, 500, 3600, 0, 8000, 3]  # (in one window)
+    msgs = [payload(n, i) for i, n in enumerate(sizes)]
     for i, m in enumerate(msgs):
         p.a.send(p.pa, i, m, None, now)
     out = [flat(b) for _c, _d, b in p.a.datagrams_to_send(now)]
