@@ -73,10 +73,13 @@ _CHUNKED: Final = HEADER_LEN + CHUNK_LEN  # where a chunk's payload starts
 #: source is of any type; compiled by mypyc, a local typed int would take ints only); Final:
 #: compiled, read from a static, not looked up in the module's dict at every call
 _ANY: Final[Any] = -1
-#: a datagram up to this size has its CRC32C computed over a copy of its tail: copying a
-#: few hundred bytes costs less than making a memoryview of it and slicing that (per small
-#: datagram, compiled: about 1,100 instructions of ~13,000 in a ping-pong receive)
+#: a datagram up to this size has its CRC32C computed over a slice of it, a copy of its tail
+#: (``bytes``) or a view (``memoryview``): copying a few hundred bytes costs less than making a
+#: memoryview of it and slicing that (per small datagram, compiled: about 1,100 instructions
+#: of ~13,000 in a ping-pong receive).  Other bytes-like types are read through a memoryview
+#: (slicing some, ctypes arrays, makes no buffer)
 _COPY_MAX: Final = 1024
+_SLICED: Final = (bytes, memoryview)
 #: built in the hot path as tuples (events._new); bound here so that compiled code reads them
 #: from a static, not from the module's dict (events.py is pure Python)
 _MESSAGE_RECEIVED: Final = MessageReceived
@@ -163,10 +166,11 @@ class Receiver:
                 self.dispatch(data, None if sources is None else sources[k], now)
                 continue
             pr: Peer = peer  # typed from here on: compiled, its attributes are read from their slots
-            # the CRC32C (the head's cached per peer: _head_crc), over a copy of a small datagram's tail
+            # the CRC32C (the head's cached per peer: _head_crc), over a slice of a small datagram's tail
             if not flags & F_CRC:
                 small, view = False, _MEMORYVIEW(data)
-            elif crc32c(data[_CRC_TAIL] if (small := n <= _COPY_MAX) else (view := _MEMORYVIEW(data))[_CRC_TAIL],
+            elif crc32c(data[_CRC_TAIL] if (small := n <= _COPY_MAX and type(data) in _SLICED)
+                        else (view := _MEMORYVIEW(data))[_CRC_TAIL],
                         pr.rx_crc_head if pr.rx_crc_key == inc << 16 | flags << 8 | hflags and pr.rx_crc_conn == dst
                         else self._head_crc(pr, data, dst, inc, flags, hflags)) != crc:
                 last_dst = -1
@@ -232,7 +236,7 @@ class Receiver:
         build more than the comparison) and calls this on a miss."""
         key = inc << 16 | flags << 8 | hflags
         if key != peer.rx_crc_key or dst != peer.rx_crc_conn:
-            peer.rx_crc_conn, peer.rx_crc_key, peer.rx_crc_head = dst, key, crc32c(data[_CRC_HEAD])
+            peer.rx_crc_conn, peer.rx_crc_key, peer.rx_crc_head = dst, key, crc32c(_MEMORYVIEW(data)[_CRC_HEAD])
         return peer.rx_crc_head
 
     def dispatch(self, data: Any, source: Any, now: float) -> None:
