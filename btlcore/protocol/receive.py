@@ -69,15 +69,16 @@ _CLOSING: Final = PeerState.CLOSING
 
 _NOT_FAST: Final = UNKNOWN_FLAGS | F_PUT | F_STATUS  # flags that keep a datagram off the in-order fast path
 _CHUNKED: Final = HEADER_LEN + CHUNK_LEN  # where a chunk's payload starts
-#: the start value of receive_datagrams' peer and last_src, which it types Any through it (a
-#: source is of any type; compiled by mypyc, a local typed int would take ints only); Final:
-#: compiled, read from a static, not looked up in the module's dict at every call
+#: the start value of receive_datagrams' last_src, which it types Any through it (a source is
+#: of any type; compiled by mypyc, a local typed int would take ints only); Final: compiled,
+#: read from a static, not looked up in the module's dict at every call
 _ANY: Final[Any] = -1
 #: a datagram up to this size has its CRC32C computed over a slice of it, a copy of its tail
 #: (``bytes``) or a view (``memoryview``): copying a few hundred bytes costs less than making a
 #: memoryview of it and slicing that (per small datagram, compiled: about 1,100 instructions
-#: of ~13,000 in a ping-pong receive).  Other bytes-like types are read through a memoryview
-#: (slicing some, ctypes arrays, makes no buffer)
+#: of ~13,000 in a ping-pong receive): the fast path then makes a view (``view``) only where
+#: it keeps one.  Other bytes-like types are read through a memoryview (slicing some, ctypes
+#: arrays, makes no buffer).  The CRC of the header's first 12 bytes is cached per peer (_head_crc)
 _COPY_MAX: Final = 1024
 _SLICED: Final = (bytes, memoryview)
 #: built in the hot path as tuples (events._new); bound here so that compiled code reads them
@@ -142,7 +143,8 @@ class Receiver:
         if st.closed:
             return  # nobody will read them: neither deliver nor acknowledge
         events, acking, timed, freq = self.events, self._acking, self._timed, self._ack_frequency
-        peer, last_src, last_dst, last_inc, k = _ANY, _ANY, -1, -1, -1  # whose peer, source passed (dispatch resets)
+        peer: Peer | None = None  # the connection's, looked up when it changes (dispatch resets last_dst)
+        last_src, last_dst, last_inc, k = _ANY, -1, -1, -1  # (the source passed last)
         # typed ints (compiled, every test on them is a C comparison)
         version = typ = flags = hflags = dst = inc = crc = seq_w = ack_w = tag = plen = msg_id = msg_len = off = 0
         for data in batch:
@@ -154,42 +156,31 @@ class Receiver:
                     = _UNPACK_CHUNKED(data)
             elif n >= HEADER_LEN:
                 version, typ, flags, hflags, dst, inc, crc, seq_w, ack_w, tag, plen = _UNPACK(data)
-            # the fast path's conditions, before believing anything (else dispatch); each `:=` only notes a value
+            # the fast path's tests, before believing anything (else dispatch); each `:=` only notes a value
             if typ != T_DATA or version != WIRE_VERSION or flags & _NOT_FAST or (
                     (dst != last_dst or inc != last_inc)
                     and ((peer := self.peers_by_conn.get(dst)) is None or inc != peer.remote_inc or not peer.confirmed
                          or not peer.remote_known or peer.state is not _ESTABLISHED
                          or (last_dst := dst) < 0 or (last_inc := inc) < 0 or (last_src := -1) is None)) or (
-                    sources is not None and (src := sources[k]) != last_src
-                    and (src not in peer.sources or (last_src := src) is None)) or not flags & F_CRC and self.crc:
+                    pr := peer) is None or (sources is not None and (src := sources[k]) != last_src  # (pr: typed)
+                    and (src not in pr.sources or (last_src := src) is None)) or (
+                    crc32c(data[_CRC_TAIL] if (small := n <= _COPY_MAX and type(data) in _SLICED)
+                           else (view := _MEMORYVIEW(data))[_CRC_TAIL],
+                           pr.rx_crc_head if pr.rx_crc_key == inc << 16 | flags << 8 | hflags and pr.rx_crc_conn == dst
+                           else self._head_crc(pr, data, dst, inc, flags, hflags)) != crc
+                    if flags & F_CRC else self.crc or (small := False) or (view := _MEMORYVIEW(data)) is None):
                 last_dst = -1
                 self.dispatch(data, None if sources is None else sources[k], now)
-                continue
-            pr: Peer = peer  # typed from here on: compiled, its attributes are read from their slots
-            # the CRC32C (the head's cached per peer: _head_crc), over a slice of a small datagram's tail
-            if not flags & F_CRC:
-                small, view = False, _MEMORYVIEW(data)
-            elif crc32c(data[_CRC_TAIL] if (small := n <= _COPY_MAX and type(data) in _SLICED)
-                        else (view := _MEMORYVIEW(data))[_CRC_TAIL],
-                        pr.rx_crc_head if pr.rx_crc_key == inc << 16 | flags << 8 | hflags and pr.rx_crc_conn == dst
-                        else self._head_crc(pr, data, dst, inc, flags, hflags)) != crc:
-                last_dst = -1
-                self.dispatch(data, None if sources is None else sources[k], now)  # (it counts the error)
                 continue
             if n != (_CHUNKED if flags & F_CHUNK else HEADER_LEN) + plen:
                 self.counters.num_malformed_recvs += 1  # drop before anything in it is believed
                 continue
             (c := pr.counters).num_total_recvs += 1
             pr.last_heard = now  # the death rule's clock: heard from
-            if flags & F_ACK and ack_w != (una if (una := pr.snd_una) <= SEQ_SHORT else una & SEQ_MASK) \
-                    and (at_cum := self._recovery.on_cum_ack(pr, ack_w, now)) is not None:  # _on_piggyback_ack inline
-                if at_cum.tx_count == 1 and at_cum.seq == pr.next_seq - 1:
-                    pr.timer.sample(now - at_cum.sent_at)
-                if pr.unacked:
-                    self._recovery.detect_losses(pr)
+            if flags & F_ACK and ack_w != (una if (una := pr.snd_una) <= SEQ_SHORT else una & SEQ_MASK):
+                self._on_piggyback_ack(pr, ack_w, now)
             seq = (w := pr.window).cum + 1  # (cum is never negative)
             # in order, whole or a middle chunk in reassembly within the budgets (_over_budget); else general
-            # (`view`, the datagram's memoryview, is this datagram's only where not `small`)
             if seq_w != (seq if seq <= SEQ_SHORT else seq & SEQ_MASK) or w._starts or flags & F_CHUNK and (
                     (ras := pr.reassembly.get(msg_id)) is None or ras.msg_len != msg_len or ras.put_key is not None
                     or plen <= 0 or off + plen >= msg_len or ras.received + plen >= msg_len
@@ -209,8 +200,7 @@ class Receiver:
                     else bytes(data[HEADER_LEN:] if small else view[HEADER_LEN:]))))
             else:
                 c.num_chunk_recvs += 1
-                if small:
-                    view = _MEMORYVIEW(data)
+                view = _MEMORYVIEW(data) if small else view  # (a small datagram's CRC made none)
                 assert ras is not None  # (the test above took it)
                 parts = ras.parts
                 if parts is not None and off == ras.received and (type(data) is bytes or type(view.obj) is bytes):
