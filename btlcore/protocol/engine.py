@@ -74,7 +74,7 @@ _ESTABLISHED: Final = PeerState.ESTABLISHED
 _CLOSING: Final = PeerState.CLOSING
 _CLOSED: Final = PeerState.CLOSED
 
-_UNSET: Any = object()  # receive_datagram's now, not given: the old (data, now) form
+_UNSET: Final[Any] = object()  # receive_datagram's now, not given: the old (data, now) form
 
 
 class _ReceiveDatagrams(Protocol):  # Receiver.receive_datagrams
@@ -345,12 +345,13 @@ class Engine:
             warnings.warn("Engine.receive_datagram(data, now) is deprecated: pass "
                           "receive_datagram(data, source, now)", DeprecationWarning, stacklevel=2)
             source, now = None, source
+        data_type: int  # (typed: compiled, the test below is a C comparison)
         try:
             data_type = data[1]
         except IndexError:
             data_type = -1
-        if data_type == T_DATA:  # the one receive path for data
-            self.receive_datagrams((data,), now, None if source is None else (source,))
+        if data_type == T_DATA:  # the one receive path for data (the receiver's, a C call compiled)
+            self.receiver.receive_datagrams((data,), now, None if source is None else (source,))
         else:  # (anything else: checked and handed on by type, without the data path's set-up)
             state = self.state
             state.now = now

@@ -131,9 +131,10 @@ def test_malformed_put_status_is_dropped_not_delivered() -> None:
     assert p.pb.counters.num_put_status_recvs == 0
 
 
-def test_corrupted_crc_every_bit() -> None:
+@pytest.mark.parametrize("size", [7, 1300])  # (the receive path copies a small datagram's tail for its CRC)
+def test_corrupted_crc_every_bit(size: int) -> None:
     p = fresh_pair()
-    raw = template(p).encode()
+    raw = template(p, payload=bytes(range(256)) * (size // 256) + b"payload"[:size % 256]).encode()
     before = snapshot(p)
     n = 0
     for bit in range(len(raw) * 8):

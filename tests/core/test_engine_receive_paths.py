@@ -14,9 +14,9 @@ from btlcore.testing.enginepair import EnginePair
 MTU = 1500
 
 
-def pair(**cfg: object) -> EnginePair:
+def pair(mtu: int = MTU, **cfg: object) -> EnginePair:
     # aimd: these tests count the datagrams of each send pass, unpaced
-    p = EnginePair(Config(**{"cc": "aimd", **cfg}), mtu=MTU)  # type: ignore[arg-type]
+    p = EnginePair(Config(**{"cc": "aimd", **cfg}), mtu=mtu)  # type: ignore[arg-type]
     p.handshake()
     return p
 
@@ -157,13 +157,18 @@ def test_receive_datagrams_matches_receive_datagram(cfg: dict, fa: list, fb: lis
     assert summary(run_scenario(True, cfg, fa, fb, plan)) == summary(run_scenario(False, cfg, fa, fb, plan))
 
 
+@pytest.mark.parametrize("mtu", [MTU, 600])
 @pytest.mark.parametrize("reuse", [False, True])
-def test_receive_datagrams_bulk_in_order(reuse: bool) -> None:
+def test_receive_datagrams_bulk_in_order(reuse: bool, mtu: int) -> None:
     """The short path itself: whole messages and middle chunks in order, as bytes (chunks
-    kept) or as views of a buffer the device overwrites afterwards (chunks copied)."""
-    p = pair()
+    kept) or as views of a buffer the device overwrites afterwards (chunks copied); with
+    a 600 B MTU every datagram is small enough for its CRC to be taken over a copy of its
+    tail (receive.py's _COPY_MAX), so the chunks' views are made apart from it."""
+    p = pair(mtu)
+    assert p.b.crc
     now = p.now + 1e-4
-    msgs = [payload(n, i) for i, n in enumerate([10, 1400, 9000, 0, 20000, 3])]
+    sizes = [10, 1400, 9000, 0, 20000, 3] if mtu == MTU else [10, 500, 3600, 0, 8000, 3]  # (in one window)
+    msgs = [payload(n, i) for i, n in enumerate(sizes)]
     for i, m in enumerate(msgs):
         p.a.send(p.pa, i, m, None, now)
     out = [flat(b) for _c, _d, b in p.a.datagrams_to_send(now)]
@@ -225,3 +230,38 @@ def test_reassembly_any_order_any_buffer_kind(nchunks: int, data: st.DataObject)
     out = ras.take()
     assert type(out) is bytearray and out == message
     out.extend(b"!")  # resizable: no view of it is left behind
+
+
+@pytest.mark.parametrize("kind", ["bytes", "bytearray", "memoryview", "array", "ctypes"])
+@pytest.mark.parametrize("size", [3, 900, 1400])
+def test_fast_path_any_bytes_like(kind: str, size: int) -> None:
+    """A device may hand over any bytes-like datagram: whole messages and chunks, small (the
+    CRC taken over a slice of the datagram) and large (over a view of it), each read right and
+    the message delivered as bytes, with nothing counted as an error."""
+    import array
+    import ctypes
+
+    def as_kind(d: bytes) -> object:
+        if kind == "bytearray":
+            return bytearray(d)
+        if kind == "memoryview":
+            return memoryview(bytearray(d))
+        if kind == "array":
+            return array.array("B", d)
+        if kind == "ctypes":
+            return (ctypes.c_ubyte * len(d)).from_buffer_copy(d)  # (its slices are lists)
+        return d
+
+    p = pair(600)
+    now = p.now + 1e-4
+    msgs = [payload(size, i) for i in range(3)]
+    for i, m in enumerate(msgs):
+        p.a.send(p.pa, i, m, None, now)
+    out = [flat(b) for _c, _d, b in p.a.datagrams_to_send(now)]
+    p.b.receive_datagrams([as_kind(d) for d in out], now + 1e-4)
+    got = [(e.tag, e.data) for e in p.b.take_events() if type(e) is MessageReceived]
+    assert [(t, bytes(d)) for t, d in got] == list(enumerate(msgs))
+    assert all(type(d) is bytes for t, d in got if size < 600)  # (a whole message: bytes)
+    stats = p.b.stats()
+    assert stats["num_crc_errors"] == stats["num_malformed_recvs"] == 0
+    assert p.pb.window.cum == p.pa.next_seq - 1

@@ -1,0 +1,121 @@
+"""Instructions per engine receive, both builds, under callgrind: the figures of
+``engine_pingpong.py`` (64 B, per receive_datagram) and ``engine_bulk_rx.py`` (batch,
+8972 B segments, per segment) as instruction counts, which load on the shared cores does
+not move (wall-clock figures drift by 30% from run to run).
+
+    .venv/bin/python scripts/perf/engine_instructions.py [pingpong|bulk ...] [--pure-only|--compiled-only]
+
+Each scenario runs in a fresh process under ``valgrind --tool=callgrind``, collecting only
+inside the receive calls: they go through ``operator.call`` (a C function nothing else on
+the path calls), and ``--toggle-collect=_operator_call`` counts what runs inside it.  With
+``--child SCENARIO`` it is that process.  Run from the repository root."""
+
+import operator
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+#: scenario: (iterations, what the count is per)
+SCENARIOS = {"pingpong": (2000, "receive (64 B, piggy-backed ACK)"),
+             "bulk": (60, "data segment received (8972 B, batch)")}
+
+
+def pingpong(iters: int) -> int:
+    from btlcore import Config
+    from btlcore.protocol.events import MessageReceived
+    from btlcore.testing.enginepair import EnginePair
+    net = EnginePair(Config(cc="aimd"), mtu=9000, priority_mtu=9000, crc=True)
+    net.handshake()
+    a, b, pa, pb, now = net.a, net.b, net.pa, net.pb, net.now
+    msg = bytes(64)
+    call = operator.call
+    n = 0
+    for i in range(iters + 200):  # (the first 200: warm-up, not counted)
+        for x, y, px in ((a, b, pa), (b, a, pb)):
+            now += 1e-5
+            x.send(px, 1, msg, None, now)
+            for _, _, d in x.datagrams_to_send(now):
+                d = bytes(d) if not isinstance(d, list) else b"".join(d)
+                if i >= 200:
+                    call(y.receive_datagram, d, None, now)
+                    n += 1
+                else:
+                    y.receive_datagram(d, None, now)
+            ev = y.take_events()
+            assert ev and type(ev[-1]) is MessageReceived, ev
+    return n
+
+
+def bulk(nmsgs: int) -> int:
+    from btlcore import Config
+    from btlcore.protocol.events import MessageReceived
+    from btlcore.testing.enginepair import EnginePair
+    net = EnginePair(Config(send_buffer=1 << 40, cc="aimd"), mtu=9000, priority_mtu=9000, crc=True)
+    net.handshake()
+    a, b, pa, now = net.a, net.b, net.pa, net.now
+    msg = bytes(1 << 20)
+    for _ in range(nmsgs + 10):
+        a.send(pa, 1, msg, None, now)
+    call = operator.call
+    got = n = 0
+    while got < nmsgs + 10:
+        now += 1e-5
+        out = [bytes(d) if not isinstance(d, list) else b"".join(d) for _, _, d in a.datagrams_to_send(now)]
+        if out:
+            if got >= 10:  # (the first 10 messages: warm-up, not counted)
+                call(b.receive_datagrams, out, now)
+                n += len(out)
+            else:
+                b.receive_datagrams(out, now)
+        got += sum(1 for e in b.take_events() if type(e) is MessageReceived)
+        now += 1e-5
+        if (t := b.next_deadline()) is not None and t <= now:
+            b.handle_timer(now)
+        for _, _, d in b.datagrams_to_send(now):
+            a.receive_datagram(bytes(d), None, now)
+        a.take_events()
+        if (t := a.next_deadline()) is not None and t <= now:
+            a.handle_timer(now)
+    return n
+
+
+def measure(scenario: str, pure: bool) -> tuple[int, int]:
+    """(instructions inside the receive calls, receives) of one run under callgrind."""
+    env = {k: v for k, v in os.environ.items() if k != "BTL_PURE"}
+    if pure:
+        env["BTL_PURE"] = "1"
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "cg.out")
+        run = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                              "--toggle-collect=_operator_call", sys.executable, "-W", "ignore",
+                              __file__, "--child", scenario],
+                             env=env, check=True, capture_output=True, text=True)
+        n = int(run.stdout.split()[-1])
+        with open(out) as f:
+            total = re.search(r"^summary:\s+(\d+)", f.read(), re.M)
+    assert total is not None, "no summary line in callgrind's output"
+    return int(total.group(1)), n
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--child"]:
+        iters = SCENARIOS[argv[1]][0]
+        print(pingpong(iters) if argv[1] == "pingpong" else bulk(iters))
+        return
+    builds = [b for b in (False, True) if not (b and "--compiled-only" in argv or not b and "--pure-only" in argv)]
+    names = [a for a in argv if not a.startswith("--")] or list(SCENARIOS)
+    for name in names:
+        got = {}
+        for pure in builds:
+            instr, n = measure(name, pure)
+            got[pure] = instr / n
+            print(f"{name} {'pure' if pure else 'compiled'}: {instr / n:,.0f} instructions per "
+                  f"{SCENARIOS[name][1]} (n={n})", flush=True)
+        if len(got) == 2:
+            print(f"{name}: pure / compiled = {got[True] / got[False]:.2f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
