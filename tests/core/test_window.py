@@ -98,17 +98,39 @@ def test_sack_ranges_relative_to_cum() -> None:
     assert w.sack_ranges(0) == []
 
 
-def test_sack_ranges_truncation_keeps_lowest_and_highest() -> None:
+def test_sack_ranges_truncation_keeps_highest_latest_and_lowest() -> None:
     w = ReceiveWindow(0, 1000)
-    for s in range(2, 42, 2):  # 20 single-seq ranges: 2, 4, ..., 40
+    for s in range(2, 42, 2):  # 20 single-seq ranges: 2, 4, ..., 40, in that order
         w.accept(s)
     assert len(ranges_of(w)) == 20
-    got = w.sack_ranges(5)
-    assert got == [(2, 1), (4, 1), (6, 1), (8, 1), (40, 1)]
+    # the highest (40, also the latest arrival), then the latest until limit // 2 (38),
+    # then the lowest
+    assert w.sack_ranges(5) == [(2, 1), (4, 1), (6, 1), (38, 1), (40, 1)]
     assert w.sack_truncated(5) and not w.sack_truncated(20)
     assert w.sack_ranges(20) == [(s, 1) for s in range(2, 42, 2)]
     # limit 1: only the lowest (no room for both ends)
     assert w.sack_ranges(1) == [(2, 1)]
+    # a hole low down filled late (as a retransmission is) is listed though neither lowest
+    # nor highest: the sender hears of it at once
+    w.accept(21)  # joins 20 and 22 into one range
+    w.accept(43)  # the highest, now
+    assert w.sack_ranges(4) == [(2, 1), (4, 1), (20, 3), (43, 1)]
+
+
+def test_sack_ranges_truncation_lists_every_range_as_it_changes() -> None:
+    """A flow losing every fifth segment, a truncated ACK after every eighth arrival: each
+    range is listed by some ACK (the sender's scoreboard learns all), which listing only the
+    lowest and the highest did not do."""
+    w = ReceiveWindow(0, 1 << 20)
+    heard: set[tuple[int, int]] = set()
+    for s in range(2, 2000):
+        if s % 5 == 0:
+            continue
+        w.accept(s)
+        if s % 8 == 0:
+            heard.update((w.cum + a, w.cum + a + n - 1) for a, n in w.sack_ranges(8))
+    heard.update((w.cum + a, w.cum + a + n - 1) for a, n in w.sack_ranges(8))  # the last ACK
+    assert len(ranges_of(w)) == 400 and set(ranges_of(w)) <= heard
 
 
 @settings(max_examples=200, deadline=None)
@@ -217,8 +239,17 @@ def test_scoreboard_matches_set_model(ops: list[tuple[str, int, int]]) -> None:
 @given(st.sets(st.integers(1, 300), max_size=120), st.integers(0, 70))
 def test_sack_ranges_model(received: set[int], limit: int) -> None:
     w = ReceiveWindow(0, 1000)
-    for s in sorted(received, key=lambda x: (x * 7919) % 301):  # arbitrary arrival order
+    arrivals = sorted(received, key=lambda x: (x * 7919) % 301)  # arbitrary arrival order
+    out_of_order = []  # the model of the latest arrivals: those beyond cum + 1 when they came
+    have: set[int] = set()
+    at = 0
+    for s in arrivals:
         w.accept(s)
+        if s != at + 1:
+            out_of_order.append(s)
+        have.add(s)
+        while at + 1 in have:
+            at += 1
     # the model: maximal runs above cum
     cum = 0
     while cum + 1 in received:
@@ -231,7 +262,17 @@ def test_sack_ranges_model(received: set[int], limit: int) -> None:
             runs.append((s, s))
     assert w.cum == cum
     if len(runs) > limit >= 2:
-        picked = runs[:limit - 1] + runs[-1:]
+        # the highest; the runs holding the latest 32 out-of-order arrivals, newest first,
+        # until limit // 2 are chosen; then the lowest
+        chosen = [len(runs) - 1]
+        for s in reversed(out_of_order[-32:]):
+            if len(chosen) >= limit // 2:
+                break
+            holding = [i for i, (a, b) in enumerate(runs) if a <= s <= b]
+            if holding and holding[0] not in chosen:
+                chosen.append(holding[0])
+        chosen += [i for i in range(len(runs)) if i not in chosen][:limit - len(chosen)]
+        picked = [runs[i] for i in sorted(chosen)]
     else:
         picked = runs[:limit]
     assert w.sack_ranges(limit) == [(a - cum, b - a + 1) for a, b in picked]
