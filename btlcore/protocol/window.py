@@ -31,11 +31,15 @@ ABOVE_WINDOW: Final = 3
 #: record gives it lists of its own first (two empty lists per record are 224 bytes a peer)
 _NO_RANGES: list[int] = []
 
-RECENT: Final = 32
-"""Out-of-order arrivals whose ranges a truncated SACK list names besides the lowest ones
-(:meth:`ReceiveWindow.sack_ranges`): four ACKs' worth at the default ``ack_frequency``, so each
-range is listed by several ACKs while it changes (a lost ACK does not hide it) before it may
-be left out."""
+RECENT: Final = 256
+"""Runs of out-of-order arrivals a receiver remembers until an ACK lists their ranges
+(:meth:`ReceiveWindow.sack_ranges`): a burst that opened more ranges than one ACK lists is
+listed by several ACKs at once (:data:`MORE_ACKS`), never left out unheard."""
+REPEAT: Final = 32
+"""Runs, the latest, whose ranges a truncated list names again when it has room: a range is
+listed by the several ACKs that follow its change, so one lost ACK does not hide it."""
+MORE_ACKS: Final = 8
+"""Standalone ACKs one ACK pass may add for a peer whose ranges changed more than one lists."""
 
 
 class ReceiveWindow:
@@ -45,7 +49,7 @@ class ReceiveWindow:
     Above it, ``_starts``/``_ends`` hold disjoint, non-adjacent inclusive ranges of what also
     arrived, sorted; a gap between ``cum`` and the first range is what is missing."""
 
-    __slots__ = ("cum", "size", "_starts", "_ends", "high", "_recent")
+    __slots__ = ("cum", "size", "_starts", "_ends", "high", "_recent", "_listed", "unlisted")
 
     def __init__(self, cum: int, size: int) -> None:
         self.cum = cum
@@ -53,8 +57,12 @@ class ReceiveWindow:
         self._starts: list[int] = _NO_RANGES
         self._ends: list[int] = _NO_RANGES
         self.high = cum  # highest sequence number seen
-        #: the latest out-of-order arrivals, oldest first (at most 2 x RECENT kept)
+        #: the last arrival of each of the latest runs of out-of-order arrivals, oldest first
+        #: (at most 2 x RECENT kept), and how many of them an ACK listed already
         self._recent: list[int] = _NO_RANGES
+        self._listed = 0
+        #: a truncated list left changed ranges out: another ACK should follow at once
+        self.unlisted = False
 
     def accept(self, seq: int) -> int:
         """Classify ``seq`` and record it if new.  Does not move ``cum`` for out-of-order
@@ -100,9 +108,14 @@ class ReceiveWindow:
         recent = self._recent
         if recent is _NO_RANGES:
             recent = self._recent = []  # (a list of its own)
-        recent.append(seq)
-        if len(recent) > 2 * RECENT:
-            del recent[:RECENT]
+        n = len(recent)
+        if n > self._listed and recent[n - 1] == seq - 1:
+            recent[n - 1] = seq  # (the same run, not yet listed: one entry)
+        else:
+            recent.append(seq)
+            if n >= 2 * RECENT:
+                del recent[:RECENT]
+                self._listed = self._listed - RECENT if self._listed > RECENT else 0
         return NEW
 
     @property
@@ -121,38 +134,52 @@ class ReceiveWindow:
 
     def sack_ranges(self, limit: int) -> list[tuple[int, int]]:
         """Up to ``limit`` ranges as ``(start - cum, length)``, ascending.  When there are
-        more, those :meth:`_truncated` picks: the highest, those holding the latest arrivals
-        and the lowest."""
+        more, those :meth:`_truncated` picks: the highest, those changed since the last ACK
+        and the latest, and the lowest (``unlisted`` then says whether changed ones were
+        left for another ACK).  Called once per ACK built: it counts what was listed."""
         cum = self.cum
         starts, ends = self._starts, self._ends
         if len(starts) > limit >= 2:
             return [(starts[i] - cum, ends[i] - starts[i] + 1) for i in self._truncated(limit)]
+        self._listed = len(self._recent)
+        self.unlisted = False
         return [(s - cum, e - s + 1) for s, e in zip(starts[:limit], ends[:limit], strict=True)]
+
+    def _range_of(self, seq: int) -> int:
+        """The index of the range holding ``seq`` (-1: none, it is at or below ``cum``)."""
+        if seq <= self.cum:
+            return -1
+        i = bisect_right(self._starts, seq) - 1
+        return i if i >= 0 and seq <= self._ends[i] else -1
 
     def _truncated(self, limit: int) -> list[int]:
         """Which ``limit`` of the ranges (more than ``limit``, ``limit >= 2``) a SACK list
         names, ascending indices: the highest (the largest sequence number received, which
-        the sender's RTT sample and loss detection key on); those holding the latest
-        :data:`RECENT` out-of-order arrivals, up to ``limit // 2`` with the highest; and the
-        lowest that fit (just above the holes the sender must fill first).  The sender keeps
-        what each ACK told it, so a range listed while it changed need not be listed again:
-        with the lowest alone, on a path losing 10% of 1000 segments a round trip, the ranges
-        past the lowest 63 went unheard, no loss could be declared there (the truncation
-        limit), and holes waited seconds for their repair."""
-        starts, ends, cum = self._starts, self._ends, self.cum
-        n = len(starts)
+        the sender's RTT sample and loss detection key on); those of the runs of arrivals no
+        ACK listed yet, oldest first, then those of the :data:`REPEAT` latest runs, up to
+        ``limit // 2`` with the highest; and the lowest that fit (just above the holes the
+        sender must fill first).  The sender keeps what each ACK told it, so every range is
+        known once listed; with the lowest alone, on a path losing 10% of 1000 segments a
+        round trip, the ranges past the lowest 63 went unheard, no loss could be declared
+        there (the truncation limit), and holes waited seconds for their repair."""
+        n = len(self._starts)
         chosen: dict[int, None] = {n - 1: None}
         most = limit >> 1
         recent = self._recent
-        k = len(recent)
-        stop = k - RECENT if k > RECENT else 0
-        while k > stop and len(chosen) < most:
-            k -= 1
-            seq = recent[k]
-            if seq > cum:
-                i = bisect_right(starts, seq) - 1
-                if i >= 0 and seq <= ends[i]:
-                    chosen[i] = None
+        k, end = self._listed, len(recent)
+        while k < end and len(chosen) < most:
+            i = self._range_of(recent[k])
+            if i >= 0:
+                chosen[i] = None
+            k += 1
+        self._listed = k
+        self.unlisted = k < end
+        stop = end - REPEAT if end > REPEAT else 0
+        while end > stop and len(chosen) < most:
+            end -= 1
+            i = self._range_of(recent[end])
+            if i >= 0:
+                chosen[i] = None
         i = 0
         while len(chosen) < limit:
             chosen[i] = None

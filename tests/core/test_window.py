@@ -98,15 +98,24 @@ def test_sack_ranges_relative_to_cum() -> None:
     assert w.sack_ranges(0) == []
 
 
-def test_sack_ranges_truncation_keeps_highest_latest_and_lowest() -> None:
+def test_sack_ranges_truncation_keeps_highest_changed_and_lowest() -> None:
     w = ReceiveWindow(0, 1000)
     for s in range(2, 42, 2):  # 20 single-seq ranges: 2, 4, ..., 40, in that order
         w.accept(s)
     assert len(ranges_of(w)) == 20
-    # the highest (40, also the latest arrival), then the latest until limit // 2 (38),
-    # then the lowest
-    assert w.sack_ranges(5) == [(2, 1), (4, 1), (6, 1), (38, 1), (40, 1)]
     assert w.sack_truncated(5) and not w.sack_truncated(20)
+    # each list: the highest, the oldest changed range not yet listed (limit // 2 with the
+    # highest), then the lowest; the first is the lowest four and the highest
+    lists = [w.sack_ranges(5)]
+    assert lists[0] == [(2, 1), (4, 1), (6, 1), (8, 1), (40, 1)] and w.unlisted
+    while w.unlisted:  # (the ACK pass sends another at once)
+        lists.append(w.sack_ranges(5))
+    assert len(lists) == 20
+    assert lists[5] == [(2, 1), (4, 1), (6, 1), (12, 1), (40, 1)]  # the sixth: the sixth range
+    assert {r for got in lists for r in got} == {(s, 1) for s in range(2, 42, 2)}  # every range heard
+    assert all(len(got) == 5 and got == sorted(got) and got[-1] == (40, 1) for got in lists)
+    # nothing changed since: the room goes to the latest ranges again (a lost ACK hides none)
+    assert w.sack_ranges(5) == [(2, 1), (4, 1), (6, 1), (38, 1), (40, 1)] and not w.unlisted
     assert w.sack_ranges(20) == [(s, 1) for s in range(2, 42, 2)]
     # limit 1: only the lowest (no room for both ends)
     assert w.sack_ranges(1) == [(2, 1)]
@@ -240,13 +249,16 @@ def test_scoreboard_matches_set_model(ops: list[tuple[str, int, int]]) -> None:
 def test_sack_ranges_model(received: set[int], limit: int) -> None:
     w = ReceiveWindow(0, 1000)
     arrivals = sorted(received, key=lambda x: (x * 7919) % 301)  # arbitrary arrival order
-    out_of_order = []  # the model of the latest arrivals: those beyond cum + 1 when they came
+    entries: list[int] = []  # the model of the runs of out-of-order arrivals: the last of each
     have: set[int] = set()
     at = 0
     for s in arrivals:
         w.accept(s)
         if s != at + 1:
-            out_of_order.append(s)
+            if entries and entries[-1] == s - 1:
+                entries[-1] = s
+            else:
+                entries.append(s)
         have.add(s)
         while at + 1 in have:
             at += 1
@@ -261,21 +273,29 @@ def test_sack_ranges_model(received: set[int], limit: int) -> None:
         else:
             runs.append((s, s))
     assert w.cum == cum
+    unlisted = False
     if len(runs) > limit >= 2:
-        # the highest; the runs holding the latest 32 out-of-order arrivals, newest first,
-        # until limit // 2 are chosen; then the lowest
+        def holding(s: int) -> list[int]:
+            return [i for i, (a, b) in enumerate(runs) if a <= s <= b]
+
+        # the highest; the runs no ACK listed, oldest first, then the latest 32, until
+        # limit // 2 are chosen; then the lowest
         chosen = [len(runs) - 1]
-        for s in reversed(out_of_order[-32:]):
+        k = 0
+        while k < len(entries) and len(chosen) < limit // 2:
+            chosen += [i for i in holding(entries[k]) if i not in chosen]
+            k += 1
+        unlisted = k < len(entries)
+        for s in reversed(entries[-32:]):
             if len(chosen) >= limit // 2:
                 break
-            holding = [i for i, (a, b) in enumerate(runs) if a <= s <= b]
-            if holding and holding[0] not in chosen:
-                chosen.append(holding[0])
+            chosen += [i for i in holding(s) if i not in chosen]
         chosen += [i for i in range(len(runs)) if i not in chosen][:limit - len(chosen)]
         picked = [runs[i] for i in sorted(chosen)]
     else:
         picked = runs[:limit]
     assert w.sack_ranges(limit) == [(a - cum, b - a + 1) for a, b in picked]
+    assert w.unlisted == unlisted
     assert w.sack_truncated(limit) == (len(runs) > limit)
     assert w.out_of_order_count() == sum(b - a + 1 for a, b in runs)
 
