@@ -59,7 +59,7 @@ class ReceiveWindow:
         self.high = cum  # highest sequence number seen
         #: the last arrival of each of the latest runs of out-of-order arrivals, oldest first
         #: (at most 2 x RECENT kept), and how many of them an ACK listed already
-        self._recent: list[int] = _NO_RANGES
+        self._recent: list[int] | None = None  # (None: never had gaps, an idle peer's)
         self._listed = 0
         #: a truncated list left changed ranges out: another ACK should follow at once
         self.unlisted = False
@@ -106,8 +106,8 @@ class ReceiveWindow:
             starts.insert(i + 1, seq)
             ends.insert(i + 1, seq)
         recent = self._recent
-        if recent is _NO_RANGES:
-            recent = self._recent = []  # (a list of its own)
+        if recent is None:
+            recent = self._recent = []
         n = len(recent)
         if n > self._listed and recent[n - 1] == seq - 1:
             recent[n - 1] = seq  # (the same run, not yet listed: one entry)
@@ -141,15 +141,26 @@ class ReceiveWindow:
         starts, ends = self._starts, self._ends
         if len(starts) > limit >= 2:
             return [(starts[i] - cum, ends[i] - starts[i] + 1) for i in self._truncated(limit)]
-        self._listed = len(self._recent)
+        self._listed = len(self._recent) if self._recent is not None else 0
         self.unlisted = False
         return [(s - cum, e - s + 1) for s, e in zip(starts[:limit], ends[:limit], strict=True)]
 
-    def _range_of(self, seq: int) -> int:
-        """The index of the range holding ``seq`` (-1: none, it is at or below ``cum``)."""
+    def _range_of(self, seq: int, hint: int) -> int:
+        """The index of the range holding ``seq`` (-1: none, it is at or below ``cum``).
+        Runs of arrivals taken newest first lie in the ranges just below the last one found
+        (``hint``): a few comparisons from there before a binary search (per truncated ACK,
+        up to REPEAT of them)."""
         if seq <= self.cum:
             return -1
-        i = bisect_right(self._starts, seq) - 1
+        starts = self._starts
+        i = hint
+        if i + 1 >= len(starts) or seq < starts[i + 1]:  # (at or below the hint's range)
+            stop = i - 4
+            while i > stop and i >= 0:
+                if starts[i] <= seq:
+                    return i if seq <= self._ends[i] else -1
+                i -= 1
+        i = bisect_right(starts, seq) - 1
         return i if i >= 0 and seq <= self._ends[i] else -1
 
     def _truncated(self, limit: int) -> list[int]:
@@ -165,21 +176,23 @@ class ReceiveWindow:
         n = len(self._starts)
         chosen: dict[int, None] = {n - 1: None}
         most = limit >> 1
-        recent = self._recent
+        recent = self._recent if self._recent is not None else _NO_RANGES
         k, end = self._listed, len(recent)
         while k < end and len(chosen) < most:
-            i = self._range_of(recent[k])
+            i = self._range_of(recent[k], n - 1)
             if i >= 0:
                 chosen[i] = None
             k += 1
         self._listed = k
         self.unlisted = k < end
         stop = end - REPEAT if end > REPEAT else 0
+        hint = n - 1
         while end > stop and len(chosen) < most:
             end -= 1
-            i = self._range_of(recent[end])
+            i = self._range_of(recent[end], hint)
             if i >= 0:
                 chosen[i] = None
+                hint = i
         i = 0
         while len(chosen) < limit:
             chosen[i] = None

@@ -314,3 +314,18 @@ def test_records_without_ranges_share_nothing_once_one_has_some() -> None:
         assert b.ranges() == [] and b.add(20, 21) == [(20, 21)] and b.ranges() == [(20, 21)]
     assert boards[2].ranges() == [(10, 12)] and ranges_of(windows[1]) == [(105, 105), (107, 107)]
     assert ReceiveWindow(0, 8)._starts == [] and SackScoreboard()._ends == []
+
+
+def test_sack_ranges_repeat_ranges_in_any_order() -> None:
+    """The latest runs listed again are found wherever they lie (a resend filling a low
+    hole between two runs at the top): the rule holds whatever the order of the runs."""
+    w = ReceiveWindow(0, 1000)
+    for s in range(2, 200, 2):  # 99 ranges of one
+        w.accept(s)
+    while w.sack_ranges(8) and w.unlisted:
+        pass  # (every change listed once)
+    for s in (300, 51, 302, 304):  # top, low (joins 50 and 52), top, top
+        w.accept(s)
+    w.sack_ranges(8)  # lists the changes
+    # nothing new: the latest runs again, newest first, until 4 with the highest
+    assert w.sack_ranges(8) == [(2, 1), (4, 1), (6, 1), (8, 1), (50, 3), (300, 1), (302, 1), (304, 1)]
