@@ -19,6 +19,7 @@ from .delivery import DeliverySampler, frame_size
 from .pacing import BURST_GATHER
 from .peers import Frame, OutMessage, Peer, Segment
 from .state import DATA, PRIORITY, EngineState
+from .window import MORE_ACKS
 from .wire import (
     ACK_BODY,
     AF_DUPLICATE,
@@ -334,6 +335,8 @@ class Packetizer:
                     c = peer.counters
                     c.num_ack_sends += 1
                     c.num_total_sends += 1
+                    if peer.window.unlisted:  # (ranges changed more than one ACK lists)
+                        self._more_acks(peer, out, now, budget)
                 peer.ack_count = 0
                 peer.ack_deadline = None
                 peer.ack_now = False
@@ -342,6 +345,19 @@ class Packetizer:
                 touched[peer] = None
             elif deadline is None and not peer.ack_now:
                 del acking[peer]  # a piggy-backed ACK paid the debt
+
+    def _more_acks(self, peer: Peer, out: list[Any], now: float, budget: int) -> None:
+        """More standalone ACKs at once, up to MORE_ACKS, while the out-of-order ranges that
+        changed since the last ACK do not all fit in one (a burst that opened hundreds):
+        every range is listed before a truncated list may leave it out (protocol.md 6.2)."""
+        w = peer.window
+        n = 0
+        while w.unlisted and n < MORE_ACKS and len(out) < budget:
+            out.append((self._ack_channel, peer.dest, self._build_ack(peer, now)))
+            n += 1
+        c = peer.counters
+        c.num_ack_sends += n
+        c.num_total_sends += n
 
     def _build_ack(self, peer: Peer, now: float) -> bytearray:
         """A standalone ACK, built as a data segment is: the cached header prefix and its

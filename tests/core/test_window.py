@@ -98,17 +98,48 @@ def test_sack_ranges_relative_to_cum() -> None:
     assert w.sack_ranges(0) == []
 
 
-def test_sack_ranges_truncation_keeps_lowest_and_highest() -> None:
+def test_sack_ranges_truncation_keeps_highest_changed_and_lowest() -> None:
     w = ReceiveWindow(0, 1000)
-    for s in range(2, 42, 2):  # 20 single-seq ranges: 2, 4, ..., 40
+    for s in range(2, 42, 2):  # 20 single-seq ranges: 2, 4, ..., 40, in that order
         w.accept(s)
     assert len(ranges_of(w)) == 20
-    got = w.sack_ranges(5)
-    assert got == [(2, 1), (4, 1), (6, 1), (8, 1), (40, 1)]
     assert w.sack_truncated(5) and not w.sack_truncated(20)
+    # each list: the highest, the oldest changed range not yet listed (limit // 2 with the
+    # highest), then the lowest; the first is the lowest four and the highest
+    lists = [w.sack_ranges(5)]
+    assert lists[0] == [(2, 1), (4, 1), (6, 1), (8, 1), (40, 1)] and w.unlisted
+    while w.unlisted:  # (the ACK pass sends another at once)
+        lists.append(w.sack_ranges(5))
+    assert len(lists) == 20
+    assert lists[5] == [(2, 1), (4, 1), (6, 1), (12, 1), (40, 1)]  # the sixth: the sixth range
+    assert {r for got in lists for r in got} == {(s, 1) for s in range(2, 42, 2)}  # every range heard
+    assert all(len(got) == 5 and got == sorted(got) and got[-1] == (40, 1) for got in lists)
+    # nothing changed since: the room goes to the latest ranges again (a lost ACK hides none)
+    assert w.sack_ranges(5) == [(2, 1), (4, 1), (6, 1), (38, 1), (40, 1)] and not w.unlisted
     assert w.sack_ranges(20) == [(s, 1) for s in range(2, 42, 2)]
     # limit 1: only the lowest (no room for both ends)
     assert w.sack_ranges(1) == [(2, 1)]
+    # a hole low down filled late (as a retransmission is) is listed though neither lowest
+    # nor highest: the sender hears of it at once
+    w.accept(21)  # joins 20 and 22 into one range
+    w.accept(43)  # the highest, now
+    assert w.sack_ranges(4) == [(2, 1), (4, 1), (20, 3), (43, 1)]
+
+
+def test_sack_ranges_truncation_lists_every_range_as_it_changes() -> None:
+    """A flow losing every fifth segment, a truncated ACK after every eighth arrival: each
+    range is listed by some ACK (the sender's scoreboard learns all), which listing only the
+    lowest and the highest did not do."""
+    w = ReceiveWindow(0, 1 << 20)
+    heard: set[tuple[int, int]] = set()
+    for s in range(2, 2000):
+        if s % 5 == 0:
+            continue
+        w.accept(s)
+        if s % 8 == 0:
+            heard.update((w.cum + a, w.cum + a + n - 1) for a, n in w.sack_ranges(8))
+    heard.update((w.cum + a, w.cum + a + n - 1) for a, n in w.sack_ranges(8))  # the last ACK
+    assert len(ranges_of(w)) == 400 and set(ranges_of(w)) <= heard
 
 
 @settings(max_examples=200, deadline=None)
@@ -217,8 +248,20 @@ def test_scoreboard_matches_set_model(ops: list[tuple[str, int, int]]) -> None:
 @given(st.sets(st.integers(1, 300), max_size=120), st.integers(0, 70))
 def test_sack_ranges_model(received: set[int], limit: int) -> None:
     w = ReceiveWindow(0, 1000)
-    for s in sorted(received, key=lambda x: (x * 7919) % 301):  # arbitrary arrival order
+    arrivals = sorted(received, key=lambda x: (x * 7919) % 301)  # arbitrary arrival order
+    entries: list[int] = []  # the model of the runs of out-of-order arrivals: the last of each
+    have: set[int] = set()
+    at = 0
+    for s in arrivals:
         w.accept(s)
+        if s != at + 1:
+            if entries and entries[-1] == s - 1:
+                entries[-1] = s
+            else:
+                entries.append(s)
+        have.add(s)
+        while at + 1 in have:
+            at += 1
     # the model: maximal runs above cum
     cum = 0
     while cum + 1 in received:
@@ -230,11 +273,29 @@ def test_sack_ranges_model(received: set[int], limit: int) -> None:
         else:
             runs.append((s, s))
     assert w.cum == cum
+    unlisted = False
     if len(runs) > limit >= 2:
-        picked = runs[:limit - 1] + runs[-1:]
+        def holding(s: int) -> list[int]:
+            return [i for i, (a, b) in enumerate(runs) if a <= s <= b]
+
+        # the highest; the runs no ACK listed, oldest first, then the latest 32, until
+        # limit // 2 are chosen; then the lowest
+        chosen = [len(runs) - 1]
+        k = 0
+        while k < len(entries) and len(chosen) < limit // 2:
+            chosen += [i for i in holding(entries[k]) if i not in chosen]
+            k += 1
+        unlisted = k < len(entries)
+        for s in reversed(entries[-32:]):
+            if len(chosen) >= limit // 2:
+                break
+            chosen += [i for i in holding(s) if i not in chosen]
+        chosen += [i for i in range(len(runs)) if i not in chosen][:limit - len(chosen)]
+        picked = [runs[i] for i in sorted(chosen)]
     else:
         picked = runs[:limit]
     assert w.sack_ranges(limit) == [(a - cum, b - a + 1) for a, b in picked]
+    assert w.unlisted == unlisted
     assert w.sack_truncated(limit) == (len(runs) > limit)
     assert w.out_of_order_count() == sum(b - a + 1 for a, b in runs)
 
@@ -253,3 +314,18 @@ def test_records_without_ranges_share_nothing_once_one_has_some() -> None:
         assert b.ranges() == [] and b.add(20, 21) == [(20, 21)] and b.ranges() == [(20, 21)]
     assert boards[2].ranges() == [(10, 12)] and ranges_of(windows[1]) == [(105, 105), (107, 107)]
     assert ReceiveWindow(0, 8)._starts == [] and SackScoreboard()._ends == []
+
+
+def test_sack_ranges_repeat_ranges_in_any_order() -> None:
+    """The latest runs listed again are found wherever they lie (a resend filling a low
+    hole between two runs at the top): the rule holds whatever the order of the runs."""
+    w = ReceiveWindow(0, 1000)
+    for s in range(2, 200, 2):  # 99 ranges of one
+        w.accept(s)
+    while w.sack_ranges(8) and w.unlisted:
+        pass  # (every change listed once)
+    for s in (300, 51, 302, 304):  # top, low (joins 50 and 52), top, top
+        w.accept(s)
+    w.sack_ranges(8)  # lists the changes
+    # nothing new: the latest runs again, newest first, until 4 with the highest
+    assert w.sack_ranges(8) == [(2, 1), (4, 1), (6, 1), (8, 1), (50, 3), (300, 1), (302, 1), (304, 1)]

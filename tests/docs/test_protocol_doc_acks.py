@@ -1,6 +1,7 @@
 """protocol.md §6.4, the ACK policy, checked rule by rule with datagrams crafted by hand:
 the delayed ACK, the ACK frequency, SACK news and its rate limit, duplicates and
-out-of-window segments, truncation to the highest ranges, and the piggy-backed ACK."""
+out-of-window segments, truncation to the highest, the latest and the lowest ranges, and the
+piggy-backed ACK."""
 
 from __future__ import annotations
 
@@ -67,8 +68,10 @@ def test_ack_truncation_keeps_the_highest_range() -> None:
     (ack,) = r.send(2 + 2 * 70)                  # one more range: 71
     window, ranges, delay, flags = _ack_body(ack)
     assert len(ranges) == wire.MAX_SACK_RANGES and flags & wire.AF_TRUNCATED
-    assert ranges[:63] == [(2 * i, 1) for i in range(1, 64)]
     assert ranges[-1] == (2 * 71, 1)             # the highest range, always
+    # with it, those of the latest arrivals until 32 are listed (each range here is one
+    # arrival), then the lowest 32: ascending
+    assert ranges == [(2 * i, 1) for i in range(1, 33)] + [(2 * i, 1) for i in range(40, 72)]
     assert delay != 0xFFFFFFFF
 
 
