@@ -159,3 +159,27 @@ def test_the_backoff_lets_go_when_acks_flow_again() -> None:
     sends = data_times(p, 0, mark)
     assert sends[1][0] - sends[0][0] == pytest.approx(p.pa.timer.rto, rel=0.5)  # not 50 ms
     assert sends[1][0] - sends[0][0] < 0.02
+
+
+def test_a_path_slower_than_the_handshake_showed_is_learned_through_resends() -> None:
+    """The handshake's small datagrams measured 2 ms; data takes 30 ms more (a large datagram
+    on a slow link).  Every timeout then fires before the data's ACK, so every ACK
+    acknowledges a resend and gives no RTT sample (Karn), and the backoff ends with each ACK:
+    srtt stayed at 2 ms and every message was sent three times.  A resent segment's ACK still
+    bounds the RTT from below (from its last sending): taken where that is above srtt, srtt
+    climbs toward the path's, and fewer timeouts fire (not none: the bound is below the RTT
+    by the time between the original and the last resend)."""
+    p = pair()
+    p.add_hook(lambda s, d, data, k: ("delay", 0.030)
+               if s == 0 and (dg := safe_decode(data)) is not None and dg.type == T_DATA else None)
+    handshake_srtt = p.pa.timer.srtt
+    assert handshake_srtt is not None and handshake_srtt < 0.005
+    resends = []
+    for i in range(12):
+        before = p.pa.counters.num_timeout_retrans
+        p.send(0, 1, 1, b"m%d" % i, key=f"m{i}")
+        p.run(lambda i=i: bool(p.completions.get(f"m{i}")), max_time=p.now + 5)
+        resends.append(p.pa.counters.num_timeout_retrans - before)
+    assert p.pa.timer.srtt is not None and p.pa.timer.srtt > 3 * handshake_srtt  # learned, partly
+    assert resends[0] >= 2  # the first message timed out twice (6 and 12 ms) ...
+    assert max(resends[-6:]) <= 1  # ... the later ones once at most (twice each before)
