@@ -302,18 +302,12 @@ class Recovery:
                             sample = seg
             if sacked_new and at_cum is None:
                 self._progress(peer, now)
-        # RTT: only from the largest acknowledged segment, newly acked, sent once (Karn),
-        # less the time the receiver held the ACK.  A resent one still bounds the RTT from
-        # below (whichever copy arrived was sent at or before the last), taken where above
-        # srtt (it can only raise srtt toward the truth): else a first RTT measured on small
-        # datagrams (the handshake's) kept every timeout firing before a large datagram's ACK
-        # on a slow link, every ACK then acknowledging a resend (10 Mb/s, 9000 B: srtt
-        # 0.23 ms for a whole run, 47-182 needless timeouts)
+        # RTT (Karn): the largest newly acknowledged segment, less the receiver's hold; a resent
+        # one bounds it from below (sent at or before its last sending): taken to raise srtt
         if sample is not None and sample.seq == largest and ack_delay != U32_MASK:
-            if sample.tx_count == 1:
-                peer.timer.sample(now - sample.sent_at, ack_delay * 1e-6)
-            elif (srtt := peer.timer.srtt) is not None and now - sample.sent_at > srtt:
-                peer.timer.sample(now - sample.sent_at)
+            rtt = now - sample.sent_at
+            if sample.tx_count == 1 or ((srtt := peer.timer.srtt) is not None and rtt > srtt):
+                peer.timer.sample(rtt, ack_delay * 1e-6 if sample.tx_count == 1 else 0.0)
         if at_cum is None and not sacked_new and cum == una:
             c.num_dup_acks += 1
         if peer.unacked:  # (with nothing unacked it has nothing to do)
