@@ -80,7 +80,8 @@ class ReceiveWindow:
         starts, ends = self._starts, self._ends
         if starts and seq == ends[-1] + 1:
             # the next above the highest range: what arrives while a hole waits for its
-            # repair, the usual case on a lossy path (no search)
+            # repair, the usual case on a lossy path (no search; and no note in _recent:
+            # every ACK lists the highest range, so its growth is never left unheard)
             ends[-1] = seq
             if seq > self.high:
                 self.high = seq
