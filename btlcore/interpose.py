@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from .device import DeviceOps
+from .device import Capabilities, DeviceOps
 from .faults import LOCAL, Faults, Refs, Rule
 
 
@@ -50,10 +50,16 @@ class Interposer:
 
     def wrap(self) -> DeviceOps:
         """The device's calls with this interposer's in place of the datagram paths."""
-        return attrs.evolve(self.ops, post_send=self.post_send, post_send_many=None,
+        return attrs.evolve(self.ops, capabilities=self.capabilities,
+                            post_send=self.post_send, post_send_many=None,
                             poll_recv=self.poll_recv,
                             poll_recv_from=None if self.ops.poll_recv_from is None else self.poll_recv_from,
                             wait=self.wait, next_due=self.next_due)
+
+    def capabilities(self) -> Capabilities:
+        """The device's, but never ``integrity``: a plan may corrupt datagrams (rules can be
+        added while the transport runs), and the transport must then see it by its CRC."""
+        return attrs.evolve(self.ops.capabilities(), integrity=False)
 
     def keys_of(self, refs: Refs) -> Collection[Any]:
         """The destination handles and sources of the peers ``refs`` names."""

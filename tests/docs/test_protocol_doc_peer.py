@@ -83,7 +83,9 @@ class DocPeer:
             body = struct.pack("!IIQIIIH", self.inc, self.conn, self.isn, r_inc, 64, self.max_ack_delay,
                                len(self.address))
             body += self.address
-            return [self.seal(self.header(4, 0, 0, 0, 0, len(body)) + body)]
+            reply = self.header(4, 0, 0, 0, 0, len(body))
+            reply[3] = 0x01  # hello_flags HF_CRC_REQUIRED (§2): it checks a CRC on everything
+            return [self.seal(reply + body)]
         assert dst == self.conn and inc == self.remote["inc"]
         if typ == 2:  # ACK
             if ack == self.next_seq - 1 and self.next_seq > self.isn + 1:

@@ -205,3 +205,25 @@ def test_no_plan_no_interposer() -> None:
         assert not isinstance(getattr(plain.device.post_send, "__self__", None), Interposer)
     with btlcore.open("sim", fabric=Fabric(), faults=Faults()) as hurt:
         assert isinstance(getattr(hurt.device.post_send, "__self__", None), Interposer)
+
+
+@pytest.mark.parametrize("direction", ["send", "recv"])
+def test_a_plan_that_corrupts_is_caught_on_a_fabric_that_promises_integrity(direction: str) -> None:
+    """The fabric's NICs promise intact frames, so crc='auto' would send no CRC32C; an
+    endpoint with a faults plan reports no integrity (its plan may flip bits), so the CRC is
+    back on that endpoint's connections and the flipped bit is caught, not delivered."""
+    fabric = Fabric(seed=2, integrity=True)
+    plan = Faults(seed=1)
+    bad = plan.corrupt(direction=direction, type="DATA", nth=2)
+    hurt = btlcore.open("sim", fabric=fabric, name="hurt", faults=plan)
+    other = btlcore.open("sim", fabric=fabric, name="other")
+    assert hurt.capabilities.integrity is False and hurt.engine.crc is True
+    assert other.engine.crc is False
+    big = bytes(range(256)) * 100
+    got: list[bytes] = []
+    sender, receiver = (hurt, other) if direction == "send" else (other, hurt)
+    receiver.on(1, lambda peer, tag, data: got.append(bytes(data)))
+    sender.send(sender.connect(receiver.address), 1, big)
+    assert btlcore.run_until([hurt, other], lambda: bool(got), timeout=5)
+    assert bad.matched == 1 and got == [big]
+    assert receiver.stats()["num_crc_errors"] == 1

@@ -60,7 +60,7 @@ def test_registry_opens_udp_by_name():
         assert isinstance(ops.device, UdpDevice)
         caps = ops.capabilities()
         assert isinstance(caps, Capabilities)
-        assert caps.integrity is False and caps.virtual_time is False
+        assert caps.integrity is True and caps.virtual_time is False  # loopback: no wire
         assert caps.mtu == 65507  # loopback: 65536 - 20 - 8, capped at the UDP maximum
         assert ops.poll_completions() == 0
         assert ops.clock() is time.monotonic

@@ -54,6 +54,13 @@ def is_wildcard(host: str) -> bool:
     return ipaddress.ip_address(host.split("%")[0]).is_unspecified
 
 
+def is_loopback(host: str) -> bool:
+    """A loopback address (127.0.0.0/8, ::1; an IPv4-mapped one too)."""
+    ip = ipaddress.ip_address(host.split("%")[0])
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return (mapped or ip).is_loopback
+
+
 def _open_socket(opts: UdpOptions, port: int) -> socket.socket:
     sock = socket.socket(opts.family, socket.SOCK_DGRAM)
     try:
