@@ -8,8 +8,10 @@ messages (index and CRC32C, :mod:`btlcore.verify`) for ``duration`` virtual seco
 stops and the run drains: every message must arrive intact, once and in order, and every
 send must complete.
 
-Goodput is what receivers got between ``warmup`` and ``duration`` (slow start left out),
-as a fraction of ``(1 - p) x rate``; fairness is Jain's index over the flows' goodputs.
+Goodput is what receivers took off the link between ``warmup`` and ``duration`` (slow
+start left out; delivered plus held for reassembly or order, so a backlog at the warm-up mark
+is not counted inside the window), as a fraction of ``(1 - p) x rate``; fairness is Jain's
+index over the flows' goodputs.
 A retransmission is counted spurious when its segment reached the receiver twice (the
 receiver's duplicate count), as a share of the data segments sent.
 """
@@ -268,7 +270,7 @@ def run_flows(path: PathSpec, configs: Sequence[Config], duration: float, warmup
                     _fill(f, messages)
             run_until(ts, bounded(lambda m=mark: fab.now >= m or any(f.writable for f in flows)),
                       timeout=mark - fab.now + 1e-3)
-        marks[mark] = [f.got for f in flows]
+        marks[mark] = [_taken(f) for f in flows]
     sent_stats = [f.sender.stats() for f in flows]
     try:
         run_until(ts, bounded(lambda: all(f.completed == f.sent and f.verifier.delivered >= f.sent for f in flows)),
@@ -283,6 +285,15 @@ def run_flows(path: PathSpec, configs: Sequence[Config], duration: float, warmup
         t.close()
     fab.close()
     return out
+
+
+def _taken(flow: _Flow) -> int:
+    """Message bytes the receiver has taken off the link: delivered, and held (chunks in
+    reassembly, messages waiting for an earlier one).  Delivered alone would count a backlog
+    held at the warm-up mark inside the measured window, when its hole is repaired."""
+    peer = flow.receiver.engine.peers_by_addr.get(flow.sender.address)
+    held = 0 if peer is None else int(flow.receiver.peer_stats(peer)["bytes_held"])
+    return flow.got + held
 
 
 def _sum_stats(stats: Sequence[Mapping[str, Any]]) -> dict[str, float]:

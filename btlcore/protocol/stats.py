@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Final
 import attr
 import attrs
 
+from .events import MessageReceived
+
 if TYPE_CHECKING:
     from .peers import Peer
 
@@ -141,8 +143,11 @@ def path_state(peer: Peer) -> dict[str, float | None]:
     ``rttvar``, ``min_rtt`` and ``rto`` (seconds; None before a sample), the congestion window
     ``cwnd`` and ``ssthresh`` (segments; None: unbounded), ``pacing_rate`` and the last valid
     ``delivery_rate`` (bytes/s; 0.0: unpaced, or an algorithm that takes no rate samples),
-    ``bytes_in_flight`` (datagram bytes sent, neither acknowledged nor declared lost).  Read on
-    demand (the in-flight sum walks the unacknowledged segments): not for a hot loop."""
+    ``bytes_in_flight`` (datagram bytes sent, neither acknowledged nor declared lost); and
+    of the receiver, ``bytes_held``: message bytes from the peer that arrived but are not yet
+    delivered (chunks in reassembly, and in ordered mode whole messages waiting for an earlier
+    one).  Read on demand (the sums walk the unacknowledged segments and the waiting
+    messages): not for a hot loop."""
     t = peer.timer
     in_flight = 0
     for seg in peer.unacked.values():
@@ -155,6 +160,8 @@ def path_state(peer: Peer) -> dict[str, float | None]:
         "ssthresh": None if math.isinf(peer.ssthresh) else peer.ssthresh,
         "pacing_rate": peer.pacing_rate, "delivery_rate": peer.delivery_rate,
         "bytes_in_flight": in_flight,
+        "bytes_held": peer.rx_held + sum(len(ev.data) for ev in peer.ready.values()
+                                         if type(ev) is MessageReceived),
     }
 
 

@@ -134,3 +134,24 @@ def test_duplicate_and_old_ack_counters() -> None:
     p.a.receive_datagram(first_ack, None, p.now)  # an ACK point behind the current one: old
     assert c.num_old_dup_acks == old0 + 1
     assert p.pa.snd_una == p.pa.next_seq - 1  # nothing moved backwards
+
+
+def test_bytes_held_counts_what_arrived_and_waits_for_a_hole() -> None:
+    """``bytes_held``: the receiver's message bytes from a peer that arrived but wait, in
+    reassembly (chunks above a lost one) or, ordered, whole behind an earlier message."""
+    from btlcore.protocol.stats import path_state
+    from btlcore.protocol.wire import CHUNK_LEN, HEADER_LEN
+
+    p = EnginePair(Config(), mtu=1500)
+    p.handshake()
+    rx = p.b.peers_by_addr[b"A"]
+    assert path_state(rx)["bytes_held"] == 0
+    p.faults.drop(src=0, dst=1, type="DATA", nth=1)  # the first chunk of `big`: a hole at its start
+    big = bytes(range(256)) * 20  # 5120 B: four chunks at this MTU
+    p.send(0, 1, 7, big, key="big")
+    p.send(0, 1, 7, b"small", key="small")  # complete, but behind `big` (ordered)
+    held: list[int] = []
+    p.run(lambda: held.append(int(path_state(rx)["bytes_held"])) is None and len(p.delivered[1]) == 2)
+    chunk = 1500 - HEADER_LEN - CHUNK_LEN
+    assert max(held) == len(big) - chunk + len(b"small")  # all but the lost chunk, and `small`
+    assert path_state(rx)["bytes_held"] == 0
