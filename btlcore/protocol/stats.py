@@ -160,8 +160,8 @@ def path_state(peer: Peer) -> dict[str, float | None]:
         "ssthresh": None if math.isinf(peer.ssthresh) else peer.ssthresh,
         "pacing_rate": peer.pacing_rate, "delivery_rate": peer.delivery_rate,
         "bytes_in_flight": in_flight,
-        "bytes_held": peer.rx_held + sum(len(ev.data) for ev in peer.ready.values()
-                                         if type(ev) is MessageReceived),
+        "bytes_held": sum(ras.received for ras in peer.reassembly.values())
+        + sum(len(ev.data) for ev in peer.ready.values() if type(ev) is MessageReceived),
     }
 
 
