@@ -36,10 +36,12 @@ def tlp_at(peer: Peer) -> float | None:
     if peer.tlp_progress == peer.last_progress or srtt is None or peer.resend or peer.probe_seq is not None \
             or not t.adaptive or peer.snd_una == peer.isn:
         return None
+    # the newest segment (transmission order); a lone one (a round trip's) is the first too,
+    # found without reversed() (compiled, a builtins lookup and a generic call)
     unacked = peer.unacked
     sent_at = 0.0
-    for seq in reversed(unacked):  # the newest, in transmission order (a loop, not next():
-        sent_at = unacked[seq].sent_at  # compiled, one generic call fewer)
+    for seg in unacked.values() if len(unacked) == 1 else reversed(unacked.values()):
+        sent_at = seg.sent_at
         break
     base = sent_at if sent_at > peer.rto_base else peer.rto_base
     var = srtt + 4 * t.rttvar  # (the RTO's, unfloored: never earlier on a path whose RTT varies)

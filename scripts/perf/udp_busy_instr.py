@@ -54,6 +54,26 @@ def inclusive(path: str) -> dict[str, int]:
     return got
 
 
+def calls(path: str) -> dict[str, int]:
+    """How often each function of WAIT and PARTS was called (from the callgrind file's
+    ``cfn=``/``calls=`` lines; names are compressed to ``(id)`` after their first use)."""
+    names: dict[str, str] = {}
+    count: dict[str, int] = {}
+    target = ""
+    with open(path) as f:
+        for line in f:
+            if line.startswith(("cfn=", "fn=")):
+                m = re.match(r"c?fn=(\(\d+\))(?: (.*))?", line.rstrip("\n"))
+                if m:
+                    if m.group(2):
+                        names[m.group(1)] = m.group(2)
+                    target = names.get(m.group(1), "") if line.startswith("cfn=") else ""
+            elif line.startswith("calls=") and target:
+                fn = target.rpartition(":")[2] if ":" in target else target
+                count[fn] = count.get(fn, 0) + int(line[6:].split()[0])
+    return count
+
+
 def measure(tree: str, n: int, keep: str | None) -> dict[str, int]:
     """The sums over both processes of one run of ``n`` round trips."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -65,6 +85,9 @@ def measure(tree: str, n: int, keep: str | None) -> dict[str, int]:
         for i, path in enumerate(sorted(glob.glob(f"{tmp}/cg.*"))):
             for k, v in inclusive(path).items():
                 total[k] = total.get(k, 0) + v
+            for k, v in calls(path).items():
+                if k in (WAIT, *PARTS.values()):
+                    total["calls " + k] = total.get("calls " + k, 0) + v
             if keep:
                 os.replace(path, os.path.join(keep, f"cg.{os.path.basename(os.path.abspath(tree))}.{i}"))
         return total
@@ -78,6 +101,12 @@ def main(trees: list[str]) -> None:
         line = f"{per['total'] - per.get(WAIT, 0):,.0f} per round trip without the wait ("
         line += ", ".join(f"{name} {per.get(fn, 0):,.0f}" for name, fn in PARTS.items())
         print(f"{tree:20s} {line}; the wait {per.get(WAIT, 0):,.0f})", flush=True)
+        # per call (the 2N run's totals): steadier than the per-round-trip figures, which
+        # move by several percent from run to run (probes and ACK timers fire on the
+        # wall clock, slowed by callgrind and by the machine's load)
+        print(" " * 21 + "per call: " + ", ".join(
+            f"{name} {two.get(fn, 0) / max(1, two.get('calls ' + fn, 0)):,.0f} ({two.get('calls ' + fn, 0) / (2 * N):.2f}/rt)"
+            for name, fn in PARTS.items()), flush=True)
 
 
 if __name__ == "__main__":
