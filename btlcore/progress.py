@@ -23,11 +23,11 @@ from typing import Any
 
 from .device import Channel
 from .protocol.engine import Engine
-from .protocol.receive import Receiver
-from .protocol.recovery import Recovery
 from .protocol.events import Event, MessageReceived, PeerFailed, PeerWritable, PutLanded, PutRefused, SendCompleted
 from .protocol.events import PeerClosed as PeerClosedEvent
 from .protocol.events import PeerRestarted as PeerRestartedEvent
+from .protocol.receive import Receiver
+from .protocol.recovery import Recovery
 
 #: how soon to post again after the device refused a datagram (its send queue was full)
 BACKLOG_RETRY = 50e-6

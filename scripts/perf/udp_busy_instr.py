@@ -1,16 +1,15 @@
-"""Instructions per busy-polling 64 B round trip over udp, the spin left out: callgrind
-counts what runs inside ``progress()``'s pass (the echo's reply sent from its handler included; the client's ``send()`` outside it is not), minus the device's
-wait (whose spin depends on timing), in both processes of ``udp_instr.py``'s ``busy`` run
-(an echo server and a client, as ``btl bench`` runs them).
+"""Instructions per busy-polling 64 B round trip over udp, the spin left out.
 
     .venv/bin/python scripts/perf/udp_busy_instr.py [TREE ...]   # each tree's own .venv, in turn
 
-Each tree runs twice, with N and 2N round trips; the difference over N is one round trip
-(start-up, warm-up and the last passes cancel out).  Printed per round trip, both ends
-together: the pass and send without the wait, then some of its parts (inclusive), the
-same way: the engine's receive, ``datagrams_to_send``, ``Recovery.next_deadline``, the udp
-device's receive and send, and the Python functions it calls (the application's handlers,
-``Transport.send``).  ``KEEP=DIR`` keeps the 2N runs' callgrind files there."""
+``udp_instr.py``'s ``busy`` run (an echo server and a client in two processes, as ``btl
+bench`` runs them) under callgrind, collecting inside ``Progress.wait_pass`` only (the echo's
+reply, sent from its handler, is inside; the client's ``send()`` is not).  Each tree runs
+with N and 2N round trips; the difference over N is one round trip, both ends together,
+minus the device's wait (its spin depends on timing); then its parts, inclusive: the
+engine's receive, ``datagrams_to_send``, ``Recovery.next_deadline``, the udp device's
+receive and send.  The second line gives each part per call, from the 2N run.
+``KEEP=DIR`` keeps the 2N run's callgrind files there (one per process)."""
 
 from __future__ import annotations
 
@@ -104,9 +103,11 @@ def main(trees: list[str]) -> None:
         # per call (the 2N run's totals): steadier than the per-round-trip figures, which
         # move by several percent from run to run (probes and ACK timers fire on the
         # wall clock, slowed by callgrind and by the machine's load)
-        print(" " * 21 + "per call: " + ", ".join(
-            f"{name} {two.get(fn, 0) / max(1, two.get('calls ' + fn, 0)):,.0f} ({two.get('calls ' + fn, 0) / (2 * N):.2f}/rt)"
-            for name, fn in PARTS.items()), flush=True)
+        each = []
+        for name, fn in PARTS.items():
+            n = two.get("calls " + fn, 0)
+            each.append(f"{name} {two.get(fn, 0) / max(1, n):,.0f} ({n / (2 * N):.2f} a round trip)")
+        print(" " * 21 + "per call: " + ", ".join(each), flush=True)
 
 
 if __name__ == "__main__":
