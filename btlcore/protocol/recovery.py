@@ -134,8 +134,9 @@ class Recovery:
             if cum <= una:
                 return None
         if cum == una + 1:  # one segment (each ping-pong reply): no loop to set up
-            top = peer.unacked.pop(cum, None)
+            top = peer.unacked.get(cum)  # (compiled, get and del are C calls; pop is a method call)
             if top is not None:
+                del peer.unacked[cum]
                 self._acked(peer, top)
         else:
             pop = peer.unacked.pop  # (once per ACK: the loop runs per segment)
