@@ -26,6 +26,8 @@ from .protocol.engine import Engine
 from .protocol.events import Event, MessageReceived, PeerFailed, PeerWritable, PutLanded, PutRefused, SendCompleted
 from .protocol.events import PeerClosed as PeerClosedEvent
 from .protocol.events import PeerRestarted as PeerRestartedEvent
+from .protocol.receive import Receiver
+from .protocol.recovery import Recovery
 
 #: how soon to post again after the device refused a datagram (its send queue was full)
 BACKLOG_RETRY = 50e-6
@@ -45,6 +47,10 @@ class Progress:
     handlers, in typed slots."""
 
     engine: Engine
+    # the engine's parts whose methods are its entry points (Engine.next_deadline is
+    # Recovery's bound method): called on them, the compiled pass makes C calls
+    recovery: Recovery
+    receiver: Receiver
     transport: Any  # (the frame hooks' ``transport=`` argument; its stats line)
     device: Any  # DeviceOps: wait(), and next_due, which a delay fault sets later
     now: Callable[[], float]
@@ -72,6 +78,8 @@ class Progress:
     def __init__(self, engine: Engine, transport: Any, device: Any, now: Callable[[], float],
                  recv_budget: int, stats_interval: float, message: Callable[[Any, int, Any], Any]) -> None:
         self.engine = engine
+        self.recovery = engine.recovery
+        self.receiver = engine.receiver
         self.transport = transport
         self.device = device
         self.now = now
@@ -106,7 +114,7 @@ class Progress:
         # sends due (the one just queued): the cached timers serve this pass, recomputed
         # once, after the sends, before the wait (a refresh less per request sent)
         busy = bool(self.backlog) or bool(engine.events) or engine.has_work()
-        timer = engine.cached_deadline() if busy else engine.next_deadline()
+        timer = self.recovery.cached_deadline() if busy else self.recovery.next_deadline()
         if busy or (timer is not None and timer <= now):
             n = self.run(now, False, _INF if timer is None else timer)
             if n:
@@ -131,12 +139,12 @@ class Progress:
         if receive:
             self._receive(t)
         if timer is None and t < self.timers_at + TIMER_SLACK:  # refreshed lately: the cached one will do
-            timer = engine.cached_deadline()
+            timer = self.recovery.cached_deadline()
         elif timer is None:
             self.timers_at = t
-            timer = engine.next_deadline()
+            timer = self.recovery.next_deadline()
         if timer is not None and timer <= t:
-            engine.handle_timer(t)
+            self.recovery.handle_timer(t)
         if self.stats_interval and self.last_stats + self.stats_interval <= t:
             self.last_stats = t
             print(self.transport.stats_line(), file=sys.stderr)
@@ -174,7 +182,7 @@ class Progress:
                 hook(transport=self.transport, data=bytes(d))
                 engine.receive_datagram(d, None if sources is None else sources[i], now)
         else:
-            engine.receive_datagrams(datagrams, now, sources)  # the one receive path, one call
+            self.receiver.receive_datagrams(datagrams, now, sources)  # the one receive path, one call
 
     def flush_sends(self, now: float) -> None:
         """Post the backlog, then what the engine has to send (a bounded number of rounds)."""
@@ -270,12 +278,12 @@ class Progress:
         if self.backlog:
             # the device pushed back: retry shortly (or when it wakes us), not "now" -- on
             # virtual time "now" would never let the clock reach the moment a slot frees
-            timer = engine.next_deadline(False)
+            timer = self.recovery.next_deadline(False)
             retry = self.now() + BACKLOG_RETRY
             return retry if timer is None or retry < timer else timer
         if engine.has_work() or engine.events:
             return self.now()
-        timer = engine.next_deadline()
+        timer = self.recovery.next_deadline()
         if self.stats_interval:  # the periodic stats line is due even when idle
             due = self.last_stats + self.stats_interval
             if timer is None or due < timer:

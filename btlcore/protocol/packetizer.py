@@ -324,7 +324,8 @@ class Packetizer:
 
     def ack_pass(self, out: list[Any], now: float, budget: int) -> None:
         acking, touched = self._acking, self._touched
-        for peer in list(acking):
+        settled: list[Peer] = []  # (they leave acking after the walk: no copy of it to walk)
+        for peer in acking:
             if len(out) >= budget:
                 break
             deadline = peer.ack_deadline
@@ -341,10 +342,12 @@ class Packetizer:
                 peer.ack_deadline = None
                 peer.ack_now = False
                 peer.sack_dirty = False
-                del acking[peer]
+                settled.append(peer)
                 touched[peer] = None
             elif deadline is None and not peer.ack_now:
-                del acking[peer]  # a piggy-backed ACK paid the debt
+                settled.append(peer)  # a piggy-backed ACK paid the debt
+        for peer in settled:
+            del acking[peer]
 
     def _more_acks(self, peer: Peer, out: list[Any], now: float, budget: int) -> None:
         """More standalone ACKs at once, up to MORE_ACKS, while the out-of-order ranges that

@@ -29,16 +29,21 @@ from .state import EngineState
 
 
 def tlp_at(peer: Peer) -> float | None:
-    """When ``peer``'s tail-loss probe is due (None: not armed).  The one expression, for
-    the deadline and for the timer alike."""
+    """When ``peer``'s tail-loss probe is due (None: not armed); ``peer.unacked`` is not
+    empty.  The one expression, for the deadline and for the timer alike."""
     t = peer.timer
     srtt = t.srtt
     if peer.tlp_progress == peer.last_progress or srtt is None or peer.resend or peer.probe_seq is not None \
             or not t.adaptive or peer.snd_una == peer.isn:
         return None
+    # the newest segment (transmission order); a lone one (a round trip's) is the first too,
+    # found without reversed() (compiled, a builtins lookup and a generic call)
     unacked = peer.unacked
-    newest = unacked[next(reversed(unacked))]
-    base = newest.sent_at if newest.sent_at > peer.rto_base else peer.rto_base
+    sent_at = 0.0
+    for seg in unacked.values() if len(unacked) == 1 else reversed(unacked.values()):
+        sent_at = seg.sent_at
+        break
+    base = sent_at if sent_at > peer.rto_base else peer.rto_base
     var = srtt + 4 * t.rttvar  # (the RTO's, unfloored: never earlier on a path whose RTT varies)
     return base + (var if var > 2 * srtt else 2 * srtt) + t.max_ack_delay
 

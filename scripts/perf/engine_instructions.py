@@ -1,12 +1,14 @@
 """Instructions per engine receive, both builds, under callgrind: the figures of
 ``engine_pingpong.py`` (64 B, per receive_datagram) and ``engine_bulk_rx.py`` (batch,
 8972 B segments, per segment) as instruction counts, which load on the shared cores does
-not move (wall-clock figures drift by 30% from run to run).
+not move (wall-clock figures drift by 30% from run to run).  ``send`` and ``deadline``: the
+same ping-pong, counting its ``datagrams_to_send`` calls (one message each) and the
+``next_deadline`` calls a driver makes after each send pass and each receive instead.
 
-    .venv/bin/python scripts/perf/engine_instructions.py [pingpong|bulk ...] [--pure-only|--compiled-only]
+    .venv/bin/python scripts/perf/engine_instructions.py [pingpong|bulk|send|deadline ...] [--pure-only|--compiled-only]
 
 Each scenario runs in a fresh process under ``valgrind --tool=callgrind``, collecting only
-inside the receive calls: they go through ``operator.call`` (a C function nothing else on
+inside the counted calls: they go through ``operator.call`` (a C function nothing else on
 the path calls), and ``--toggle-collect=_operator_call`` counts what runs inside it.  With
 ``--child SCENARIO`` it is that process.  Run from the repository root."""
 
@@ -16,13 +18,24 @@ import re
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 #: scenario: (iterations, what the count is per)
 SCENARIOS = {"pingpong": (2000, "receive (64 B, piggy-backed ACK)"),
+             "send": (2000, "datagrams_to_send (one 64 B message)"),
+             "deadline": (2000, "next_deadline (after a send pass or a receive, 64 B ping-pong)"),
              "bulk": (60, "data segment received (8972 B, batch)")}
 
 
-def pingpong(iters: int) -> int:
+def deadline(engine: Any, counted: bool) -> None:
+    """A driver's look at the engine's next deadline (counted: through operator.call)."""
+    if counted:
+        operator.call(engine.next_deadline)
+    else:
+        engine.next_deadline()
+
+
+def pingpong(iters: int, part: str = "pingpong") -> int:
     from btlcore import Config
     from btlcore.protocol.events import MessageReceived
     from btlcore.testing.enginepair import EnginePair
@@ -36,13 +49,24 @@ def pingpong(iters: int) -> int:
         for x, y, px in ((a, b, pa), (b, a, pb)):
             now += 1e-5
             x.send(px, 1, msg, None, now)
-            for _, _, d in x.datagrams_to_send(now):
+            counted = i >= 200
+            if counted and part == "send":
+                out = call(x.datagrams_to_send, now)
+                n += 1
+            else:
+                out = x.datagrams_to_send(now)
+            if part == "deadline":  # (the sender's peer changed: a segment went)
+                deadline(x, counted)
+            for _, _, d in out:
                 d = bytes(d) if not isinstance(d, list) else b"".join(d)
-                if i >= 200:
+                if counted and part == "pingpong":
                     call(y.receive_datagram, d, None, now)
                     n += 1
                 else:
                     y.receive_datagram(d, None, now)
+            if part == "deadline":  # (the receiver's peer changed: it was ACKed, and owes an ACK)
+                deadline(y, counted)
+                n += 2 if counted else 0
             ev = y.take_events()
             assert ev and type(ev[-1]) is MessageReceived, ev
     return n
@@ -102,7 +126,7 @@ def measure(scenario: str, pure: bool) -> tuple[int, int]:
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--child"]:
         iters = SCENARIOS[argv[1]][0]
-        print(pingpong(iters) if argv[1] == "pingpong" else bulk(iters))
+        print(bulk(iters) if argv[1] == "bulk" else pingpong(iters, argv[1]))
         return
     builds = [b for b in (False, True) if not (b and "--compiled-only" in argv or not b and "--pure-only" in argv)]
     names = [a for a in argv if not a.startswith("--")] or list(SCENARIOS)

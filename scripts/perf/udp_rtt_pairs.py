@@ -10,7 +10,8 @@ sets the message size (default 64); ``BLOCKING=1`` measures blocking round trips
 busy-polling ones; ``SECONDS`` the length of each trial (default 0.3).  ``BULK=65000``
 measures bulk goodput at that datagram size against a kernel TCP stream trial instead (the
 ratio is then btlcore over TCP, higher is better).  Prints, per tree, the median btlcore
-figure, the median reference one and the median of the pairs' ratios (with their range)."""
+figure, the median reference one and the median of the pairs' ratios (with their range),
+then each pair's ratio in the order they ran."""
 
 from __future__ import annotations
 
@@ -60,6 +61,7 @@ def main(rounds: int, trees: list[str]) -> None:
         print(f"{tree:20s} btl {statistics.median(x['btl'] for x in rs) * scale:7.2f} {unit}  "
               f"{ref} {statistics.median(x['raw'] for x in rs) * scale:6.2f} {unit}  "
               f"ratio {statistics.median(ratios):.2f}x ({ratios[0]:.2f} .. {ratios[-1]:.2f}, n={len(ratios)})")
+        print(" " * 21 + "pairs in order: " + " ".join(f"{x['btl'] / x['raw']:.2f}" for x in rs))
 
 
 if __name__ == "__main__":
