@@ -183,3 +183,29 @@ def test_a_path_slower_than_the_handshake_showed_is_learned_through_resends() ->
     assert p.pa.timer.srtt is not None and p.pa.timer.srtt > 3 * handshake_srtt  # learned, partly
     assert resends[0] >= 2  # the first message timed out twice (6 and 12 ms) ...
     assert max(resends[-6:]) <= 1  # ... the later ones once at most (twice each before)
+
+
+def test_a_reply_acknowledging_a_resend_teaches_the_timer_too() -> None:
+    """The same slower path in a ping-pong: each request's ACK rides on its reply (a
+    piggy-backed ACK, the receive path's), never a standalone ACK.  The rule of a resent
+    segment's bound is the one every ACK path follows (Recovery.sample_rtt): it once held
+    on standalone ACKs only, and here srtt stayed at the handshake's 2 ms, every request
+    sent three times."""
+    p = pair()
+    p.add_hook(lambda s, d, data, k: ("delay", 0.030)
+               if s == 0 and (dg := safe_decode(data)) is not None and dg.type == T_DATA else None)
+    handshake_srtt = p.pa.timer.srtt
+    assert handshake_srtt is not None and handshake_srtt < 0.005
+    resends = []
+    for i in range(12):
+        before = p.pa.counters.num_timeout_retrans
+        p.send(0, 1, 1, b"q%d" % i, key=f"q{i}")
+        p.run(lambda i=i: len(p.delivered[1]) > i, max_time=p.now + 5)
+        p.send(1, 0, 1, b"r%d" % i)  # the reply, at once: it carries the request's ACK
+        p.run(lambda i=i: bool(p.completions.get(f"q{i}")), max_time=p.now + 5)
+        came = [safe_decode(raw) for at, src, _d, raw in p.arrivals if at == p.now and src == 1]
+        assert [d.type for d in came if d is not None] == [T_DATA]  # acknowledged by the reply
+        resends.append(p.pa.counters.num_timeout_retrans - before)
+    assert p.pa.timer.srtt is not None and p.pa.timer.srtt > 3 * handshake_srtt  # learned, partly
+    assert resends[0] >= 2  # the first request timed out twice ...
+    assert max(resends[-6:]) <= 1  # ... the later ones once at most
