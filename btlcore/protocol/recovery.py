@@ -31,7 +31,7 @@ from .packetizer import Packetizer
 from .peers import OutMessage, Peer, PeerEvent, PeerState, Segment
 from .rtt import GRANULARITY, RetransmitTimer  # noqa: F401  (re-exported: their old home)
 from .state import EngineState
-from .timeout import Timeout
+from .timeout import TIMEOUT_PROBES, Timeout
 from .tlp import TailLossProbe, tlp_at
 from .undo import Undo
 from .window import SEQ_HALF as _HALF
@@ -83,7 +83,8 @@ class Recovery:
     __slots__ = ("_state", "config", "events", "counters", "_cc", "_autotune",
                  "_granularity", "_resending", "_sending", "_touched", "_timed", "_deadlines",
                  "_actions", "_timed_order", "_stamp", "_unschedule", "_confirm", "_lifecycle",
-                 "_control", "_sampler", "_pacer", "_undo", "_tlp", "_tlp_on", "_fr_threshold", "_timeout")
+                 "_control", "_sampler", "_pacer", "_undo", "_tlp", "_tlp_on", "_fr_threshold", "_timeout",
+                 "_probing", "_probe")
 
     def __init__(self, state: EngineState, packetizer: Packetizer) -> None:
         self._state = state  # for now
@@ -110,6 +111,8 @@ class Recovery:
         self._pacer = state.pacer
         self._undo = Undo(getattr(state.cc, "on_spurious", None))  # (undo.py)
         self._timeout = Timeout(state, self._cc, self._undo)  # (timeout.py)
+        self._probing = state.probing  # (a timeout's probe of new data: timeout.py, sent here)
+        self._probe = packetizer.probe
         self._tlp = TailLossProbe(state, packetizer.stamp)  # (tlp.py; Config.tlp off: never due)
         self._tlp_on: bool = state.config.tlp  # (tlp_at called directly: compiled, a C call)
 
@@ -594,7 +597,7 @@ class Recovery:
         state = peer.state
         if peer.pace_wait and peer.pace_next <= now:  # the pacing bucket lets it send again
             peer.pace_wait = False
-            if peer.resend or peer.tlp_seg is not None:
+            if peer.resend or peer.tlp_seg is not None or peer in self._probing:
                 self._resending[peer] = None
             if peer.queue and state is _ESTABLISHED:
                 self._sending[peer] = None
@@ -626,17 +629,21 @@ class Recovery:
     def resend_pass(self, out: list[Any], now: float, cap: int) -> None:
         """Resend what was declared lost, up to ``cap`` datagrams, paced like new sends."""
         sent = 0
-        sampler, pacer = self._sampler, self._pacer
+        sampler, pacer, probing = self._sampler, self._pacer, self._probing
         for peer in list(self._resending):
             resend = peer.resend
             c = peer.counters
             room = cap - sent
             rate = peer.pacing_rate
+            start = len(out)
+            if probing and room > 0 and peer in probing:  # a timeout's probe of new data (timeout.py)
+                del probing[peer]  # (not held back by the pacing either: its bytes are counted after)
+                n = self._probe(peer, now, out, room if room < TIMEOUT_PROBES else TIMEOUT_PROBES)
+                room, sent = room - n, sent + n
             if rate:
                 paced = pacer.room(peer, now, rate)
                 if paced < room:
                     room = paced
-                start = len(out)
             if peer.tlp_seg is not None and room > 0:  # a tail-loss probe (tlp.py)
                 n = self._tlp.send(peer, now, out)
                 room, sent = room - n, sent + n
@@ -664,11 +671,11 @@ class Recovery:
             if rate:
                 if len(out) > start:
                     pacer.spent(peer, sum(frame_size(d[2]) for d in out[start:]), now, rate)
-                if (resend or peer.tlp_seg is not None) and peer.pace_next > now:
+                if (resend or peer.tlp_seg is not None or peer in probing) and peer.pace_next > now:
                     del self._resending[peer]  # back when the bucket allows (the timer heap)
                     pacer.wait(peer)
                     continue
-            if not resend:
+            if not resend and peer not in probing:
                 self._resending.pop(peer, None)
             if sent >= cap:
                 break

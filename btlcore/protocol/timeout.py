@@ -1,13 +1,29 @@
 """The retransmit timeout: what it sends, and what it is taken to mean.
 
 A timeout says only that nothing was heard for an RTO: the data may be lost, or only its
-ACKs.  It resends the two oldest segments (probes), not the whole window: their ACK lets
-the loss rule find the rest without a storm.  Two, not one: on a link losing in bursts, a
-lone probe per timeout can stay inside the burst for many timeouts in a row.
+ACKs.  Where the ACK path loses in bursts longer than the RTO, resending the oldest
+segments sends again what had arrived.  In the sweep's 10 Mb/s · 5% burst cells (9000 B
+datagrams, 7.2 ms each, a 12 ms round trip) every spurious retransmission was a timeout's
+probe whose original had arrived: a burst of four ACKs is 29 ms of silence, and the
+longest seen was 60 ms.
 
-The first one's probes are judged when acknowledged (:meth:`.recovery.Recovery._progress`,
-undo.py); only several in a row, nothing acknowledged, mean persistent congestion and
-restart slow start (QUIC's PTO and persistent congestion, RFC 9002).
+So the first timeout in a row probes with new data where some may go: RFC 9002's PTO (a
+probe timeout declares nothing lost; its probes are new data when there is some) and
+F-RTO's idea (RFC 5682).  Up to :data:`TIMEOUT_PROBES` new segments leave past the
+congestion window (within the flow-control window and the pacing), and the timer backs off.
+Their ACK settles it: it acknowledges the old segments too (only ACKs were lost: nothing
+resent), or it shows them missing and the loss rule resends them, a round trip after the
+probe (:meth:`.recovery.Recovery.detect_losses`).  The probe stands for the tail-loss
+probe of this flight too (tlp.py: not armed again until an ACK with news).
+
+A timeout with nothing new to send (or no room in the flow-control window), a timer fixed
+by ``rto_mode`` (usnic's), and every later timeout in a row resend the two oldest segments
+(probes), not the whole window: their ACK lets the loss rule find the rest without a storm.
+Two, not one: on a link losing in bursts, a lone probe per timeout can stay inside the burst
+for many timeouts in a row.  These probes are judged when acknowledged
+(:meth:`.recovery.Recovery._progress`, undo.py); only several timeouts in a row, nothing
+acknowledged, mean persistent congestion and restart slow start (QUIC's PTO and persistent
+congestion, RFC 9002).
 """
 
 from __future__ import annotations
@@ -16,7 +32,7 @@ from itertools import islice
 from typing import Final
 
 from .congestion.base import Algorithm
-from .peers import Peer
+from .peers import Peer, PeerState
 from .state import EngineState
 from .undo import Undo
 
@@ -24,20 +40,31 @@ LOST_TIMEOUT: Final = 2  # Segment.lost: declared lost by the retransmit timeout
 TIMEOUT_PROBES: Final = 2  # segments a retransmit timeout resends
 PERSISTENT_TIMEOUTS: Final = 3  # timeouts in a row that mean persistent congestion: slow start again
 
+_ESTABLISHED: Final = PeerState.ESTABLISHED
+
 
 class Timeout:
     """Fires the retransmit timeouts of one engine's peers (state on the peers)."""
 
-    __slots__ = ("_resending", "_sampler", "_cc", "_undo")
+    __slots__ = ("_resending", "_probing", "_sampler", "_cc", "_undo")
 
     def __init__(self, state: EngineState, cc: Algorithm, undo: Undo) -> None:
         self._resending = state.resending
+        self._probing = state.probing  # peers whose probe is new data (Recovery.resend_pass)
         self._sampler = state.sampler
         self._cc = cc
         self._undo = undo
 
     def fire(self, peer: Peer, now: float) -> None:
         """``peer``'s retransmit timer fired: its probes are queued for the resend pass."""
+        if peer.timeouts == 0 and self.new_data(peer):
+            peer.timer.expired()
+            peer.rto_base = now
+            peer.timeouts = 1
+            peer.tlp_progress = peer.last_progress  # (the flight's tail probe: tlp.py)
+            self._probing[peer] = None
+            self._resending[peer] = None
+            return
         probes = [seg for seg in islice(
             (g for g in peer.unacked.values() if not g.lost), TIMEOUT_PROBES)]
         peer.probe_sent = probes[0].sent_at  # (its original's send: undo.py's RTT sample)
@@ -63,3 +90,10 @@ class Timeout:
             peer.probe_serial = probes[0].tx_serial
             peer.probe_dup = False
         self._resending[peer] = None
+
+    @staticmethod
+    def new_data(peer: Peer) -> bool:
+        """Whether a probe of ``peer`` may be new data: some is queued, and the flow-control
+        window has room (as the send pass counts it), on an adaptive timer."""
+        return bool(peer.queue) and peer.state is _ESTABLISHED and peer.timer.adaptive \
+            and peer.next_seq <= peer.snd_una + min(peer.remote_window, peer.window_cap)
