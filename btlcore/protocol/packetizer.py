@@ -216,7 +216,8 @@ class Packetizer:
     def probe(self, peer: Peer, now: float, out: list[Any], n: int) -> int:
         """A retransmit timeout's probe of new data (timeout.py): up to ``n`` segments cut
         past the congestion window (RFC 9002: a probe is not held back by the congestion
-        controller), within the flow-control window; how many went."""
+        controller), within the flow-control window (the caller obeys the pacing); how many
+        went."""
         room = peer.snd_una + min(peer.remote_window, peer.window_cap) + 1 - peer.next_seq
         if n < room:
             room = n

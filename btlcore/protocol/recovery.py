@@ -635,17 +635,17 @@ class Recovery:
             c = peer.counters
             room = cap - sent
             rate = peer.pacing_rate
-            start = len(out)
-            if probing and room > 0 and peer in probing:  # a timeout's probe of new data (timeout.py)
-                del probing[peer]  # (not held back by the pacing either: its bytes are counted after)
-                n = self._probe(peer, now, out, room if room < TIMEOUT_PROBES else TIMEOUT_PROBES)
-                room, sent = room - n, sent + n
             if rate:
                 paced = pacer.room(peer, now, rate)
                 if paced < room:
                     room = paced
+                start = len(out)
             if peer.tlp_seg is not None and room > 0:  # a tail-loss probe (tlp.py)
                 n = self._tlp.send(peer, now, out)
+                room, sent = room - n, sent + n
+            if probing and room > 0 and peer in probing:  # a timeout's probe of new data (timeout.py)
+                del probing[peer]
+                n = self._probe(peer, now, out, room if room < TIMEOUT_PROBES else TIMEOUT_PROBES)
                 room, sent = room - n, sent + n
             while resend and room > 0:
                 seg = resend.popleft()
