@@ -254,3 +254,23 @@ def test_a_flight_lost_whole_is_repaired_after_the_new_data_probe() -> None:
     assert p.now - t0 < rto + 4 * rtt < 3 * rto
     assert p.delivered[1] == [(b"A", 1, b"m%d" % i) for i in range(12)]
     assert p.b.stats()["num_dup_recvs"] == 0
+
+
+def test_a_timeout_that_met_no_silence_resends_the_front() -> None:
+    """The front segment is lost, and the peer is heard from after its ACK was due (here
+    its own message; in a full queue, the ACKs of later segments): the path answers, so the
+    front is lost, as in a tail drop.  The timeout resends it at once rather than probing
+    with new data (which at 100 Mb/s behind a queue of three datagrams cost flows their
+    share); only silence, what lost ACKs look like, gets the new-data probe."""
+    p = pair(cc="aimd", cwnd_initial=2, tlp=False)
+    p.faults.drop(where=lambda d: d.type == T_DATA, count=2)
+    mark = len(p.log)
+    for i in range(4):
+        p.send(0, 1, 1, b"m%d" % i, key=i)  # m2 on: queued behind the window of two
+    p.advance(p.now + 0.002)
+    p.send(1, 0, 1, b"news")  # heard from: after m0's and m1's ACKs were due, without them
+    p.run(lambda: all(p.completions[i] for i in range(4)), max_time=p.now + 2)
+    sends = data_times(p, 0, mark)
+    assert sends[2][1] == sends[0][1]  # the front again, not new data
+    assert p.a.stats()["num_timeout_retrans"] == 2
+    assert p.delivered[1] == [(b"A", 1, b"m%d" % i) for i in range(4)]
