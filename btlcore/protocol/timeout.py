@@ -16,13 +16,13 @@ were lost: nothing resent), or it leaves them out and the loss rule declares the
 once (:meth:`.recovery.Recovery.detect_losses`: the probe counts as its threshold of sends
 after them; they had an RTO to arrive), a round trip later than a resend would have gone.
 The probe stands for the tail-loss probe of this flight too (tlp.py: not armed again until
-an ACK with news).  Only where the timeout met silence, and not while a loss is being
-repaired (F-RTO's rule): ACKs still coming for later segments (heard since the front's ACK
-was due) mean the path answers and the front is lost, a tail drop at a full queue; a
-timeout in recovery has resends lost again.  The holes at the ACK point then want their
-resends first, and new data would only add to a full queue (flows sharing 100 Mb/s behind
-a queue of three datagrams: Jain's index 0.999 fell to 0.79 for 2 flows, 0.965 to 0.90
-for 8, with new-data probes there).
+an ACK with news).  Only where the timeout met silence over two ACKs at least, and not
+while a loss is being repaired (F-RTO's rule): ACKs still coming for later segments mean
+the path answers and the front is lost, a tail drop at a full queue (and a flow with one
+segment in flight loses it so); a timeout in recovery has resends lost again.  The holes
+at the ACK point then want their resends first, and new data would only add to a full
+queue (flows sharing 100 Mb/s behind a queue of three datagrams: Jain's index 0.999 fell
+to 0.79 for 2 flows, 0.965 to 0.90 for 8, with new-data probes there).
 
 A timeout with nothing new to send (or no room in the flow-control window), with ACKs
 coming, in recovery, on a timer fixed by ``rto_mode`` (usnic's), and every later timeout in
@@ -109,16 +109,22 @@ class Timeout:
         """Whether a probe of ``peer`` may be new data: some is queued, the flow-control
         window has room (as the send pass counts it), the timer is adaptive, no loss is
         being repaired (nothing outstanding was resent or is queued for a resend: F-RTO's
-        rule, RFC 5682), and nothing was heard since the front's ACK was due (silence:
-        what lost ACKs look like)."""
+        rule, RFC 5682), and nothing was heard since the ACKs of the two oldest segments
+        were due, by the time the timer fired (silence over two ACKs at least: what lost
+        ACKs look like; one segment alone in flight and lost is a plain loss)."""
         if not peer.queue or peer.state is not _ESTABLISHED or not peer.timer.adaptive or peer.resend \
                 or peer.next_seq > peer.snd_una + min(peer.remote_window, peer.window_cap):
             return False
-        front = None
+        second = None
+        n = 0
         for seg in peer.unacked.values():
             if seg.tx_count != 1:
                 return False
-            if front is None:
-                front = seg
+            n += 1
+            if n == 2:
+                second = seg
         srtt = peer.timer.srtt
-        return front is not None and srtt is not None and peer.last_heard < front.sent_at + srtt
+        if second is None or srtt is None:
+            return False
+        due = second.sent_at + srtt  # (its ACK: overdue by the time the timer fired, nothing heard since)
+        return peer.last_heard < due <= peer.rto_base + peer.timer.rto
