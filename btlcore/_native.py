@@ -41,7 +41,7 @@ PURE_ENV = "BTL_PURE"
 MODULES: dict[str, str] = {
     **{f"btlcore.protocol.{m}": f"btlcore/protocol/{m}.py" for m in (
         "autotune", "delivery", "engine", "guard", "handshake", "lifecycle", "pacing", "packetizer",
-        "peers", "receive", "recovery", "rtt", "sampled", "state", "stats", "timers", "tlp", "undo",
+        "peers", "receive", "recovery", "rtt", "sampled", "state", "stats", "timeout", "timers", "tlp", "undo",
         "versions", "window", "wire")},
     **{f"btlcore.protocol.congestion.{m}": f"btlcore/protocol/congestion/{m}.py" for m in (
         "aimd", "base", "bbr", "cubic", "model", "none", "rate")},

@@ -213,6 +213,22 @@ class Packetizer:
             if depth > peer.counters.max_send_window:
                 peer.counters.max_send_window = depth
 
+    def probe(self, peer: Peer, now: float, out: list[Any], n: int) -> int:
+        """A retransmit timeout's probe of new data (timeout.py): up to ``n`` segments cut
+        past the congestion window (RFC 9002: a probe is not held back by the congestion
+        controller), within the flow-control window (the caller obeys the pacing); how many
+        went."""
+        room = peer.snd_una + min(peer.remote_window, peer.window_cap) + 1 - peer.next_seq
+        if n < room:
+            room = n
+        if room <= 0 or not peer.queue:
+            return 0
+        first = peer.next_seq
+        self._cut_segments(peer, now, out, room)
+        if self._sampler is not None:
+            self._sampler.sent(peer, first, now, False)
+        return peer.next_seq - first
+
     def _cut_segments(self, peer: Peer, now: float, out: list[Any], room: int) -> None:
         """Where messages become datagrams: up to ``room`` segments cut from ``peer``'s queue and sent,
         each one immutable ``bytes`` (pieces joined once the CRC is computed; a payload up to _JOIN_CRC

@@ -330,9 +330,9 @@ class Receiver:
         if at_cum is not None:
             # a piggy-backed ACK carries no delay: sample only when it acknowledges the
             # last thing we sent (a reply to it), which bounds the error to the peer's
-            # own turnaround
-            if at_cum.tx_count == 1 and at_cum.seq == peer.next_seq - 1:
-                peer.timer.sample(now - at_cum.sent_at)
+            # own turnaround (the rule, Karn's and the resend's bound: Recovery.sample_rtt)
+            if at_cum.seq == peer.next_seq - 1:
+                self._recovery.sample_rtt(peer, at_cum, now, 0.0)
             if peer.unacked:  # (with nothing unacked it has nothing to do)
                 self._recovery.detect_losses(peer)
 

@@ -4,7 +4,8 @@
 * ACK processing (:meth:`Recovery.on_ack`, :meth:`Recovery.on_cum_ack`): completions, RTT
   samples, SACK ranges;
 * loss detection, RACK-style (:meth:`Recovery.detect_losses`: fast retransmit) and the
-  retransmit timeout (:meth:`Recovery.handle_timer`), the resend cap per pass, peer death;
+  retransmit timeout (:meth:`Recovery.handle_timer`; what it sends: :mod:`.timeout`), the
+  resend cap per pass, peer death;
 * the timers: each peer's deadline recomputed when it changed, kept in the shared heaps
   (:meth:`Recovery.next_deadline`).
 
@@ -17,7 +18,6 @@ exists (the handshake in turn uses :meth:`Recovery.fail_messages`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from itertools import islice
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final
 
@@ -31,6 +31,7 @@ from .packetizer import Packetizer
 from .peers import OutMessage, Peer, PeerEvent, PeerState, Segment
 from .rtt import GRANULARITY, RetransmitTimer  # noqa: F401  (re-exported: their old home)
 from .state import EngineState
+from .timeout import TIMEOUT_PROBES, Timeout
 from .tlp import TailLossProbe, tlp_at
 from .undo import Undo
 from .window import SEQ_HALF as _HALF
@@ -59,11 +60,8 @@ _CONNECTING: Final = PeerState.CONNECTING
 _CLOSING: Final = PeerState.CLOSING
 _timed_order = attrgetter("timed_order")
 
-LOST_FAST: Final = 1  # Segment.lost: declared lost by the fast-retransmit rule
-LOST_TIMEOUT: Final = 2  # ... by the retransmit timeout
-TIMEOUT_PROBES: Final = 2  # segments a retransmit timeout resends
+LOST_FAST: Final = 1  # Segment.lost: declared lost by the fast-retransmit rule (timeout.py: LOST_TIMEOUT)
 REO_PERSIST: Final = 16  # loss episodes a widened reordering allowance lasts (RFC 8985's reo_wnd_persist)
-PERSISTENT_TIMEOUTS: Final = 3  # timeouts in a row that mean persistent congestion: slow start again
 KEEPALIVE_FRACTION: Final = 3  # a keepalive PING after peer_timeout / this of silence (lifecycle.py)
 
 
@@ -85,7 +83,8 @@ class Recovery:
     __slots__ = ("_state", "config", "events", "counters", "_cc", "_autotune",
                  "_granularity", "_resending", "_sending", "_touched", "_timed", "_deadlines",
                  "_actions", "_timed_order", "_stamp", "_unschedule", "_confirm", "_lifecycle",
-                 "_control", "_sampler", "_pacer", "_undo", "_tlp", "_tlp_on", "_fr_threshold")
+                 "_control", "_sampler", "_pacer", "_undo", "_tlp", "_tlp_on", "_fr_threshold", "_timeout",
+                 "_probing", "_probe")
 
     def __init__(self, state: EngineState, packetizer: Packetizer) -> None:
         self._state = state  # for now
@@ -111,6 +110,9 @@ class Recovery:
         self._sampler = state.sampler  # (None: the algorithm takes no rate samples)
         self._pacer = state.pacer
         self._undo = Undo(getattr(state.cc, "on_spurious", None))  # (undo.py)
+        self._timeout = Timeout(state, self._cc, self._undo)  # (timeout.py)
+        self._probing = state.probing  # (a timeout's probe of new data: timeout.py, sent here)
+        self._probe = packetizer.probe
         self._tlp = TailLossProbe(state, packetizer.stamp)  # (tlp.py; Config.tlp off: never due)
         self._tlp_on: bool = state.config.tlp  # (tlp_at called directly: compiled, a C call)
 
@@ -302,17 +304,27 @@ class Recovery:
                             sample = seg
             if sacked_new and at_cum is None:
                 self._progress(peer, now)
-        # RTT (Karn): the largest newly acknowledged segment, less the receiver's hold; a resent
-        # one bounds it from below (sent at or before its last sending): taken to raise srtt
         if sample is not None and sample.seq == largest and ack_delay != U32_MASK:
-            rtt = now - sample.sent_at
-            if sample.tx_count == 1 or ((srtt := peer.timer.srtt) is not None and rtt > srtt):
-                peer.timer.sample(rtt, ack_delay * 1e-6 if sample.tx_count == 1 else 0.0)
+            self.sample_rtt(peer, sample, now, ack_delay * 1e-6)  # (the largest newly acknowledged)
         if at_cum is None and not sacked_new and cum == una:
             c.num_dup_acks += 1
         if peer.unacked:  # (with nothing unacked it has nothing to do)
             self.detect_losses(peer)
         self._touched[peer] = None
+
+    def sample_rtt(self, peer: Peer, seg: Segment, now: float, ack_delay: float) -> None:
+        """The RTT sample of an ACK that acknowledged ``seg`` (the largest it acknowledged,
+        standalone; the last we sent, piggy-backed), ``ack_delay`` the receiver's hold (0.0
+        when it does not say): the rule every ACK path calls.  Karn: a segment sent once is
+        a sample, less the hold; a resent one bounds the RTT from below (whichever copy
+        arrived was sent at or before its last sending), taken whole where above srtt, so
+        that srtt can learn a path slower than the handshake showed (where every ACK may be
+        of a resend)."""
+        rtt = now - seg.sent_at
+        if seg.tx_count == 1:
+            peer.timer.sample(rtt, ack_delay)
+        elif (srtt := peer.timer.srtt) is not None and rtt > srtt:
+            peer.timer.sample(rtt)
 
     def detect_losses(self, peer: Peer) -> None:
         """Fast retransmit, RACK-style (RFC 8985): a segment is lost once a transmission made
@@ -584,7 +596,7 @@ class Recovery:
         state = peer.state
         if peer.pace_wait and peer.pace_next <= now:  # the pacing bucket lets it send again
             peer.pace_wait = False
-            if peer.resend or peer.tlp_seg is not None:
+            if peer.resend or peer.tlp_seg is not None or peer in self._probing:
                 self._resending[peer] = None
             if peer.queue and state is _ESTABLISHED:
                 self._sending[peer] = None
@@ -597,7 +609,7 @@ class Recovery:
             self.detect_losses(peer)
             front = self._rto_front(peer)
             if front is not None and self._rto_at(peer, front) <= now:
-                self._timeout(peer, now)
+                self._timeout.fire(peer, now)  # (timeout.py)
             elif front is not None and self._tlp_on and (tlp := tlp_at(peer)) is not None and tlp <= now:
                 self._tlp.fire(peer)
         if peer.hello_started is not None and peer.state is _CONNECTING \
@@ -613,45 +625,10 @@ class Recovery:
                 return seg
         return None
 
-    def _timeout(self, peer: Peer, now: float) -> None:
-        """The retransmit timer fired.  A timeout resends the two oldest segments (probes),
-        not the whole window: their ACK lets the loss rule find the rest without a storm.
-        Two, not one: on a link losing in bursts, a lone probe per timeout can stay inside
-        the burst for many timeouts in a row."""
-        probes = [seg for seg in islice(
-            (g for g in peer.unacked.values() if not g.lost), TIMEOUT_PROBES)]
-        peer.probe_sent = probes[0].sent_at  # (its original's send: undo.py's RTT sample)
-        resend = peer.resend or peer.new_resend()
-        for seg in probes:
-            seg.lost = LOST_TIMEOUT
-            del peer.unacked[seg.seq]  # (to the end: transmission order)
-            peer.unacked[seg.seq] = seg
-            resend.append(seg)
-            if self._sampler is not None:
-                self._sampler.lost(peer, seg)
-        peer.timer.expired()
-        peer.rto_base = now  # the next timeout counts from this one
-        # A timeout alone says little: lost ACKs cause it as well as lost data. The first
-        # one's probes are judged when acknowledged (see _progress); only several in a row,
-        # nothing acknowledged, mean persistent congestion and restart slow start (QUIC's
-        # PTO and persistent congestion, RFC 9002).
-        peer.timeouts += 1
-        if peer.timeouts >= PERSISTENT_TIMEOUTS:
-            if peer.tx_serial >= peer.recovery_serial:
-                self._undo.arm(peer)
-                self._cc.on_persistent_congestion(peer)
-                peer.recovery_serial = peer.tx_serial + 1
-            peer.probe_seq = None
-        elif peer.probe_seq is None:
-            peer.probe_seq = max(seg.seq for seg in probes)
-            peer.probe_serial = probes[0].tx_serial
-            peer.probe_dup = False
-        self._resending[peer] = None
-
     def resend_pass(self, out: list[Any], now: float, cap: int) -> None:
         """Resend what was declared lost, up to ``cap`` datagrams, paced like new sends."""
         sent = 0
-        sampler, pacer = self._sampler, self._pacer
+        sampler, pacer, probing = self._sampler, self._pacer, self._probing
         for peer in list(self._resending):
             resend = peer.resend
             c = peer.counters
@@ -664,6 +641,10 @@ class Recovery:
                 start = len(out)
             if peer.tlp_seg is not None and room > 0:  # a tail-loss probe (tlp.py)
                 n = self._tlp.send(peer, now, out)
+                room, sent = room - n, sent + n
+            if probing and room > 0 and peer in probing:  # a timeout's probe of new data (timeout.py)
+                del probing[peer]
+                n = self._probe(peer, now, out, room if room < TIMEOUT_PROBES else TIMEOUT_PROBES)
                 room, sent = room - n, sent + n
             while resend and room > 0:
                 seg = resend.popleft()
@@ -689,11 +670,11 @@ class Recovery:
             if rate:
                 if len(out) > start:
                     pacer.spent(peer, sum(frame_size(d[2]) for d in out[start:]), now, rate)
-                if (resend or peer.tlp_seg is not None) and peer.pace_next > now:
+                if (resend or peer.tlp_seg is not None or peer in probing) and peer.pace_next > now:
                     del self._resending[peer]  # back when the bucket allows (the timer heap)
                     pacer.wait(peer)
                     continue
-            if not resend:
+            if not resend and peer not in probing:
                 self._resending.pop(peer, None)
             if sent >= cap:
                 break

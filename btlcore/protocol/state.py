@@ -48,7 +48,7 @@ class EngineState:
         "priority_limit", "crc", "ack_channel", "max_sack", "granularity", "ack_frequency",
         "ack_delay", "cc", "cwnd_max", "sampler", "pacer", "single_cap", "chunk_cap", "gather_min", "prefixes",
         "peers_by_addr", "peers_by_conn", "counters", "events", "regions", "next_region",
-        "closed", "now", "resending", "sending", "acking", "hello", "timed", "touched",
+        "closed", "now", "resending", "probing", "sending", "acking", "hello", "timed", "touched",
         "deadlines", "actions", "control", "quarantine", "rx_held",
         "reply_dest", "replies",
     )
@@ -112,6 +112,7 @@ class EngineState:
         self.now = now
         # the peers with something to do, as insertion-ordered sets (dict keys)
         self.resending: dict[Peer, None] = {}
+        self.probing: dict[Peer, None] = {}  # (in resending too: a timeout's probe of new data, timeout.py)
         self.sending: dict[Peer, None] = {}
         self.acking: dict[Peer, None] = {}
         self.hello: dict[Peer, None] = {}
@@ -152,7 +153,7 @@ class EngineState:
 
     def unschedule(self, peer: Peer) -> None:
         """Take ``peer`` off every work list and timer (it failed, is reset, or is forgotten)."""
-        for table in (self.resending, self.sending, self.acking, self.hello, self.timed, self.touched,
+        for table in (self.resending, self.probing, self.sending, self.acking, self.hello, self.timed, self.touched,
                       self.control):
             table.pop(peer, None)
         peer.timed = peer.pace_wait = False

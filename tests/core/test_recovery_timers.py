@@ -183,3 +183,94 @@ def test_a_path_slower_than_the_handshake_showed_is_learned_through_resends() ->
     assert p.pa.timer.srtt is not None and p.pa.timer.srtt > 3 * handshake_srtt  # learned, partly
     assert resends[0] >= 2  # the first message timed out twice (6 and 12 ms) ...
     assert max(resends[-6:]) <= 1  # ... the later ones once at most (twice each before)
+
+
+def test_a_reply_acknowledging_a_resend_teaches_the_timer_too() -> None:
+    """The same slower path in a ping-pong: each request's ACK rides on its reply (a
+    piggy-backed ACK, the receive path's), never a standalone ACK.  The rule of a resent
+    segment's bound is the one every ACK path follows (Recovery.sample_rtt): it once held
+    on standalone ACKs only, and here srtt stayed at the handshake's 2 ms, every request
+    sent three times."""
+    p = pair()
+    p.add_hook(lambda s, d, data, k: ("delay", 0.030)
+               if s == 0 and (dg := safe_decode(data)) is not None and dg.type == T_DATA else None)
+    handshake_srtt = p.pa.timer.srtt
+    assert handshake_srtt is not None and handshake_srtt < 0.005
+    resends = []
+    for i in range(12):
+        before = p.pa.counters.num_timeout_retrans
+        p.send(0, 1, 1, b"q%d" % i, key=f"q{i}")
+        p.run(lambda i=i: len(p.delivered[1]) > i, max_time=p.now + 5)
+        p.send(1, 0, 1, b"r%d" % i)  # the reply, at once: it carries the request's ACK
+        p.run(lambda i=i: bool(p.completions.get(f"q{i}")), max_time=p.now + 5)
+        came = [safe_decode(raw) for at, src, _d, raw in p.arrivals if at == p.now and src == 1]
+        assert [d.type for d in came if d is not None] == [T_DATA]  # acknowledged by the reply
+        resends.append(p.pa.counters.num_timeout_retrans - before)
+    assert p.pa.timer.srtt is not None and p.pa.timer.srtt > 3 * handshake_srtt  # learned, partly
+    assert resends[0] >= 2  # the first request timed out twice ...
+    assert max(resends[-6:]) <= 1  # ... the later ones once at most
+
+
+def test_a_timeout_while_only_acks_are_lost_probes_with_new_data() -> None:
+    """The ACKs of a whole flight are lost (a burst on the ACK path longer than the RTO).
+    A timeout cannot tell lost ACKs from lost data; resending the oldest segments sent
+    again what had arrived (duplicates at the receiver: the sweep's 10 Mb/s burst cells
+    lost 1-2.5% of their sends so).  The first timeout probes with new data instead
+    (RFC 9002's PTO): its ACK acknowledges the whole flight, and nothing is sent twice."""
+    p = pair(cc="aimd", cwnd_initial=4)
+    seen = {"backoff": 1}
+
+    def lose_acks_until_a_timeout(src: int, dst: int, raw: bytes, k: int) -> Any:
+        seen["backoff"] = max(seen["backoff"], p.pa.timer.backoff)
+        return DROP if src == 1 and raw[1] == T_ACK and seen["backoff"] == 1 else None
+
+    p.add_hook(lose_acks_until_a_timeout)
+    mark = len(p.log)
+    for i in range(12):
+        p.send(0, 1, 1, b"m%d" % i, key=i)
+    p.run(lambda: all(p.completions[i] for i in range(12)), max_time=p.now + 2)
+    assert seen["backoff"] == 2  # the timer fired (once) ...
+    sends = [seq for _t, seq in data_times(p, 0, mark)]
+    assert len(sends) == 12 == len(set(sends))  # ... and nothing went twice
+    assert p.a.stats()["num_resends"] == 0 and p.b.stats()["num_dup_recvs"] == 0
+    assert p.delivered[1] == [(b"A", 1, b"m%d" % i) for i in range(12)]
+
+
+def test_a_flight_lost_whole_is_repaired_after_the_new_data_probe() -> None:
+    """The flight itself lost: the new-data probe's ACK shows the holes, and the loss rule
+    resends them within a few round trips of it, without a second timeout."""
+    p = pair(cc="aimd", cwnd_initial=4)
+    p.faults.drop(where=lambda d: d.type == T_DATA, count=4)
+    mark = len(p.log)
+    t0 = p.now
+    for i in range(12):
+        p.send(0, 1, 1, b"m%d" % i, key=i)
+    rto, rtt = p.pa.timer.rto, p.pa.timer.srtt
+    p.run(lambda: all(p.completions[i] for i in range(12)), max_time=p.now + 2)
+    st = p.a.stats()
+    assert st["num_timeout_retrans"] == 0 and st["num_fast_retrans"] == 4  # the loss rule, not the timer
+    assert len(data_times(p, 0, mark)) == 12 + 4
+    # a few round trips after the first timeout (a second would come 2 RTOs after it)
+    assert p.now - t0 < rto + 4 * rtt < 3 * rto
+    assert p.delivered[1] == [(b"A", 1, b"m%d" % i) for i in range(12)]
+    assert p.b.stats()["num_dup_recvs"] == 0
+
+
+def test_a_timeout_that_met_no_silence_resends_the_front() -> None:
+    """The front segment is lost, and the peer is heard from after its ACK was due (here
+    its own message; in a full queue, the ACKs of later segments): the path answers, so the
+    front is lost, as in a tail drop.  The timeout resends it at once rather than probing
+    with new data (which at 100 Mb/s behind a queue of three datagrams cost flows their
+    share); only silence, what lost ACKs look like, gets the new-data probe."""
+    p = pair(cc="aimd", cwnd_initial=2, tlp=False)
+    p.faults.drop(where=lambda d: d.type == T_DATA, count=2)
+    mark = len(p.log)
+    for i in range(4):
+        p.send(0, 1, 1, b"m%d" % i, key=i)  # m2 on: queued behind the window of two
+    p.advance(p.now + 0.002)
+    p.send(1, 0, 1, b"news")  # heard from: after m0's and m1's ACKs were due, without them
+    p.run(lambda: all(p.completions[i] for i in range(4)), max_time=p.now + 2)
+    sends = data_times(p, 0, mark)
+    assert sends[2][1] == sends[0][1]  # the front again, not new data
+    assert p.a.stats()["num_timeout_retrans"] == 2
+    assert p.delivered[1] == [(b"A", 1, b"m%d" % i) for i in range(4)]
