@@ -1,9 +1,13 @@
 """Instructions per engine receive, both builds, under callgrind: the figures of
 ``engine_pingpong.py`` (64 B, per receive_datagram) and ``engine_bulk_rx.py`` (batch,
 8972 B segments, per segment) as instruction counts, which load on the shared cores does
-not move (wall-clock figures drift by 30% from run to run).
+not move (wall-clock figures drift by 30% from run to run).  ``lossy0``, ``lossy1``,
+``lossy5``, ``lossy10``: a bulk receiver as on the veth pair (1500-byte datagrams in reused
+buffers, as the udp device hands them, bbr, 100 us each way) with 0/1/5/10% of the data
+lost at random (seeded): everything the receiving engine does (receive, timers, events,
+its ACKs) per data segment received.
 
-    .venv/bin/python scripts/perf/engine_instructions.py [pingpong|bulk ...] [--pure-only|--compiled-only]
+    .venv/bin/python scripts/perf/engine_instructions.py [pingpong|bulk|lossy5 ...] [--pure-only|--compiled-only]
 
 Each scenario runs in a fresh process under ``valgrind --tool=callgrind``, collecting only
 inside the receive calls: they go through ``operator.call`` (a C function nothing else on
@@ -19,7 +23,9 @@ import tempfile
 
 #: scenario: (iterations, what the count is per)
 SCENARIOS = {"pingpong": (2000, "receive (64 B, piggy-backed ACK)"),
-             "bulk": (60, "data segment received (8972 B, batch)")}
+             "bulk": (60, "data segment received (8972 B, batch)"),
+             **{f"lossy{p}": (10, f"data segment received (1500 B, reused buffers, {p}% lost)")
+                for p in (0, 1, 5, 10)}}
 
 
 def pingpong(iters: int) -> int:
@@ -81,6 +87,53 @@ def bulk(nmsgs: int) -> int:
     return n
 
 
+def lossy(nmsgs: int, loss: float) -> int:
+    """The receiver's side of a bulk transfer of 1 MiB messages over a lossy 100 us path."""
+    import random
+    from btlcore import Config
+    from btlcore.protocol.events import MessageReceived
+    from btlcore.testing.enginepair import EnginePair
+    net = EnginePair(Config(send_buffer=1 << 40, cc="bbr"), mtu=1500, priority_mtu=1500, crc=True)
+    net.handshake()
+    a, b, pa, now = net.a, net.b, net.pa, net.now
+    rng = random.Random(1)
+    msg = bytes(1 << 20)
+    warm = 2  # messages delivered before counting starts
+    for _ in range(nmsgs + warm):
+        a.send(pa, 1, msg, None, now)
+    call = operator.call
+    got = n = 0
+    data: list[tuple[float, bytes]] = []  # (arrival time, datagram): 100 us each way
+    acks: list[tuple[float, bytes]] = []
+    while got < nmsgs + warm:
+        now += 1e-5
+        if (t := a.next_deadline()) is not None and t <= now:
+            a.handle_timer(now)
+        for _, _, d in a.datagrams_to_send(now):
+            if rng.random() >= loss:
+                data.append((now + 1e-4, bytes(d) if not isinstance(d, list) else b"".join(d)))
+        due = [memoryview(bytearray(d)) for t, d in data if t <= now]
+        data = [(t, d) for t, d in data if t > now]
+        counting = got >= warm
+        if due:
+            if counting:
+                call(b.receive_datagrams, due, now)
+                n += len(due)
+            else:
+                b.receive_datagrams(due, now)
+        events = call(b.take_events) if counting else b.take_events()
+        got += sum(1 for e in events if type(e) is MessageReceived)
+        if (t := call(b.next_deadline) if counting else b.next_deadline()) is not None and t <= now:
+            call(b.handle_timer, now) if counting else b.handle_timer(now)
+        out = call(b.datagrams_to_send, now) if counting else b.datagrams_to_send(now)
+        acks.extend((now + 1e-4, bytes(d)) for _, _, d in out)
+        for _, d in (x for x in acks if x[0] <= now):
+            a.receive_datagram(d, None, now)
+        acks = [x for x in acks if x[0] > now]
+        a.take_events()
+    return n
+
+
 def measure(scenario: str, pure: bool) -> tuple[int, int]:
     """(instructions inside the receive calls, receives) of one run under callgrind."""
     env = {k: v for k, v in os.environ.items() if k != "BTL_PURE"}
@@ -102,7 +155,9 @@ def measure(scenario: str, pure: bool) -> tuple[int, int]:
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--child"]:
         iters = SCENARIOS[argv[1]][0]
-        print(pingpong(iters) if argv[1] == "pingpong" else bulk(iters))
+        name = argv[1]
+        print(pingpong(iters) if name == "pingpong" else bulk(iters) if name == "bulk"
+              else lossy(iters, int(name[5:]) / 100))
         return
     builds = [b for b in (False, True) if not (b and "--compiled-only" in argv or not b and "--pure-only" in argv)]
     names = [a for a in argv if not a.startswith("--")] or list(SCENARIOS)
