@@ -529,13 +529,12 @@ class Recovery:
         if not touched:
             return
         deadlines, actions = self._deadlines, self._actions
-        set_deadline = deadlines.set
         for peer in touched:
             if peer.timed:
                 t, act = self._timer_times(peer)
                 if t is None and forget_idle:
                     peer.timed = False
-                set_deadline(peer, t)
+                deadlines.set(peer, t)  # (compiled, a direct call: a bound method kept in a local is a generic one)
                 # only the rare peer that handle_timer acts on before its deadline is in
                 # ``actions`` (the look first spares the call for every other one)
                 if act is not None and (t is None or act < t):

@@ -4,8 +4,9 @@
 not move (wall-clock figures drift by 30% from run to run).  ``lossy0``, ``lossy1``,
 ``lossy5``, ``lossy10``: a bulk receiver as on the veth pair (1500-byte datagrams in reused
 buffers, as the udp device hands them, bbr, 100 us each way) with 0/1/5/10% of the data
-lost at random (seeded): everything the receiving engine does (receive, timers, events,
-its ACKs) per data segment received.
+lost at random (seeded): everything the receiving engine does in its passes (one where
+datagrams arrive or its timer is due: receive, timers, events, its ACKs, the next
+deadline) per data segment received.
 
     .venv/bin/python scripts/perf/engine_instructions.py [pingpong|bulk|lossy5 ...] [--pure-only|--compiled-only]
 
@@ -90,6 +91,7 @@ def bulk(nmsgs: int) -> int:
 def lossy(nmsgs: int, loss: float) -> int:
     """The receiver's side of a bulk transfer of 1 MiB messages over a lossy 100 us path."""
     import random
+
     from btlcore import Config
     from btlcore.protocol.events import MessageReceived
     from btlcore.testing.enginepair import EnginePair
@@ -105,6 +107,7 @@ def lossy(nmsgs: int, loss: float) -> int:
     got = n = 0
     data: list[tuple[float, bytes]] = []  # (arrival time, datagram): 100 us each way
     acks: list[tuple[float, bytes]] = []
+    wake: float | None = None  # the receiver's next timer
     while got < nmsgs + warm:
         now += 1e-5
         if (t := a.next_deadline()) is not None and t <= now:
@@ -115,18 +118,18 @@ def lossy(nmsgs: int, loss: float) -> int:
         due = [memoryview(bytearray(d)) for t, d in data if t <= now]
         data = [(t, d) for t, d in data if t > now]
         counting = got >= warm
-        if due:
-            if counting:
-                call(b.receive_datagrams, due, now)
-                n += len(due)
-            else:
-                b.receive_datagrams(due, now)
-        events = call(b.take_events) if counting else b.take_events()
-        got += sum(1 for e in events if type(e) is MessageReceived)
-        if (t := call(b.next_deadline) if counting else b.next_deadline()) is not None and t <= now:
-            call(b.handle_timer, now) if counting else b.handle_timer(now)
-        out = call(b.datagrams_to_send, now) if counting else b.datagrams_to_send(now)
-        acks.extend((now + 1e-4, bytes(d)) for _, _, d in out)
+        # a pass of the receiver's (as Transport.progress: on input or at its timer only)
+        if due or (wake is not None and wake <= now):
+            if due:
+                call(b.receive_datagrams, due, now) if counting else b.receive_datagrams(due, now)
+                n += len(due) if counting else 0
+            if wake is not None and wake <= now:  # (input never brings a timer forward)
+                call(b.handle_timer, now) if counting else b.handle_timer(now)
+            events = call(b.take_events) if counting else b.take_events()
+            got += sum(1 for e in events if type(e) is MessageReceived)
+            out = call(b.datagrams_to_send, now) if counting else b.datagrams_to_send(now)
+            acks.extend((now + 1e-4, bytes(d)) for _, _, d in out)
+            wake = call(b.next_deadline) if counting else b.next_deadline()
         for _, d in (x for x in acks if x[0] <= now):
             a.receive_datagram(d, None, now)
         acks = [x for x in acks if x[0] > now]
