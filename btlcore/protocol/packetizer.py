@@ -323,8 +323,12 @@ class Packetizer:
         return pre
 
     def ack_pass(self, out: list[Any], now: float, budget: int) -> None:
+        """The standalone ACKs due.  ``acking`` is walked as it is (nothing in the loop adds
+        to it or takes from it: a copy of it per pass cost ~500 instructions), and the peers
+        it is done with (their debt paid: no deadline, nothing owed now) taken out after."""
         acking, touched = self._acking, self._touched
-        for peer in list(acking):
+        gone = 0
+        for peer in acking:
             if len(out) >= budget:
                 break
             deadline = peer.ack_deadline
@@ -341,10 +345,18 @@ class Packetizer:
                 peer.ack_deadline = None
                 peer.ack_now = False
                 peer.sack_dirty = False
-                del acking[peer]
                 touched[peer] = None
-            elif deadline is None and not peer.ack_now:
-                del acking[peer]  # a piggy-backed ACK paid the debt
+                gone += 1
+            elif deadline is None:
+                gone += 1  # a piggy-backed ACK paid the debt
+        if gone == 0:
+            return
+        if gone == len(acking):
+            acking.clear()
+            return
+        for peer in list(acking):  # (some stay: their ACK is not due yet, or the budget ran out)
+            if peer.ack_deadline is None and not peer.ack_now:
+                del acking[peer]
 
     def _more_acks(self, peer: Peer, out: list[Any], now: float, budget: int) -> None:
         """More standalone ACKs at once, up to MORE_ACKS, while the out-of-order ranges that

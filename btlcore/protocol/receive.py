@@ -190,7 +190,8 @@ class Receiver:
                     (ras := pr.reassembly.get(msg_id)) is None or ras.msg_len != msg_len or ras.put_key is not None
                     or plen <= 0 or off + plen >= msg_len or ras.received + plen >= msg_len
                     or st.rx_held + plen > self._rx_limit):
-                self._on_segment(pr, _MEMORYVIEW(data) if small else view, n, flags, seq_w, tag, plen, now)
+                self._on_segment(pr, _MEMORYVIEW(data) if small else view, n, flags, seq_w, tag, plen, now,
+                                 msg_id, msg_len, off)  # (a chunk's fields, unpacked above: n >= _CHUNKED)
                 continue
             w.cum = seq
             if seq > w.high:
@@ -343,10 +344,11 @@ class Receiver:
                 self._recovery.detect_losses(peer)
 
     def _on_segment(self, peer: Peer, data: memoryview, n: int, flags: int, seq_w: int,
-                    tag: int, plen: int, now: float) -> None:
+                    tag: int, plen: int, now: float, msg_id: int = -1, msg_len: int = 0, off: int = 0) -> None:
         """The general receive handler for a data segment (its length checked, its ACK
         applied): place it in the window, then reassemble, place a put, take a put status or
-        deliver, in order if ordered, and note the ACK it is owed."""
+        deliver, in order if ordered, and note the ACK it is owed.  ``msg_id``, ``msg_len``,
+        ``off``: a chunk's fields if the caller unpacked them (``msg_id`` -1: not)."""
         c = peer.counters
         pos = PAYLOAD_AT[flags & (F_CHUNK | F_PUT)]
         w = peer.window
@@ -357,15 +359,13 @@ class Receiver:
             if d >= _HALF:
                 d -= _WRAP
         seq = cum + 1 + d
-        msg_id: int = 0  # (declared: an int assigned from an unpack (Any) would turn Any, compiled generic)
-        msg_len: int = 0
-        off: int = 0
         ras = None
         if flags & F_STATUS and (flags & (F_CHUNK | F_PUT) or plen != PUT_STATUS.size):
             self.counters.num_malformed_recvs += 1  # a put status is one unchunked body
             return
         if flags & F_CHUNK:
-            msg_id, msg_len, off = CHUNK.unpack_from(data, HEADER_LEN)
+            if msg_id < 0:
+                msg_id, msg_len, off = CHUNK.unpack_from(data, HEADER_LEN)
             if off + plen > msg_len or msg_len > self._max_message or (plen == 0 and msg_len):
                 c.num_badfrag_recvs += 1
                 return
