@@ -190,8 +190,8 @@ class Receiver:
                     (ras := pr.reassembly.get(msg_id)) is None or ras.msg_len != msg_len or ras.put_key is not None
                     or plen <= 0 or off + plen >= msg_len or ras.received + plen >= msg_len
                     or st.rx_held + plen > self._rx_limit):
-                self._on_segment(pr, _MEMORYVIEW(data) if small else view, n, flags, seq_w, tag, plen, now,
-                                 msg_id, msg_len, off)  # (a chunk's fields, unpacked above: n >= _CHUNKED)
+                self._on_segment(pr, _MEMORYVIEW(data) if small else view, n, flags, seq_w, tag, plen, now, msg_id,
+                                 msg_len, off)  # (the chunk's fields, unpacked above: with F_CHUNK, n >= _CHUNKED)
                 continue
             w.cum = seq
             if seq > w.high:
@@ -212,11 +212,9 @@ class Receiver:
                 if parts is not None and off == ras.received and (type(data) is bytes or type(view.obj) is bytes):
                     parts.append(view[_CHUNK_PAYLOAD])  # Reassembly.add, inline: kept, not copied
                     grow = plen
-                else:  # (what it holds more: the chunk, or 0 into an extent)
+                else:  # (what it holds more: the chunk, or 0 into a spread message)
                     grow = ras.add(off, view[_CHUNK_PAYLOAD])
-                ras.received += plen
-                pr.rx_held += grow
-                st.rx_held += grow
+                ras.received, pr.rx_held, st.rx_held = ras.received + plen, pr.rx_held + grow, st.rx_held + grow
             pr.ack_count += 1
             if pr.ack_count >= freq:
                 pr.ack_now = True
