@@ -134,18 +134,31 @@ class Segment:
 class Reassembly:
     """A chunked message being put back together (or a chunked put being tracked).
 
-    It holds only what arrived, never what the header claims (``msg_len`` is a stranger's
-    word until every byte is in): memory grows with the bytes received, which the receiver
-    counts against its budgets (``Peer.rx_held``, ``EngineState.rx_held``).  Chunks that
-    arrive in order as immutable ``bytes`` datagrams (the simulator's) are kept as views of
-    those datagrams (``parts``) and joined once the last one is in (one copy).  Anything else
-    (a datagram the device will reuse, a chunk out of order) switches to ``buf``, the in-order
-    prefix, appended to as chunks arrive (``+=``: one copy, the allocator growing it in
-    place, measured as fast as zero-filling ``msg_len`` and copying into it), with chunks above
-    a gap waiting in ``pending`` (copies) until it fills."""
+    It holds what arrived, never what the header claims (``msg_len`` is a stranger's word
+    until every byte is in) -- except within a budget: the receiver counts what it holds
+    (:attr:`held`) against ``Peer.rx_held`` and ``EngineState.rx_held``, and :meth:`add`
+    returns what it holds more.  Chunks that arrive in order as immutable ``bytes`` datagrams
+    (the simulator's) are kept as views of those datagrams (``parts``) and joined once the
+    last one is in (one copy).  Anything else (a datagram the device will reuse) switches to
+    ``buf``, the in-order prefix, appended to as chunks arrive (``+=``: one copy, the
+    allocator growing it in place).
+
+    A chunk above a gap then makes the message *spread*, if the caller's ``room`` lets it
+    hold its whole extent (``msg_len``, counted from then on, whatever arrived): ``buf``
+    grows to the end of the highest chunk, a gap left as zeros, so that a chunk above a gap
+    costs one copy and no object (appended, as the chunks after a loss arrive in order), and
+    the chunk that fills a gap is copied to its place.  Only its ends are noted: the prefix
+    (``filled``), the run growing above the gap (``run_at``/``run_end``) and the runs gaps
+    left behind (``runs``, start -> end).  Without the room, chunks above a gap wait in
+    ``pending`` (copies) until it fills.
+
+    Delivered only if the chunks tile the message exactly: the prefix reaches ``msg_len``
+    and the bytes received add up to it (a lying sender's overlapping chunks fail either
+    test; the second is what keeps a spread message whose bytes an overlapping chunk wrote
+    over from ever being handed up)."""
 
     __slots__ = ("buf", "parts", "pending", "msg_len", "received", "tag", "last_seq", "put_key",
-                 "put_offset", "failed")
+                 "put_offset", "failed", "filled", "runs", "run_at", "run_end")
 
     def __init__(self, msg_len: int, tag: int, put_key: int | None, put_offset: int) -> None:
         self.buf: bytearray | None = None  # the in-order prefix, once a chunk cannot be kept
@@ -160,22 +173,38 @@ class Reassembly:
         # a put that could not be placed: its put status code (wire.PS_*), reported when
         # the whole put arrived; 0 while every chunk landed
         self.failed = 0
+        # spread: the end of the in-order prefix (-1: not spread), the runs above it
+        self.filled = -1
+        self.runs: dict[int, int] | None = None
+        self.run_at = self.run_end = -1
 
-    def add(self, off: int, chunk: memoryview) -> None:
-        """Take the chunk at ``off`` (a view of the datagram; before ``received`` counts it)."""
+    @property
+    def held(self) -> int:
+        """Bytes this message holds as the budgets count them: its extent once spread, else
+        what arrived."""
+        return self.msg_len if self.filled >= 0 else self.received
+
+    def add(self, off: int, chunk: memoryview, room: int = 0) -> int:
+        """Take the chunk at ``off`` (a view of the datagram; before ``received`` counts it);
+        ``room``: how many bytes more this message may be counted for, to spread.  Returns
+        how many more it is counted for (the chunk's length; the rest of the extent, on
+        spreading; 0 once spread)."""
         buf = self.buf
-        if buf is not None and off == len(buf) and not self.pending:  # the common case first
+        if buf is not None and off == len(buf) and not self.pending and self.filled < 0:  # the common case first
             buf += chunk
-            return
+            return len(chunk)
+        if self.filled >= 0:
+            self._place(off, chunk)
+            return 0
         parts = self.parts
         if parts is not None:
             if off == self.received and type(chunk.obj) is bytes:
                 parts.append(chunk)  # immutable: kept, not copied
-                return
+                return len(chunk)
             buf = self.buf = bytearray().join(parts)
             self.parts = None
         if buf is None:
-            return  # (a put's chunks go to its region: nothing is kept here)
+            return 0  # (a put's chunks go to its region: nothing is kept here)
         if off == len(buf):
             buf += chunk
             pending = self.pending
@@ -185,18 +214,73 @@ class Reassembly:
                     buf += nxt
                     nxt = pending.pop(len(buf), None)
         elif off > len(buf):
+            grow = self.msg_len - self.received
+            if grow <= room:
+                self._spread(buf)
+                self._place(off, chunk)
+                return grow
             if self.pending is None:
                 self.pending = {}
             self.pending[off] = bytes(chunk)
         # (off below the prefix: a chunk overlapping what is in, which no sender makes; take()
         # then finds the message short and the receiver drops it)
+        return len(chunk)
+
+    def _spread(self, buf: bytearray) -> None:
+        """From now on chunks go to their places (the prefix ends at ``len(buf)``); the
+        chunks that waited above it go there first."""
+        self.filled = len(buf)
+        self.runs = {}
+        pending = self.pending
+        if pending:
+            self.pending = None
+            for at in sorted(pending):
+                self._place(at, memoryview(pending[at]))
+
+    def _place(self, off: int, chunk: memoryview) -> None:
+        """A chunk of a spread message to its place: appended at the top (a gap before it
+        as zeros), or into a gap; the prefix or a run grows."""
+        filled = self.filled
+        if off < filled:
+            return  # (overlapping what is in: the message will not tile)
+        end = off + len(chunk)
+        buf = self.buf
+        runs = self.runs
+        assert buf is not None and runs is not None
+        top = len(buf)
+        if off == top:
+            buf += chunk
+        elif off > top:
+            buf += bytes(off - top)
+            buf += chunk
+        else:  # into a gap (a view: the bytearray's own slice assignment copies the chunk first)
+            if end > top:
+                buf += bytes(end - top)  # (a liar's chunk across the top)
+            memoryview(buf)[off:end] = chunk
+        if off == filled:  # the gap closes: take in the runs it reaches
+            while True:
+                if end == self.run_at:
+                    end = self.run_end
+                    self.run_at = self.run_end = -1
+                elif runs and end in runs:
+                    end = runs.pop(end)
+                else:
+                    break
+            self.filled = end
+        elif off == self.run_end:
+            self.run_end = end
+        else:  # a new run above another gap: the one growing is set aside
+            if self.run_at >= 0:
+                runs[self.run_at] = self.run_end
+            self.run_at, self.run_end = off, end
 
     def take(self) -> bytearray | None:
         """The whole message, once ``received`` reached ``msg_len`` (call once); None if the
         chunks did not tile it (a lying sender's overlapping offsets)."""
         out = bytearray().join(self.parts) if self.parts is not None else self.buf
-        self.parts = self.buf = self.pending = None
-        return out if out is not None and len(out) == self.msg_len else None
+        whole = self.filled == self.msg_len if self.filled >= 0 else out is not None and len(out) == self.msg_len
+        self.parts = self.buf = self.pending = self.runs = None
+        return out if whole and self.received == self.msg_len else None
 
 
 class Peer:

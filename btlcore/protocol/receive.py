@@ -106,7 +106,7 @@ class Receiver:
     __slots__ = ("_state", "config", "crc", "counters", "events", "peers_by_conn", "regions", "_acking",
                  "_timed", "_sending", "_ack_frequency", "_ack_delay", "_recovery", "_handshake",
                  "_min_hello", "_versions", "_rx_limit", "_lifecycle", "_guard", "_ordered",
-                 "_max_message", "_max_reassemblies", "_recv_buffer")
+                 "_max_message", "_max_reassemblies", "_recv_buffer", "_extent_peer", "_extent_all")
 
     def __init__(self, state: EngineState, recovery: Recovery, handshake: Handshake,
                  versions: Versions, lifecycle: Lifecycle, guard: Guard) -> None:
@@ -135,6 +135,11 @@ class Receiver:
         self._max_message: int = config.max_message_size
         self._max_reassemblies: int = config.max_reassemblies
         self._recv_buffer: int = config.recv_buffer
+        # what a message's whole extent (Reassembly.add) may take the holdings to: half of
+        # each budget, so that extents (bytes not yet arrived) never crowd out the chunks of
+        # the peer's other messages, nor other peers'
+        self._extent_peer: int = self._recv_buffer // 2
+        self._extent_all: int = self._rx_limit // 2
 
     def receive_datagrams(self, batch: Iterable[Any], now: float,
                           sources: Sequence[Any] | None = None) -> None:
@@ -185,7 +190,8 @@ class Receiver:
                     (ras := pr.reassembly.get(msg_id)) is None or ras.msg_len != msg_len or ras.put_key is not None
                     or plen <= 0 or off + plen >= msg_len or ras.received + plen >= msg_len
                     or st.rx_held + plen > self._rx_limit):
-                self._on_segment(pr, _MEMORYVIEW(data) if small else view, n, flags, seq_w, tag, plen, now)
+                self._on_segment(pr, _MEMORYVIEW(data) if small else view, n, flags, seq_w, tag, plen, now, msg_id,
+                                 msg_len, off)  # (the chunk's fields, unpacked above: with F_CHUNK, n >= _CHUNKED)
                 continue
             w.cum = seq
             if seq > w.high:
@@ -205,11 +211,10 @@ class Receiver:
                 parts = ras.parts
                 if parts is not None and off == ras.received and (type(data) is bytes or type(view.obj) is bytes):
                     parts.append(view[_CHUNK_PAYLOAD])  # Reassembly.add, inline: kept, not copied
-                else:
-                    ras.add(off, view[_CHUNK_PAYLOAD])
-                ras.received += plen
-                pr.rx_held += plen
-                st.rx_held += plen
+                    grow = plen
+                else:  # (what it holds more: the chunk, or 0 into a spread message)
+                    grow = ras.add(off, view[_CHUNK_PAYLOAD])
+                ras.received, pr.rx_held, st.rx_held = ras.received + plen, pr.rx_held + grow, st.rx_held + grow
             pr.ack_count += 1
             if pr.ack_count >= freq:
                 pr.ack_now = True
@@ -337,10 +342,11 @@ class Receiver:
                 self._recovery.detect_losses(peer)
 
     def _on_segment(self, peer: Peer, data: memoryview, n: int, flags: int, seq_w: int,
-                    tag: int, plen: int, now: float) -> None:
+                    tag: int, plen: int, now: float, msg_id: int = -1, msg_len: int = 0, off: int = 0) -> None:
         """The general receive handler for a data segment (its length checked, its ACK
         applied): place it in the window, then reassemble, place a put, take a put status or
-        deliver, in order if ordered, and note the ACK it is owed."""
+        deliver, in order if ordered, and note the ACK it is owed.  ``msg_id``, ``msg_len``,
+        ``off``: a chunk's fields if the caller unpacked them (``msg_id`` -1: not)."""
         c = peer.counters
         pos = PAYLOAD_AT[flags & (F_CHUNK | F_PUT)]
         w = peer.window
@@ -351,15 +357,13 @@ class Receiver:
             if d >= _HALF:
                 d -= _WRAP
         seq = cum + 1 + d
-        msg_id: int = 0  # (declared: an int assigned from an unpack (Any) would turn Any, compiled generic)
-        msg_len: int = 0
-        off: int = 0
         ras = None
         if flags & F_STATUS and (flags & (F_CHUNK | F_PUT) or plen != PUT_STATUS.size):
             self.counters.num_malformed_recvs += 1  # a put status is one unchunked body
             return
         if flags & F_CHUNK:
-            msg_id, msg_len, off = CHUNK.unpack_from(data, HEADER_LEN)
+            if msg_id < 0:
+                msg_id, msg_len, off = CHUNK.unpack_from(data, HEADER_LEN)
             if off + plen > msg_len or msg_len > self._max_message or (plen == 0 and msg_len):
                 c.num_badfrag_recvs += 1
                 return
@@ -435,17 +439,21 @@ class Receiver:
         c.num_chunk_recvs += 1
         if ras is None:
             ras = peer.reassembly[msg_id] = Reassembly(msg_len, tag, None, 0)
-        ras.add(off, data[pos:])
+        st = self._state
+        # a chunk above a gap may make the message its whole extent, within half of each
+        # budget (_extent_peer, _extent_all)
+        grow = ras.add(off, data[pos:], min(self._extent_peer - peer.rx_held, self._extent_all - st.rx_held))
         ras.received += plen
-        peer.rx_held += plen
-        self._state.rx_held += plen
+        peer.rx_held += grow
+        st.rx_held += grow
         if off + plen == msg_len:
             ras.last_seq = seq
         if ras.received < msg_len:
             return None, seq
         del peer.reassembly[msg_id]
-        peer.rx_held -= ras.received
-        self._state.rx_held -= ras.received
+        held = ras.held
+        peer.rx_held -= held
+        st.rx_held -= held
         peer.ack_now = True  # usnic ACKs a completed large message at once
         message = ras.take()
         if message is None:  # chunks that overlap instead of tiling it: a lying sender
@@ -461,7 +469,10 @@ class Receiver:
         chunk's own, so that one message larger than the budget still comes through (it
         grows only with bytes that arrive, up to ``max_message_size``); the transport's
         (``reassembly_limit``) holds for every byte.  Memory per peer thus stays within
-        ``recv_buffer + max_message_size``, and within ``reassembly_limit`` in all."""
+        ``recv_buffer + max_message_size``, and within ``reassembly_limit`` in all (a
+        message's extent counts whole, and is taken only within half of each budget)."""
+        if ras is not None and ras.filled >= 0:
+            return False  # its extent is held already: the chunk takes no memory more
         if self._state.rx_held + plen > self._rx_limit:
             self.counters.num_rx_memory_drops += 1
             return True

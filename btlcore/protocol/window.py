@@ -151,7 +151,8 @@ class ReceiveWindow:
             return [(starts[i] - cum, ends[i] - starts[i] + 1) for i in self._truncated(limit)]
         self._listed = len(self._recent) if self._recent is not None else 0
         self.unlisted = False
-        return [(s - cum, e - s + 1) for s, e in zip(starts[:limit], ends[:limit], strict=True)]
+        # (by index: compiled, zip with a keyword is a generic call, ~2,500 instructions)
+        return [(starts[i] - cum, ends[i] - starts[i] + 1) for i in range(min(len(starts), limit))]
 
     def _range_of(self, seq: int, hint: int) -> int:
         """The index of the range holding ``seq`` (-1: none, it is at or below ``cum``).

@@ -4,8 +4,13 @@
 not move (wall-clock figures drift by 30% from run to run).  ``send`` and ``deadline``: the
 same ping-pong, counting its ``datagrams_to_send`` calls (one message each) and the
 ``next_deadline`` calls a driver makes after each send pass and each receive instead.
+``lossy0``, ``lossy1``, ``lossy5``, ``lossy10``: a bulk receiver as on the veth pair
+(1500-byte datagrams in reused buffers, as the udp device hands them, bbr, 100 us each way)
+with 0/1/5/10% of the data lost at random (seeded): everything the receiving engine does in
+its passes (one where datagrams arrive or its timer is due: receive, timers, events, its ACKs,
+the next deadline) per data segment received.
 
-    .venv/bin/python scripts/perf/engine_instructions.py [pingpong|bulk|send|deadline ...] [--pure-only|--compiled-only]
+    .venv/bin/python scripts/perf/engine_instructions.py [pingpong|bulk|send|deadline|lossy5 ...] [--pure-only|--compiled-only]
 
 Each scenario runs in a fresh process under ``valgrind --tool=callgrind``, collecting only
 inside the counted calls: they go through ``operator.call`` (a C function nothing else on
@@ -24,7 +29,9 @@ from typing import Any
 SCENARIOS = {"pingpong": (2000, "receive (64 B, piggy-backed ACK)"),
              "send": (2000, "datagrams_to_send (one 64 B message)"),
              "deadline": (2000, "next_deadline (after a send pass or a receive, 64 B ping-pong)"),
-             "bulk": (60, "data segment received (8972 B, batch)")}
+             "bulk": (60, "data segment received (8972 B, batch)"),
+             **{f"lossy{p}": (10, f"data segment received (1500 B, reused buffers, {p}% lost)")
+                for p in (0, 1, 5, 10)}}
 
 
 def deadline(engine: Any, counted: bool) -> None:
@@ -105,6 +112,55 @@ def bulk(nmsgs: int) -> int:
     return n
 
 
+def lossy(nmsgs: int, loss: float) -> int:
+    """The receiver's side of a bulk transfer of 1 MiB messages over a lossy 100 us path."""
+    import random
+
+    from btlcore import Config
+    from btlcore.protocol.events import MessageReceived
+    from btlcore.testing.enginepair import EnginePair
+    net = EnginePair(Config(send_buffer=1 << 40, cc="bbr"), mtu=1500, priority_mtu=1500, crc=True)
+    net.handshake()
+    a, b, pa, now = net.a, net.b, net.pa, net.now
+    rng = random.Random(1)
+    msg = bytes(1 << 20)
+    warm = 2  # messages delivered before counting starts
+    for _ in range(nmsgs + warm):
+        a.send(pa, 1, msg, None, now)
+    call = operator.call
+    got = n = 0
+    data: list[tuple[float, bytes]] = []  # (arrival time, datagram): 100 us each way
+    acks: list[tuple[float, bytes]] = []
+    wake: float | None = None  # the receiver's next timer
+    while got < nmsgs + warm:
+        now += 1e-5
+        if (t := a.next_deadline()) is not None and t <= now:
+            a.handle_timer(now)
+        for _, _, d in a.datagrams_to_send(now):
+            if rng.random() >= loss:
+                data.append((now + 1e-4, bytes(d) if not isinstance(d, list) else b"".join(d)))
+        due = [memoryview(bytearray(d)) for t, d in data if t <= now]
+        data = [(t, d) for t, d in data if t > now]
+        counting = got >= warm
+        # a pass of the receiver's (as Transport.progress: on input or at its timer only)
+        if due or (wake is not None and wake <= now):
+            if due:
+                call(b.receive_datagrams, due, now) if counting else b.receive_datagrams(due, now)
+                n += len(due) if counting else 0
+            if wake is not None and wake <= now:  # (input never brings a timer forward)
+                call(b.handle_timer, now) if counting else b.handle_timer(now)
+            events = call(b.take_events) if counting else b.take_events()
+            got += sum(1 for e in events if type(e) is MessageReceived)
+            out = call(b.datagrams_to_send, now) if counting else b.datagrams_to_send(now)
+            acks.extend((now + 1e-4, bytes(d)) for _, _, d in out)
+            wake = call(b.next_deadline) if counting else b.next_deadline()
+        for _, d in (x for x in acks if x[0] <= now):
+            a.receive_datagram(d, None, now)
+        acks = [x for x in acks if x[0] > now]
+        a.take_events()
+    return n
+
+
 def measure(scenario: str, pure: bool) -> tuple[int, int]:
     """(instructions inside the receive calls, receives) of one run under callgrind."""
     env = {k: v for k, v in os.environ.items() if k != "BTL_PURE"}
@@ -126,7 +182,9 @@ def measure(scenario: str, pure: bool) -> tuple[int, int]:
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--child"]:
         iters = SCENARIOS[argv[1]][0]
-        print(bulk(iters) if argv[1] == "bulk" else pingpong(iters, argv[1]))
+        name = argv[1]
+        print(bulk(iters) if name == "bulk" else lossy(iters, int(name[5:]) / 100)
+              if name.startswith("lossy") else pingpong(iters, name))
         return
     builds = [b for b in (False, True) if not (b and "--compiled-only" in argv or not b and "--pure-only" in argv)]
     names = [a for a in argv if not a.startswith("--")] or list(SCENARIOS)

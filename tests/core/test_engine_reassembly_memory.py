@@ -125,3 +125,97 @@ def test_overlapping_chunks_that_do_not_tile_the_message_are_not_delivered() -> 
     assert p.delivered[1] == []
     assert p.pb.counters.num_badfrag_recvs == 1
     assert p.pb.rx_held == 0 and not p.pb.reassembly
+
+
+def _spread(peer_reassembly: dict[int, object]) -> int:
+    return sum(1 for ras in peer_reassembly.values() if getattr(ras, "filled", -1) >= 0)
+
+
+def test_a_peer_spreading_messages_at_their_claimed_extent_stays_within_its_budget() -> None:
+    """Each forged message claims 128 KiB and sends 1 KB at its very end, above a gap: the
+    receiver writes a chunk above a gap to its place in the message's buffer, so the buffer
+    reaches the claimed extent. Such a message counts at its whole extent, and only while
+    the peer's holdings stay within half of recv_buffer; the rest wait as copies, within the
+    budget, and beyond it are dropped: memory stays within recv_buffer."""
+    budget, claim = 1 << 20, 128 << 10
+    p = EnginePair(Config(recv_buffer=budget, max_message_size=CLAIM), mtu=1500)
+    p.handshake()
+    p.run_idle()
+    cum = p.pb.window.cum
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for i in range(600):
+            p.b.receive_datagram(forged(p, 1, 0, cum + 2 + i, 9000 + i, off=claim - 1024, msg_len=claim),
+                                 None, p.now)
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert _spread(p.pb.reassembly) == budget // 2 // claim  # 4 spread, at 128 KiB each
+    held = sum(ras.held for ras in p.pb.reassembly.values())
+    assert p.pb.rx_held == held == p.b.state.rx_held
+    assert budget - 1024 < p.pb.rx_held <= budget
+    assert p.pb.counters.num_rx_budget_drops > 0
+    # (beyond the bytes counted, each message in reassembly costs its bookkeeping: < 1 KiB)
+    bound = budget + 1024 * len(p.pb.reassembly)
+    assert peak - base < bound, f"{(peak - base) >> 10} KiB for a {budget >> 10} KiB budget"
+
+
+def test_spread_messages_stay_within_half_the_transport_budget_across_peers() -> None:
+    n, limit, claim = 4, 1 << 20, 256 << 10
+    cfg = Config(recv_buffer=16 << 20, reassembly_limit=limit, max_message_size=claim)
+    net = EngineNet(n, cfg, mtu=1500)
+    for i in range(1, n):
+        net.connect(i, 0)
+    net.run(lambda: all(net.established(i, 0) for i in range(1, n)), max_time=5)
+    net.run_idle()
+    victim = net.engines[0]
+    for i in range(1, n):
+        cum = net.peer(0, i).window.cum
+        for k in range(400):
+            victim.receive_datagram(forged(net, 0, i, cum + 2 + k, 7000 + k, off=claim - 1024, msg_len=claim),
+                                    None, net.now)
+    spread = sum(_spread(net.peer(0, i).reassembly) for i in range(1, n))
+    assert spread == limit // 2 // claim  # (2: half of the transport's budget)
+    assert victim.state.rx_held <= limit
+    assert victim.stats()["num_rx_memory_drops"] > 0
+    assert sum(net.peer(0, i).rx_held for i in range(1, n)) == victim.state.rx_held
+
+
+def test_a_spread_message_arrives_whole_and_gives_its_budget_back() -> None:
+    """Real loss: a chunk lost, those after it written to their places, the resend fills
+    the gap; while the gap is open the message counts at its whole extent."""
+    p = EnginePair(Config(), mtu=1500)
+    p.handshake()
+    message = bytes(i * 7 & 0xFF for i in range(200_000))
+    for nth in (3, 60):
+        p.drop_nth(0, 1, nth)
+    seen: list[int] = []
+
+    def spread_now() -> bool:
+        seen.extend(ras.held for ras in p.pb.reassembly.values() if ras.filled >= 0)
+        return bool(p.completions.get("m"))
+
+    p.send(0, 1, 4, message, key="m")
+    p.run(spread_now, max_time=10)
+    assert p.completions["m"] == [None]
+    assert bytes(p.delivered[1][-1][2]) == message
+    assert seen and set(seen) == {len(message)}  # it was spread, counted at its extent
+    assert p.pb.rx_held == 0 and p.b.state.rx_held == 0 and not p.pb.reassembly
+
+
+def test_a_spread_message_whose_bytes_an_overlapping_chunk_wrote_over_is_not_delivered() -> None:
+    """A liar's chunk inside a run above the gap writes over bytes already placed; the
+    prefix still reaches msg_len, but the bytes received add up to more: dropped."""
+    p = EnginePair(Config(), mtu=1500)
+    p.handshake()
+    p.run_idle()
+    cum = p.pb.window.cum
+    for k, (off, size) in ((3, (2000, 1000)), (4, (2500, 100)), (1, (0, 1000)), (2, (1000, 1000))):
+        p.b.receive_datagram(forged(p, 1, 0, cum + k, 78, off=off, size=size, msg_len=3000), None, p.now)
+        if k == 3:
+            assert p.pb.reassembly[78].filled == 0  # spread by the chunk above the gap
+    p._collect()
+    assert p.delivered[1] == []
+    assert p.pb.counters.num_badfrag_recvs == 1
+    assert p.pb.rx_held == 0 and not p.pb.reassembly
