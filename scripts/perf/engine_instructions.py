@@ -10,7 +10,7 @@ with 0/1/5/10% of the data lost at random (seeded): everything the receiving eng
 its passes (one where datagrams arrive or its timer is due: receive, timers, events, its ACKs,
 the next deadline) per data segment received.
 
-    .venv/bin/python scripts/perf/engine_instructions.py [pingpong|bulk|send|deadline|lossy5 ...] [--pure-only|--compiled-only]
+    .venv/bin/python scripts/perf/engine_instructions.py [SCENARIO ...] [--pure-only|--compiled-only]
 
 Each scenario runs in a fresh process under ``valgrind --tool=callgrind``, collecting only
 inside the counted calls: they go through ``operator.call`` (a C function nothing else on
