@@ -372,7 +372,7 @@ class Handshake:
                 peer.remember_conn(peer.remote_conn)
                 peer.remote_known = False
                 peer.ready.clear()
-                peer.reassembly.clear()
+                self._state.drop_reassembly(peer)  # (the bytes it held go back to the budgets)
             else:
                 # What it had not acknowledged may or may not have been delivered before it
                 # reset: fail it (at most once, never twice), and start a new connection of

@@ -357,3 +357,36 @@ def test_restart_detected_by_hello_ack_keeps_talking() -> None:
     p.run(lambda: p.completions["n0"], max_time=p.now + 5)
     assert p.completions["n0"] == [None]
     assert (b"B", 1000, b"from the new b") in p.delivered[0]
+
+
+def test_a_peer_that_starts_afresh_gives_back_what_its_old_messages_held() -> None:
+    """b holds part of a's chunked message when a, having declared b dead, starts a new
+    connection; b sent nothing on the old one, so it follows the new one: the old message's
+    chunks are dropped, and the bytes they held go back to the budgets (else every such
+    restart would leave them counted for the transport's life)."""
+    p = EnginePair(Config(peer_timeout=0.3), config_b=Config(peer_timeout=100.0))
+    p.handshake()
+    data_seen = [0]
+
+    def hook(s: int, d: int, raw: bytes, k: int) -> str | None:
+        if s == 1:
+            return "drop"  # b's ACKs never reach a: a declares b dead
+        dg = safe_decode(raw)
+        if dg is not None and dg.type == T_DATA:
+            data_seen[0] += 1
+            return None if data_seen[0] == 2 else "drop"  # one chunk of the message arrives
+        return None  # a's other datagrams arrive: b still hears a, and keeps it
+
+    p.add_hook(hook)
+    p.send(0, 1, 1, bytes(range(256)) * 20, key="big")  # four chunks at 1500 B
+    p.run(lambda: p.pa.state is PeerState.FAILED, max_time=p.now + 5)
+    held = p.b.peers_by_addr[b"A"]
+    assert held.state is PeerState.ESTABLISHED
+    assert held.rx_held > 0 and p.b.state.rx_held == held.rx_held
+    p.hooks.clear()
+    p.connect(0, 1)
+    p.send(0, 1, 2, b"again", key="a2")
+    p.run(lambda: p.completions["a2"], max_time=p.now + 5)
+    assert p.completions["a2"] == [None] and p.delivered[1] == [(b"A", 2, b"again")]
+    peer_b = p.b.peers_by_addr[b"A"]
+    assert peer_b.rx_held == 0 and p.b.state.rx_held == 0 and not peer_b.reassembly
