@@ -112,7 +112,7 @@ OVERFLOW_LOSS: Final = 0.5
 CAP_STEP0: Final = 1.0  # bw_cap's first step after a cut, segments per min RTT (doubles per round)
 # a queue standing this many rounds in a row (no RTT below CAP_RTT x the min RTT), holding at
 # least QUEUE_SEGMENTS of the flow's own segments (the queue's delay times its pace), cuts a
-# capped flow's pace to QUEUE_BETA of it.  Traced at 100 Mb/s, 10 ms (2 and 8 flows, 1 BDP):
+# flow's pace (in PROBE_BW) to QUEUE_BETA of it.  Traced at 100 Mb/s, 10 ms (2 and 8 flows, 1 BDP):
 # the estimates summed to 1.1-1.3 x the link, each flow's the share its own probes took, the
 # 8-flow queue never drained (17% of sends resent) and the shares wandered (Jain 0.90-0.99
 # per 40 round trips); with this cut 2 flows reach 0.957-0.993 and 8 flows 0.975-0.981 at
@@ -406,10 +406,10 @@ class Bbr(RateSampled):
 
     @staticmethod
     def _standing(st: BbrState) -> bool:
-        """A capped flow's pace holds a queue: one stood QUEUE_ROUNDS rounds in a row with at
+        """The flow's pace holds a queue: one stood QUEUE_ROUNDS rounds in a row with at
         least QUEUE_SEGMENTS of its segments in it (the queue's delay, the last round's
         shortest RTT above the min, times its pace: a FIFO queue's share of each flow)."""
-        if st.bw_cap == INF or st.queued_rounds < QUEUE_ROUNDS or st.prev_round_min_rtt == INF:
+        if st.queued_rounds < QUEUE_ROUNDS or st.prev_round_min_rtt == INF:
             return False
         return (st.prev_round_min_rtt - st.min_rtt) * st.pacing_bw() >= QUEUE_SEGMENTS * st.seg
 
