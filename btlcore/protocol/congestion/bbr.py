@@ -377,7 +377,7 @@ class Bbr(RateSampled):
         else:
             congested = False
         bdp_floor = st.bdp() + self.ack_allowance * st.seg
-        if st.mode == PROBE_BW and not congested and self._standing(st):
+        if st.mode == PROBE_BW and not congested and self._standing(st, s.in_flight):
             st.bw_cap = QUEUE_BETA * st.pacing_bw()  # (not undone: no loss to find spurious)
             st.cap_step = CAP_STEP0
             st.queued_rounds = 0
@@ -405,13 +405,17 @@ class Bbr(RateSampled):
             st.pacing_gain = CYCLE[1]
 
     @staticmethod
-    def _standing(st: BbrState) -> bool:
+    def _standing(st: BbrState, in_flight: int) -> bool:
         """The flow's pace holds a queue: one stood QUEUE_ROUNDS rounds in a row with at
-        least QUEUE_SEGMENTS of its segments in it (the queue's delay, the last round's
-        shortest RTT above the min, times its pace: a FIFO queue's share of each flow)."""
+        least QUEUE_SEGMENTS of its segments in it, by both counts: the queue's delay (the
+        last round's shortest RTT above the min) times its pace, a FIFO queue's share of each
+        flow; and its flight beyond its BDP (a flight of a few segments, a flow that barely
+        sends, holds no more than that however long the queue)."""
         if st.queued_rounds < QUEUE_ROUNDS or st.prev_round_min_rtt == INF:
             return False
-        return (st.prev_round_min_rtt - st.min_rtt) * st.pacing_bw() >= QUEUE_SEGMENTS * st.seg
+        bw, least = st.pacing_bw(), QUEUE_SEGMENTS * st.seg
+        return ((st.prev_round_min_rtt - st.min_rtt) * bw >= least
+                and in_flight - bw * st.min_rtt >= least)
 
     @staticmethod
     def _cap(st: BbrState, high_loss: bool, queued: bool) -> None:
