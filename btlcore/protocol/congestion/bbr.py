@@ -47,7 +47,9 @@ show.  And a queue that stood :data:`QUEUE_ROUNDS` rounds in a row holding at le
 it overflows: the estimates of flows sharing a queue follow their paces (each flow's delivery
 rate is its share of the queue's service), so any split of the link is an equilibrium and the
 shares wander; a FIFO queue holds each flow's segments in proportion to its rate, so this cut
-falls on the flows above their share, and pulls the shares together without the losses.  And
+falls on the flows above their share, and pulls the shares together without the losses
+(its price: beside ``cubic``, which keeps a queue standing, a ``bbr`` flow keeps about a
+quarter of the link, where it took a third to three quarters before).  And
 the pace never falls below :data:`PACING_FLOOR` segments per smoothed RTT: where
 a fair share is under a datagram per round trip (8 flows on 100 Mb/s at 1 ms, 9000 B), a
 flow whose first window was lost whole would otherwise pace its repairs at its estimate of
@@ -111,17 +113,16 @@ HEAVY_LOSS: Final = 0.3
 OVERFLOW_LOSS: Final = 0.5
 CAP_STEP0: Final = 1.0  # bw_cap's first step after a cut, segments per min RTT (doubles per round)
 # a queue standing this many rounds in a row (no RTT below CAP_RTT x the min RTT), holding at
-# least QUEUE_SEGMENTS of the flow's own segments (the queue's delay times its pace), cuts a
-# flow's pace (in PROBE_BW) to QUEUE_BETA of it.  Traced at 100 Mb/s, 10 ms (2 and 8 flows, 1 BDP):
-# the estimates summed to 1.1-1.3 x the link, each flow's the share its own probes took, the
-# 8-flow queue never drained (17% of sends resent) and the shares wandered (Jain 0.90-0.99
-# per 40 round trips); with this cut 2 flows reach 0.957-0.993 and 8 flows 0.975-0.981 at
-# seeds 1-3, with fewer resends (3-4%, 12-13%).  A flow with fewer segments in the queue
-# has about a datagram per round trip in it (on a 100 Mb/s, 1 ms path with 9000-byte
-# datagrams a whole window is 3-5): cutting it cannot drain the queue and only unbalances
-# the flows (2 flows there: Jain 0.968 -> 0.950 with 2).  0.85, not LOSS_BETA: at 0.7 the
-# 2-flow cells lost goodput (10 ms: 0.93-0.95 of the link); over 3 rounds, 2 flows at 10 ms
-# fell to 0.929 at seed 3
+# least QUEUE_SEGMENTS of the flow's own segments (_standing), cuts the flow's pace (in
+# PROBE_BW) to QUEUE_BETA of it.  Traced at 100 Mb/s, 10 ms, 1 BDP: the estimates summed to
+# 1.1-1.3 x the link, each flow's the share its own probes took, the 8-flow queue never
+# drained (16-17% of sends resent) and the shares wandered (Jain 0.90-0.99 per 40 round
+# trips, 0.898 and 0.921 in the sweep's window); with this cut, seeds 1-3, 2 flows
+# 0.958-0.992 and 8 flows 0.977-0.983 there, with fewer resends (3-4%, 14%).  Fewer than 3
+# of its segments in the queue: on a 100 Mb/s, 1 ms path with 9000-byte datagrams a whole
+# window is 3-5 of them, and cutting such a flow cannot drain the queue, only unbalance the
+# flows (2 flows there, counting by delay alone: Jain 0.968 -> 0.950 at 2).  0.85, not
+# LOSS_BETA: at 0.7 the 2-flow cells at 10 ms lost goodput (0.93-0.95 of the link)
 QUEUE_ROUNDS: Final = 2
 QUEUE_SEGMENTS: Final = 3.0
 QUEUE_BETA: Final = 0.85
