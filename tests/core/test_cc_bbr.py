@@ -235,6 +235,39 @@ def test_loss_while_a_queue_stands_cuts_the_pace_and_equal_steps_regrow_it() -> 
     assert st.bw_cap == st.bw
 
 
+def _queued_round(cc: Bbr, peer: Peer, now: float, in_flight: float, rtt: float) -> None:
+    """One ACK that ends a round without loss (20 segments acknowledged), ``in_flight`` left."""
+    st = peer.cc_state
+    cc.on_rate_sample(peer, RateSample(now, 0.0, 0.0, st.round_end + 20 * SEG, 20 * SEG, 0,  # type: ignore[arg-type]
+                                       int(in_flight), rtt, False, st.round_end + 1))
+
+
+def test_a_queue_the_flow_holds_for_two_rounds_cuts_its_pace_before_any_loss() -> None:
+    """Flows sharing a queue each measure their share of it, which follows their pace, so
+    any split is an equilibrium: a queue standing QUEUE_ROUNDS rounds with QUEUE_SEGMENTS or
+    more of this flow's segments in it (by the queue's delay times its pace, and by its flight
+    beyond its BDP) cuts the pace to QUEUE_BETA, with no loss at all; the same queue with the
+    flow's flight within a couple of segments of its BDP (it holds little of it) does not."""
+    cc, peer = _probing_peer()
+    st = peer.cc_state
+    bdp = st.bdp()
+    _queued_round(cc, peer, 1.0, bdp + 10 * st.seg, 0.02)  # the RTT twice the min: a queue
+    assert st.bw_cap == float("inf")  # (one round is not a standing queue)
+    _queued_round(cc, peer, 1.02, bdp + 10 * st.seg, 0.02)
+    assert st.bw_cap == pytest.approx(bbr.QUEUE_BETA * 1e7)
+    assert peer.pacing_rate == pytest.approx(st.pacing_gain * bbr.QUEUE_BETA * 1e7)
+    cc, peer = _probing_peer()
+    st = peer.cc_state
+    for k in range(4):
+        _queued_round(cc, peer, 1.0 + 0.02 * k, bdp + 2 * st.seg, 0.02)
+    assert st.bw_cap == float("inf")
+    cc, peer = _probing_peer()
+    st = peer.cc_state
+    for k in range(4):  # a short queue: 2.4 ms of the flow's 10 MB/s is 16 segments, but ...
+        _queued_round(cc, peer, 1.0 + 0.02 * k, bdp + 10 * st.seg, 0.0124)
+    assert st.bw_cap == float("inf")  # ... below CAP_RTT x the min RTT: no queue is read
+
+
 def test_heavy_loss_cuts_the_pace_even_with_no_rtt_above_the_min() -> None:
     """A queue that never drains leaves no RTT well above a min RTT it inflated itself, so a
     loss rate beyond any random loss's (OVERFLOW_LOSS) is congestion without one: it cuts
