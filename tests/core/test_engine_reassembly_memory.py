@@ -5,6 +5,7 @@ budgets; what exceeds them is dropped and counted, never allocated."""
 from __future__ import annotations
 
 import tracemalloc
+from typing import Any
 
 from btlcore import Config
 from btlcore.protocol.wire import F_ACK, T_DATA, Datagram
@@ -68,15 +69,20 @@ def test_out_of_order_chunks_beyond_the_peer_budget_are_dropped_and_counted() ->
     assert not p.pb.window.holds(cum + 2 + 100)
 
 
-def test_the_transport_budget_holds_across_peers() -> None:
-    n = 4
-    cfg = Config(recv_buffer=1 << 20, reassembly_limit=100 * 1024, max_message_size=100 * 1024)
+def _victim_of(n: int, cfg: Config) -> tuple[EngineNet, Any]:
+    """``n`` engines, every other one connected to engine 0 (the victim), all settled."""
     net = EngineNet(n, cfg, mtu=1500)
     for i in range(1, n):
         net.connect(i, 0)
     net.run(lambda: all(net.established(i, 0) for i in range(1, n)), max_time=5)
     net.run_idle()
-    victim = net.engines[0]
+    return net, net.engines[0]
+
+
+def test_the_transport_budget_holds_across_peers() -> None:
+    n = 4
+    cfg = Config(recv_buffer=1 << 20, reassembly_limit=100 * 1024, max_message_size=100 * 1024)
+    net, victim = _victim_of(n, cfg)
     for i in range(1, n):
         cum = net.peer(0, i).window.cum
         for k in range(50):
@@ -164,12 +170,7 @@ def test_a_peer_spreading_messages_at_their_claimed_extent_stays_within_its_budg
 def test_spread_messages_stay_within_half_the_transport_budget_across_peers() -> None:
     n, limit, claim = 4, 1 << 20, 256 << 10
     cfg = Config(recv_buffer=16 << 20, reassembly_limit=limit, max_message_size=claim)
-    net = EngineNet(n, cfg, mtu=1500)
-    for i in range(1, n):
-        net.connect(i, 0)
-    net.run(lambda: all(net.established(i, 0) for i in range(1, n)), max_time=5)
-    net.run_idle()
-    victim = net.engines[0]
+    net, victim = _victim_of(n, cfg)
     for i in range(1, n):
         cum = net.peer(0, i).window.cum
         for k in range(400):

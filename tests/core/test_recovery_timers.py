@@ -161,6 +161,16 @@ def test_the_backoff_lets_go_when_acks_flow_again() -> None:
     assert sends[1][0] - sends[0][0] < 0.02
 
 
+def _data_slower_than_the_handshake() -> tuple[Any, float]:
+    """A pair whose handshake measured about 2 ms, and a's DATA takes 30 ms more."""
+    p = pair()
+    p.add_hook(lambda s, d, data, k: ("delay", 0.030)
+               if s == 0 and (dg := safe_decode(data)) is not None and dg.type == T_DATA else None)
+    handshake_srtt = p.pa.timer.srtt
+    assert handshake_srtt is not None and handshake_srtt < 0.005
+    return p, handshake_srtt
+
+
 def test_a_path_slower_than_the_handshake_showed_is_learned_through_resends() -> None:
     """The handshake's small datagrams measured 2 ms; data takes 30 ms more (a large datagram
     on a slow link).  Every timeout then fires before the data's ACK, so every ACK
@@ -169,11 +179,7 @@ def test_a_path_slower_than_the_handshake_showed_is_learned_through_resends() ->
     bounds the RTT from below (from its last sending): taken where that is above srtt, srtt
     climbs toward the path's, and fewer timeouts fire (not none: the bound is below the RTT
     by the time between the original and the last resend)."""
-    p = pair()
-    p.add_hook(lambda s, d, data, k: ("delay", 0.030)
-               if s == 0 and (dg := safe_decode(data)) is not None and dg.type == T_DATA else None)
-    handshake_srtt = p.pa.timer.srtt
-    assert handshake_srtt is not None and handshake_srtt < 0.005
+    p, handshake_srtt = _data_slower_than_the_handshake()
     resends = []
     for i in range(12):
         before = p.pa.counters.num_timeout_retrans
@@ -191,11 +197,7 @@ def test_a_reply_acknowledging_a_resend_teaches_the_timer_too() -> None:
     segment's bound is the one every ACK path follows (Recovery.sample_rtt): it once held
     on standalone ACKs only, and here srtt stayed at the handshake's 2 ms, every request
     sent three times."""
-    p = pair()
-    p.add_hook(lambda s, d, data, k: ("delay", 0.030)
-               if s == 0 and (dg := safe_decode(data)) is not None and dg.type == T_DATA else None)
-    handshake_srtt = p.pa.timer.srtt
-    assert handshake_srtt is not None and handshake_srtt < 0.005
+    p, handshake_srtt = _data_slower_than_the_handshake()
     resends = []
     for i in range(12):
         before = p.pa.counters.num_timeout_retrans

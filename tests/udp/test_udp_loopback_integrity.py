@@ -4,25 +4,16 @@ else, with ``crc=on``, and under a faults plan (which may corrupt), the CRC stay
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import pytest
 
 import btlcore
 from btlcore.faults import Faults
+from btlcore.testing.hosts import has_ipv6_loopback
 from btlcore_udp._sockets import is_loopback
 
 PAYLOAD = bytes(range(256)) * 300
-
-
-def _ipv6_loopback() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
-            s.bind(("::1", 0))
-        return True
-    except OSError:
-        return False
 
 
 @pytest.fixture
@@ -61,7 +52,7 @@ def test_a_loopback_device_promises_integrity_and_sends_no_crc(made: list[btlcor
     _exchange(a, b)
 
 
-@pytest.mark.skipif(not _ipv6_loopback(), reason="::1 cannot be bound here")
+@pytest.mark.skipif(not has_ipv6_loopback(), reason="::1 cannot be bound here")
 def test_the_ipv6_loopback_too(made: list[btlcore.Transport]) -> None:
     a, b = _open(made, "[::1]:0"), _open(made, "[::1]:0")
     assert a.engine.crc is False and b.engine.crc is False
