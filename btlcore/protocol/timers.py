@@ -10,11 +10,16 @@ per progress pass; see :meth:`btlcore.protocol.recovery.Recovery._refresh_timers
 from __future__ import annotations
 
 from heapq import heapify, heappop, heappush, heapreplace
-from typing import Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 T = TypeVar("T")
 
 _SLACK: Final = 64  # stale entries tolerated beyond the live ones before a rebuild
+
+#: ``(deadline, serial, item)``: typed variable-length so that mypyc keeps it a boxed tuple;
+#: a fixed-length one would be unboxed and boxed anew on each store, and the heap and
+#: ``live`` must hold the very same object (entries are told live by identity)
+_Entry = tuple[Any, ...]
 
 
 class DeadlineHeap(Generic[T]):
@@ -25,10 +30,11 @@ class DeadlineHeap(Generic[T]):
     def __init__(self) -> None:
         # (deadline, serial, item): the serial breaks ties (insertion order) and names the
         # entry, so items themselves are never compared
-        self._heap: list[tuple[float, int, T]] = []
-        #: item -> (deadline, serial) of its live entry; read-only outside this class (a
+        self._heap: list[_Entry] = []
+        #: item -> its live entry, the very tuple in the heap (one object per deadline, not
+        #: two: an idle peer's keepalive is one of these); read-only outside this class (a
         #: look in it spares a method call on hot paths)
-        self.live: dict[T, tuple[float, int]] = {}
+        self.live: dict[T, _Entry] = {}
         self._count = 0
 
     def __len__(self) -> int:
@@ -52,16 +58,16 @@ class DeadlineHeap(Generic[T]):
             return  # unchanged: no new entry
         heap = self._heap
         n = self._count = self._count + 1
-        if live is not None and heap[0][1] == live[1]:
+        entry: _Entry = (deadline, n, item)
+        self.live[item] = entry
+        if live is not None and heap[0] is live:
             # its entry is the top (always, for a lone item): replace it in place, so the
             # heap keeps its size and first() has no stale entry to skip
-            self.live[item] = (deadline, n)
-            heapreplace(heap, (deadline, n, item))
+            heapreplace(heap, entry)
             return
-        self.live[item] = (deadline, n)
-        heappush(heap, (deadline, n, item))
+        heappush(heap, entry)
         if len(heap) > 2 * len(self.live) + _SLACK:
-            self._heap = [(t, k, i) for i, (t, k) in self.live.items()]
+            self._heap = list(self.live.values())
             heapify(self._heap)
 
     def lower(self, item: T, deadline: float) -> None:
@@ -82,9 +88,9 @@ class DeadlineHeap(Generic[T]):
         """The earliest live deadline (None: there is none)."""
         heap, live = self._heap, self.live
         while heap:
-            t, n, item = heap[0]
-            entry = live.get(item)
-            if entry is not None and entry[1] == n:
+            entry = heap[0]
+            if live.get(entry[2]) is entry:
+                t: float = entry[0]
                 return t
             heappop(heap)  # stale
         return None
@@ -95,9 +101,9 @@ class DeadlineHeap(Generic[T]):
         heap, live = self._heap, self.live
         due: list[T] = []
         while heap and heap[0][0] <= now:
-            t, n, item = heappop(heap)
-            entry = live.get(item)
-            if entry is not None and entry[1] == n:
+            entry = heappop(heap)
+            item = entry[2]
+            if live.get(item) is entry:
                 del live[item]
                 due.append(item)
         return due

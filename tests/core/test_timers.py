@@ -31,6 +31,20 @@ def test_deadline_heap() -> None:
     assert h.first() is None and len(h) == 0
 
 
+def test_a_live_deadline_is_one_object_shared_with_the_heap() -> None:
+    """An idle peer's keepalive is one heap entry: ``live`` holds that very tuple, not a
+    second one (memory per idle peer, docs/benchmarks.md; a fixed-length tuple type would
+    let the compiled build box a copy for each container, and every entry would look stale)."""
+    h: DeadlineHeap[int] = DeadlineHeap()
+    for i in range(50):
+        h.set(i, float(100 - i))
+    for i in range(0, 50, 3):
+        h.set(i, float(200 + i))  # moved: older entries stale
+    heap_ids = {id(e) for e in h._heap}
+    assert all(id(e) in heap_ids for e in h.live.values())
+    assert h.first() == 51.0 and len(h) == 50
+
+
 def test_deadline_heap_stays_bounded_under_churn() -> None:
     h: DeadlineHeap[int] = DeadlineHeap()
     rng = random.Random(1)
