@@ -13,8 +13,6 @@ STARTUP    2.77 (doubles per round)      the bandwidth grew < 25% in 3 rounds, o
                                          while a queue stood (or HEAVY_LOSS of them)
 DRAIN      1/2.77 (empties the queue)    in flight <= BDP
 PROBE_BW   1.25, 0.75, then 1 x 6        (stays: one phase per min RTT)
-           (no 1.25 once cut, while the
-           BDP is under PROBE_MIN_SEGMENTS)
 PROBE_RTT  1, window 1/2 BDP             200 ms and a round at that window
 =========  ============================  ==========================================
 
@@ -144,25 +142,6 @@ PACING_FLOOR: Final = 0.5
 AGG_ROUNDS: Final = 5  # the ACK-aggregation max filter keeps two buckets of this many rounds
 AGG_MAX_TIME: Final = 0.1  # ... and never more than this many seconds of the bandwidth
 AGG_MIN_TIME: Final = 0.1  # ... a bucket lasting at least this long (a host path's rounds last 0.1-1 ms)
-# once a flow's pace was cut for congestion (bw_cap: a shared queue overflowed), PROBE_BW
-# leaves out its probe (the 1.25 phase) while the BDP is under this many segments: a probe
-# sends a quarter of a BDP more, under 4 segments a round trip less than a segment, so the
-# sender sends either nothing more or a whole segment more.  Delivery rates are counted in
-# whole segments a round trip too, so its samples read (n + 1) / n of the rate, not 1.25 of
-# it: a flow of 1 or 2 segments a round trip doubled or raised by half its estimate, the max
-# filter kept that 10 rounds, and the faster pace refreshed it.  Traced at 100 Mb/s, 1 ms,
-# 8 flows (9000 B, a fair share of 0.35 datagram per min RTT): estimates at such levels (16,
-# 35, 50 Mb/s) summing to 2.2 x the link, half of all sends lost, and the flows a probe
-# lifted a level kept it (Jain 0.909 and 0.935 at seeds 6 and 3; over seeds 1-30, 7 of 30
-# runs below 0.95 at a 1-BDP queue and 13 at 2 BDP; 2 and 0 with this).  The cycle goes on to
-# its 0.75 phase: a phase below the estimate is when a level held up by the flow's own pace
-# can lapse (going on to a 1.0 phase instead left 2 of the 27 fairness runs below 0.95).
-# Only after a congestion cut: a lone flow on a path of a segment or two (10 Mb/s, 0.05 ms)
-# has no level to lose and needs its probe to refill what the 0.75 phase drained (without
-# it, 0.995 -> 0.965 of the link, and spurious resends above 1% on burst loss).  At 3, not
-# 4: 8 flows on 100 Mb/s at 10 ms or 1 Gb/s at 1 ms hold 3-4 segments a round trip and
-# converge by probing (with 4, Jain 0.99 -> 0.96-0.97 there)
-PROBE_MIN_SEGMENTS: Final = 3.0
 
 
 class BbrState(PathModel):
@@ -470,7 +449,7 @@ class Bbr(RateSampled):
         # a phase other than the draining one, chosen from the (seeded, random) ISN so that
         # flows sharing a link do not probe in step
         c = peer.isn % (len(CYCLE) - 1)
-        st.cycle = self._phase(st, c + 1 if c >= 1 else 0)
+        st.cycle = c + 1 if c >= 1 else 0
         st.cycle_at = now
         st.pacing_gain = CYCLE[st.cycle]
 
@@ -486,18 +465,9 @@ class Bbr(RateSampled):
         else:
             advance = full
         if advance:
-            st.cycle = self._phase(st, (st.cycle + 1) % len(CYCLE))
+            st.cycle = (st.cycle + 1) % len(CYCLE)
             st.cycle_at = s.now
             st.pacing_gain = CYCLE[st.cycle]
-
-    @staticmethod
-    def _phase(st: BbrState, c: int) -> int:
-        """PROBE_BW's phase ``c``, or the next one where ``c`` probes, the flow was cut for
-        congestion and its BDP is under :data:`PROBE_MIN_SEGMENTS` segments (a probe there
-        is coarser than it means)."""
-        if CYCLE[c] > 1.0 and st.bw_cap != INF and st.bdp() < PROBE_MIN_SEGMENTS * st.seg:
-            return c + 1
-        return c
 
     def _probe_rtt(self, peer: Peer, st: BbrState, s: RateSample) -> None:
         """Hold the small window PROBE_RTT_TIME and a round, so the queue empties and the
