@@ -172,9 +172,9 @@ class BbrState(PathModel):
 
     __slots__ = ("mode", "pacing_gain", "cwnd_bytes", "filled", "full_bw",
                  "full_bw_rounds", "cycle", "cycle_at", "probe_rtt_until", "mode_round",
-                 "prior_cwnd", "inflight_hi", "undo_hi", "loss_exit", "bw_cap",
+                 "prior_cwnd", "inflight_hi", "undo_hi", "loss_exit", "heavy_loss", "bw_cap",
                  "cap_step", "undo_cap", "win_rtt", "agg_start", "agg_acked", "agg_max", "agg_prev", "agg_bucket_at",
-                 "queued_rounds", "heavy_loss")
+                 "queued_rounds")
 
     def __init__(self, peer: Peer, cwnd_initial: float) -> None:
         super().__init__(peer)
@@ -195,6 +195,9 @@ class BbrState(PathModel):
         self.inflight_hi = INF  # upper bound on the flight, bytes (set by high loss)
         self.undo_hi = INF  # inflight_hi before the last cut (on_spurious restores it)
         self.loss_exit = False  # STARTUP ended on a high-loss round (on_spurious resumes it)
+        #: the last loss window lost more than HEAVY_LOSS (PROBE_MIN_SEGMENTS; a bool beside
+        #: loss_exit: they share one word, no memory per peer more)
+        self.heavy_loss = False
         #: upper bound on the bandwidth the flow paces at, bytes/s (inf: none): cut by
         #: LOSS_BETA on a high-loss round, regrown by steps of the same size for every flow
         self.bw_cap = INF
@@ -210,7 +213,6 @@ class BbrState(PathModel):
         self.agg_prev = 0.0
         self.agg_bucket_at = 0.0  # when this bucket began
         self.queued_rounds = 0  # rounds in a row a queue stood (QUEUE_ROUNDS)
-        self.heavy_loss = False  # the last loss window lost more than HEAVY_LOSS (PROBE_MIN_SEGMENTS)
 
     def aggregate(self, now: float, acked: int, cwnd: float) -> None:
         """Per ACK: the bytes acknowledged beyond what the bandwidth estimate delivers since
