@@ -523,3 +523,71 @@ def test_a_batch_is_remembered_for_a_time_however_short_the_rounds() -> None:
         t += 1e-4
         _round(cc, peer, t, int(1e7 * 1e-4 / 2), 0, 1e-4)
     assert st.extra_acked() < 6e4 / 2  # forgotten once the time passed too
+
+
+def _phase_after_cruise(bdp_segments: float, heavy: bool = True) -> tuple[int, float]:
+    """The PROBE_BW phase (and gain) a cruising flow of ``bdp_segments`` a min RTT moves to
+    after the last cruise phase, the one before the probe; ``heavy``: its last loss window
+    lost more than HEAVY_LOSS."""
+    cc, peer = _probing_peer()
+    st = peer.cc_state
+    st.bw = bdp_segments * st.seg / st.min_rtt
+    st.heavy_loss = heavy
+    st.cycle, st.cycle_at, st.pacing_gain = len(bbr.CYCLE) - 1, 0.0, 1.0
+    delivered = st.round_end - 2 * SEG  # (a sample that ends no round)
+    cc.on_rate_sample(peer, RateSample(1.0, 0.0, 0.0, delivered, SEG, 0, SEG, 0.0, False, delivered))  # type: ignore[arg-type]
+    assert st.bw == pytest.approx(bdp_segments * st.seg / st.min_rtt)
+    return st.cycle, st.pacing_gain
+
+
+def test_no_bandwidth_probe_after_heavy_loss_while_the_bdp_is_a_few_segments() -> None:
+    """A probe sends a quarter of a BDP more; under PROBE_MIN_SEGMENTS segments a round trip
+    that is one whole segment more, whose samples read 1.5-2x the rate: after a loss window
+    that lost more than HEAVY_LOSS (a queue overflowing), the 1.25 phase is left out there
+    (the cycle goes on to its 0.75 phase); it is kept above it, or without such loss."""
+    assert _phase_after_cruise(2.0) == (1, bbr.CYCLE[1])  # 0.75: no probe
+    assert _phase_after_cruise(0.5) == (1, bbr.CYCLE[1])
+    assert _phase_after_cruise(bbr.PROBE_MIN_SEGMENTS + 0.5) == (0, 1.25)
+    assert _phase_after_cruise(65.0) == (0, 1.25)
+    assert _phase_after_cruise(2.0, heavy=False) == (0, 1.25)
+
+
+def test_a_flow_entering_probe_bw_at_the_probe_phase_skips_it_after_heavy_loss() -> None:
+    """PROBE_BW's first phase comes from the ISN; where that is the probe, the last loss
+    window lost more than HEAVY_LOSS and the BDP is under PROBE_MIN_SEGMENTS segments, the
+    flow begins at the next phase instead."""
+    for bdp_segments, heavy, phase in ((1.0, True, 1), (65.0, True, 0), (1.0, False, 0)):
+        peer = FakePeer(SEG, 7 * 5)  # (an ISN whose phase is the probe: isn % 7 == 0)
+        cc = Bbr(Config())
+        cc.on_new_peer(peer)  # type: ignore[arg-type]
+        st = peer.cc_state
+        st.min_rtt, st.min_rtt_at, st.filled = 0.01, 0.0, True
+        st.bw = bdp_segments * st.seg / st.min_rtt
+        st.heavy_loss = heavy
+        cc._enter_probe_bw(peer, st, 1.0)  # type: ignore[arg-type]
+        assert (st.cycle, st.pacing_gain) == (phase, bbr.CYCLE[phase])
+
+
+def test_a_lone_flow_of_one_segment_a_round_trip_keeps_probing_and_fills_its_link() -> None:
+    """On a path whose BDP is about one segment (9000 B on 10 Mb/s: 7.2 ms a segment) a lone
+    flow sees no heavy loss, so it keeps its probe, which refills what the 0.75
+    phase drained: it fills the link."""
+    link = Link(10 * MBPS, 0.0005, queue=3 * 9000)  # (a queue of 3 segments)
+    rec = Modes()
+    run = Run("bbr", link, seg=9000, on_sample=rec).run(3.0)
+    assert run.peer.cc_state.bdp() < bbr.PROBE_MIN_SEGMENTS * 9000
+    assert 1.25 in [g for t, g, _, _ in rec.gains if t > 0.5]
+    assert run.goodput(since=1.0) >= 0.98 * link.rate
+
+
+def test_a_loss_window_that_lost_heavily_is_remembered_until_the_next_one() -> None:
+    """The flag the probe rule reads is the last loss window's: set by one that lost more
+    than HEAVY_LOSS of its bytes, cleared by the next that did not."""
+    cc, peer = _probing_peer()
+    st = peer.cc_state
+    _round(cc, peer, 1.0, 20 * SEG, 12 * SEG, 0.0101)  # 37% lost
+    assert st.heavy_loss
+    _round(cc, peer, 1.02, 4 * SEG, 0, 0.0101)  # (a round too short to close a window)
+    assert st.heavy_loss
+    _round(cc, peer, 1.04, 20 * SEG, 2 * SEG, 0.0101)  # 9% lost
+    assert not st.heavy_loss
