@@ -94,7 +94,13 @@ _MEMORYVIEW: Final = memoryview
 _CRC_HEAD: Final = slice(None, CRC_OFFSET)
 _CRC_TAIL: Final = slice(CRC_OFFSET + 4, None)
 _CHUNK_PAYLOAD: Final = slice(_CHUNKED, None)
+_PAYLOAD: Final = slice(HEADER_LEN, None)  # (a whole segment's payload)
 
+
+
+def _view(data: Any) -> Any:
+    """``data`` as a memoryview: itself if it is one (a device's datagram), not a new view of it."""
+    return data if type(data) is _MEMORYVIEW else _MEMORYVIEW(data)
 
 class Receiver:
     """Data segments in: ordering, reassembly, puts, put statuses, ACK debt.
@@ -173,7 +179,7 @@ class Receiver:
                            else (view := _MEMORYVIEW(data))[_CRC_TAIL],
                            pr.rx_crc_head if pr.rx_crc_key == inc << 16 | flags << 8 | hflags and pr.rx_crc_conn == dst
                            else self._head_crc(pr, data, dst, inc, flags, hflags)) != crc
-                    if flags & F_CRC else self.crc or (small := False) or (view := _MEMORYVIEW(data)) is None):
+                    if flags & F_CRC else self.crc or (small := False) or (view := _view(data)) is None):
                 last_dst = -1
                 self.dispatch(data, None if sources is None else sources[k], now)
                 continue
@@ -203,7 +209,7 @@ class Receiver:
                 c.num_bytes_delivered += plen
                 events.append(_NEW_EVENT(_MESSAGE_RECEIVED, (
                     pr, tag, data[HEADER_LEN:] if type(data) is bytes
-                    else bytes(data[HEADER_LEN:] if small else view[HEADER_LEN:]))))
+                    else (data[_PAYLOAD] if small else view[_PAYLOAD]).tobytes())))
             else:
                 c.num_chunk_recvs += 1
                 view = _MEMORYVIEW(data) if small else view  # (a small datagram's CRC made none)

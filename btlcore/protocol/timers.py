@@ -10,7 +10,7 @@ per progress pass; see :meth:`btlcore.protocol.recovery.Recovery._refresh_timers
 from __future__ import annotations
 
 from heapq import heapify, heappop, heappush, heapreplace
-from typing import Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -23,12 +23,15 @@ class DeadlineHeap(Generic[T]):
     __slots__ = ("_heap", "live", "_count")
 
     def __init__(self) -> None:
-        # (deadline, serial, item): the serial breaks ties (insertion order) and names the
-        # entry, so items themselves are never compared
-        self._heap: list[tuple[float, int, T]] = []
-        #: item -> (deadline, serial) of its live entry; read-only outside this class (a
-        #: look in it spares a method call on hot paths)
-        self.live: dict[T, tuple[float, int]] = {}
+        # entries (deadline, serial, item): the serial breaks ties (insertion order), so
+        # items themselves are never compared.  Typed as variable tuples: compiled, a fixed
+        # tuple type is unboxed, and boxed anew (a copy) wherever it is stored -- an entry
+        # must stay one object, in the heap and in ``live``
+        self._heap: list[tuple[Any, ...]] = []
+        #: item -> its live entry, the very tuple in the heap (an entry is live while it is
+        #: its item's here: one identity test, and one tuple per set); read-only outside
+        #: this class (a look in it spares a method call on hot paths)
+        self.live: dict[T, tuple[Any, ...]] = {}
         self._count = 0
 
     def __len__(self) -> int:
@@ -39,7 +42,7 @@ class DeadlineHeap(Generic[T]):
 
     def get(self, item: T) -> float | None:
         live = self.live.get(item)
-        return None if live is None else live[0]
+        return None if live is None else cast(float, live[0])
 
     def set(self, item: T, deadline: float | None) -> None:
         """Make ``deadline`` the item's (None: it has none)."""
@@ -51,17 +54,20 @@ class DeadlineHeap(Generic[T]):
         if live is not None and live[0] == deadline:
             return  # unchanged: no new entry
         heap = self._heap
-        n = self._count = self._count + 1
-        if live is not None and heap[0][1] == live[1]:
+        self._count += 1
+        entry: tuple[Any, ...] = (deadline, self._count, item)
+        self.live[item] = entry
+        if live is not None and heap[0] is live:
             # its entry is the top (always, for a lone item): replace it in place, so the
             # heap keeps its size and first() has no stale entry to skip
-            self.live[item] = (deadline, n)
-            heapreplace(heap, (deadline, n, item))
+            if len(heap) == 1:
+                heap[0] = entry
+            else:
+                heapreplace(heap, entry)
             return
-        self.live[item] = (deadline, n)
-        heappush(heap, (deadline, n, item))
+        heappush(heap, entry)
         if len(heap) > 2 * len(self.live) + _SLACK:
-            self._heap = [(t, k, i) for i, (t, k) in self.live.items()]
+            self._heap = list(self.live.values())
             heapify(self._heap)
 
     def lower(self, item: T, deadline: float) -> None:
@@ -82,10 +88,9 @@ class DeadlineHeap(Generic[T]):
         """The earliest live deadline (None: there is none)."""
         heap, live = self._heap, self.live
         while heap:
-            t, n, item = heap[0]
-            entry = live.get(item)
-            if entry is not None and entry[1] == n:
-                return t
+            top = heap[0]
+            if live.get(top[2]) is top:
+                return cast(float, top[0])
             heappop(heap)  # stale
         return None
 
@@ -95,9 +100,9 @@ class DeadlineHeap(Generic[T]):
         heap, live = self._heap, self.live
         due: list[T] = []
         while heap and heap[0][0] <= now:
-            t, n, item = heappop(heap)
-            entry = live.get(item)
-            if entry is not None and entry[1] == n:
+            top = heappop(heap)
+            item: T = top[2]
+            if live.get(item) is top:
                 del live[item]
                 due.append(item)
         return due
