@@ -487,7 +487,8 @@ class Recovery:
                 t = self._rto_at(peer, front)
                 if candidate is front and act is not None and act < t:
                     t = act  # the oldest segment's loss check comes first
-                if self._tlp_on and (tlp := tlp_at(peer)) is not None and tlp < t:
+                if self._tlp_on and (tlp := tlp_at(peer, front if len(peer.unacked) == 1 else None)) is not None \
+                        and tlp < t:
                     t = tlp  # the tail-loss probe (tlp.py)
         if state is _ESTABLISHED:
             live = self._lifecycle.live_at(peer)
