@@ -4,7 +4,8 @@ never starves the data one), then the data socket, each the device's way (``_dra
 ``_drain``: a recv_into loop into one arena; ``_drain_gro``: UDP GRO reads cut at the
 kernel's segment size).  Each datagram is a memoryview valid until the next poll.  After a
 busy wait that saw one socket turn readable while it spun (``device._lone``: a round trip's
-request or reply), that socket is read once with ``recvfrom_into`` instead (``_read_lone``).
+request or reply), that socket is read once with ``recvfrom`` instead (``_read_lone``), its
+datagram a ``bytes``.
 
 Plain functions taking the device first, which the core calls directly (the hooks name
 them with ``btlcore.device.direct``); the loops are per datagram, so everything in them
