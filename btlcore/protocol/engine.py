@@ -74,6 +74,7 @@ _ESTABLISHED: Final = PeerState.ESTABLISHED
 _CLOSING: Final = PeerState.CLOSING
 _CLOSED: Final = PeerState.CLOSED
 
+_MEMORYVIEW: Final = memoryview  # (compiled: read from a static, not looked up in builtins per send)
 _UNSET: Final[Any] = object()  # receive_datagram's now, not given: the old (data, now) form
 
 
@@ -188,7 +189,7 @@ class Engine:
         if not 0 <= tag <= 0xFFFF:
             raise ValueError(f"tag {tag} is out of range: tags are 0 to 65535")
         if type(data) is bytes:
-            view = memoryview(data)  # already flat bytes: no cast needed
+            view = _MEMORYVIEW(data)  # already flat bytes: no cast needed
         else:
             view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
         size = len(view)
@@ -300,12 +301,14 @@ class Engine:
         """True if a send pass would produce something right now."""
         if self._resending or self._sending or self._control:
             return True
-        for peer in self._acking:
-            if peer.ack_now:
-                return True
-        for peer in self._hello:
-            if peer.hello_reply:
-                return True
+        if self._acking:  # (the looks first: compiled, an empty walk still sets up an iterator)
+            for peer in self._acking:
+                if peer.ack_now:
+                    return True
+        if self._hello:
+            for peer in self._hello:
+                if peer.hello_reply:
+                    return True
         return bool(self._replies)
 
     def ack_now(self) -> None:

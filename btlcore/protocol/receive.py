@@ -78,7 +78,8 @@ _ANY: Final[Any] = -1
 #: memoryview of it and slicing that (per small datagram, compiled: about 1,100 instructions
 #: of ~13,000 in a ping-pong receive): the fast path then makes a view (``view``) only where
 #: it keeps one.  Other bytes-like types are read through a memoryview (slicing some, ctypes
-#: arrays, makes no buffer).  The CRC of the header's first 12 bytes is cached per peer (_head_crc)
+#: arrays, makes no buffer).  The CRC of the header's first 12 bytes is cached per peer (_head_crc).
+#: Without a CRC to check, every ``bytes`` or ``memoryview`` datagram is taken so (``small``).
 _COPY_MAX: Final = 1024
 _SLICED: Final = (bytes, memoryview)
 #: built in the hot path as tuples (events._new); bound here so that compiled code reads them
@@ -94,7 +95,13 @@ _MEMORYVIEW: Final = memoryview
 _CRC_HEAD: Final = slice(None, CRC_OFFSET)
 _CRC_TAIL: Final = slice(CRC_OFFSET + 4, None)
 _CHUNK_PAYLOAD: Final = slice(_CHUNKED, None)
+_PAYLOAD: Final = slice(HEADER_LEN, None)  # (a whole segment's payload)
 
+
+
+def _view(data: Any) -> Any:
+    """``data`` as a memoryview: itself if it is one (a device's datagram), not a new view of it."""
+    return data if type(data) is _MEMORYVIEW else _MEMORYVIEW(data)
 
 class Receiver:
     """Data segments in: ordering, reassembly, puts, put statuses, ACK debt.
@@ -141,8 +148,7 @@ class Receiver:
         self._extent_peer: int = self._recv_buffer // 2
         self._extent_all: int = self._rx_limit // 2
 
-    def receive_datagrams(self, batch: Iterable[Any], now: float,
-                          sources: Sequence[Any] | None = None) -> None:
+    def receive_datagrams(self, batch: Iterable[Any], now: float, sources: Sequence[Any] | None = None) -> None:
         """A poll's datagrams (``sources``: where each came from, or None); first, the common case: the next segment."""
         (st := self._state).now = now  # (st.rx_held: what reassembly holds, every peer)
         if st.closed:
@@ -173,7 +179,8 @@ class Receiver:
                            else (view := _MEMORYVIEW(data))[_CRC_TAIL],
                            pr.rx_crc_head if pr.rx_crc_key == inc << 16 | flags << 8 | hflags and pr.rx_crc_conn == dst
                            else self._head_crc(pr, data, dst, inc, flags, hflags)) != crc
-                    if flags & F_CRC else self.crc or (small := False) or (view := _MEMORYVIEW(data)) is None):
+                    if flags & F_CRC else self.crc or not (small := type(data) in _SLICED)
+                    and (view := _MEMORYVIEW(data)) is None):
                 last_dst = -1
                 self.dispatch(data, None if sources is None else sources[k], now)
                 continue
@@ -190,7 +197,7 @@ class Receiver:
                     (ras := pr.reassembly.get(msg_id)) is None or ras.msg_len != msg_len or ras.put_key is not None
                     or plen <= 0 or off + plen >= msg_len or ras.received + plen >= msg_len
                     or st.rx_held + plen > self._rx_limit):
-                self._on_segment(pr, _MEMORYVIEW(data) if small else view, n, flags, seq_w, tag, plen, now, msg_id,
+                self._on_segment(pr, _view(data) if small else view, n, flags, seq_w, tag, plen, now, msg_id,
                                  msg_len, off)  # (the chunk's fields, unpacked above: with F_CHUNK, n >= _CHUNKED)
                 continue
             w.cum = seq
@@ -203,10 +210,10 @@ class Receiver:
                 c.num_bytes_delivered += plen
                 events.append(_NEW_EVENT(_MESSAGE_RECEIVED, (
                     pr, tag, data[HEADER_LEN:] if type(data) is bytes
-                    else bytes(data[HEADER_LEN:] if small else view[HEADER_LEN:]))))
+                    else (data[_PAYLOAD] if small else view[_PAYLOAD]).tobytes())))
             else:
                 c.num_chunk_recvs += 1
-                view = _MEMORYVIEW(data) if small else view  # (a small datagram's CRC made none)
+                view = _view(data) if small else view  # (a small datagram's CRC made none)
                 assert ras is not None  # (the test above took it)
                 parts = ras.parts
                 if parts is not None and off == ras.received and (type(data) is bytes or type(view.obj) is bytes):

@@ -487,7 +487,8 @@ class Recovery:
                 t = self._rto_at(peer, front)
                 if candidate is front and act is not None and act < t:
                     t = act  # the oldest segment's loss check comes first
-                if self._tlp_on and (tlp := tlp_at(peer)) is not None and tlp < t:
+                if self._tlp_on and (tlp := tlp_at(peer, front if len(peer.unacked) == 1 else None)) is not None \
+                        and tlp < t:
                     t = tlp  # the tail-loss probe (tlp.py)
         if state is _ESTABLISHED:
             live = self._lifecycle.live_at(peer)
@@ -524,7 +525,8 @@ class Recovery:
 
     def _refresh_timers(self, forget_idle: bool) -> None:
         """Recompute the times of the peers that changed since the last call (and only
-        those).  ``forget_idle``: a peer left with nothing to wait for stops being timed."""
+        those): the ones in ``timed`` (made timed here), then the others ``touched``.
+        ``forget_idle``: a peer left with nothing to wait for stops being timed."""
         timed, touched = self._timed, self._touched
         if timed:
             order = self._timed_order
@@ -533,27 +535,33 @@ class Recovery:
                     peer.timed = True
                     order += 1
                     peer.timed_order = order
-                    touched[peer] = None
-                elif peer not in touched:
-                    touched[peer] = None
+                self._refresh(peer, forget_idle)
             self._timed_order = order
+            if touched:
+                for peer in touched:
+                    if peer.timed and peer not in timed:
+                        self._refresh(peer, forget_idle)
+                touched.clear()
             timed.clear()
-        if not touched:
-            return
-        deadlines, actions = self._deadlines, self._actions
-        for peer in touched:
-            if peer.timed:
-                t, act = self._timer_times(peer)
-                if t is None and forget_idle:
-                    peer.timed = False
-                deadlines.set(peer, t)  # (compiled: a C call; a bound method would not be)
-                # only the rare peer that handle_timer acts on before its deadline is in
-                # ``actions`` (the look first spares the call for every other one)
-                if act is not None and (t is None or act < t):
-                    actions.set(peer, act)
-                elif peer in actions.live:
-                    actions.discard(peer)
-        touched.clear()
+        elif touched:
+            for peer in touched:
+                if peer.timed:
+                    self._refresh(peer, forget_idle)
+            touched.clear()
+
+    def _refresh(self, peer: Peer, forget_idle: bool) -> None:
+        """One timed peer's times, recomputed into the heaps."""
+        t, act = self._timer_times(peer)
+        if t is None and forget_idle:
+            peer.timed = False
+        self._deadlines.set(peer, t)  # (compiled: a C call; a bound method would not be)
+        # only the rare peer that handle_timer acts on before its deadline is in
+        # ``actions`` (the look first spares the call for every other one)
+        actions = self._actions
+        if act is not None and (t is None or act < t):
+            actions.set(peer, act)
+        elif peer in actions.live:
+            actions.discard(peer)
 
     def next_deadline(self, pending_work: bool = True) -> float | None:
         """The next time :meth:`handle_timer` or a send pass has something to do.  With

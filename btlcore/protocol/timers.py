@@ -10,16 +10,11 @@ per progress pass; see :meth:`btlcore.protocol.recovery.Recovery._refresh_timers
 from __future__ import annotations
 
 from heapq import heapify, heappop, heappush, heapreplace
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar, cast
 
 T = TypeVar("T")
 
 _SLACK: Final = 64  # stale entries tolerated beyond the live ones before a rebuild
-
-#: ``(deadline, serial, item)``: typed variable-length so that mypyc keeps it a boxed tuple;
-#: a fixed-length one would be unboxed and boxed anew on each store, and the heap and
-#: ``live`` must hold the very same object (entries are told live by identity)
-_Entry = tuple[Any, ...]
 
 
 class DeadlineHeap(Generic[T]):
@@ -28,13 +23,15 @@ class DeadlineHeap(Generic[T]):
     __slots__ = ("_heap", "live", "_count")
 
     def __init__(self) -> None:
-        # (deadline, serial, item): the serial breaks ties (insertion order) and names the
-        # entry, so items themselves are never compared
-        self._heap: list[_Entry] = []
-        #: item -> its live entry, the very tuple in the heap (one object per deadline, not
-        #: two: an idle peer's keepalive is one of these); read-only outside this class (a
-        #: look in it spares a method call on hot paths)
-        self.live: dict[T, _Entry] = {}
+        # entries (deadline, serial, item): the serial breaks ties (insertion order), so
+        # items themselves are never compared.  Typed as variable tuples: compiled, a fixed
+        # tuple type is unboxed, and boxed anew (a copy) wherever it is stored -- an entry
+        # must stay one object, in the heap and in ``live``
+        self._heap: list[tuple[Any, ...]] = []
+        #: item -> its live entry, the very tuple in the heap (an entry is live while it is
+        #: its item's here: one identity test, and one tuple per set); read-only outside
+        #: this class (a look in it spares a method call on hot paths)
+        self.live: dict[T, tuple[Any, ...]] = {}
         self._count = 0
 
     def __len__(self) -> int:
@@ -45,7 +42,7 @@ class DeadlineHeap(Generic[T]):
 
     def get(self, item: T) -> float | None:
         live = self.live.get(item)
-        return None if live is None else live[0]
+        return None if live is None else cast(float, live[0])
 
     def set(self, item: T, deadline: float | None) -> None:
         """Make ``deadline`` the item's (None: it has none)."""
@@ -57,13 +54,16 @@ class DeadlineHeap(Generic[T]):
         if live is not None and live[0] == deadline:
             return  # unchanged: no new entry
         heap = self._heap
-        n = self._count = self._count + 1
-        entry: _Entry = (deadline, n, item)
+        self._count += 1
+        entry: tuple[Any, ...] = (deadline, self._count, item)
         self.live[item] = entry
         if live is not None and heap[0] is live:
             # its entry is the top (always, for a lone item): replace it in place, so the
             # heap keeps its size and first() has no stale entry to skip
-            heapreplace(heap, entry)
+            if len(heap) == 1:
+                heap[0] = entry
+            else:
+                heapreplace(heap, entry)
             return
         heappush(heap, entry)
         if len(heap) > 2 * len(self.live) + _SLACK:
@@ -88,10 +88,9 @@ class DeadlineHeap(Generic[T]):
         """The earliest live deadline (None: there is none)."""
         heap, live = self._heap, self.live
         while heap:
-            entry = heap[0]
-            if live.get(entry[2]) is entry:
-                t: float = entry[0]
-                return t
+            top = heap[0]
+            if live.get(top[2]) is top:
+                return cast(float, top[0])
             heappop(heap)  # stale
         return None
 
@@ -101,9 +100,9 @@ class DeadlineHeap(Generic[T]):
         heap, live = self._heap, self.live
         due: list[T] = []
         while heap and heap[0][0] <= now:
-            entry = heappop(heap)
-            item = entry[2]
-            if live.get(item) is entry:
+            top = heappop(heap)
+            item: T = top[2]
+            if live.get(item) is top:
                 del live[item]
                 due.append(item)
         return due

@@ -28,9 +28,11 @@ from .peers import Peer, Segment
 from .state import EngineState
 
 
-def tlp_at(peer: Peer) -> float | None:
+def tlp_at(peer: Peer, lone: Segment | None = None) -> float | None:
     """When ``peer``'s tail-loss probe is due (None: not armed); ``peer.unacked`` is not
-    empty.  The one expression, for the deadline and for the timer alike."""
+    empty.  The one expression, for the deadline and for the timer alike.  ``lone``: the
+    caller's knowledge that this is the one segment in ``unacked`` (a round trip's), which
+    spares the walk to it."""
     t = peer.timer
     srtt = t.srtt
     if peer.tlp_progress == peer.last_progress or srtt is None or peer.resend or peer.probe_seq is not None \
@@ -40,9 +42,12 @@ def tlp_at(peer: Peer) -> float | None:
     # found without reversed() (compiled, a builtins lookup and a generic call)
     unacked = peer.unacked
     sent_at = 0.0
-    for seg in unacked.values() if len(unacked) == 1 else reversed(unacked.values()):
-        sent_at = seg.sent_at
-        break
+    if lone is not None:
+        sent_at = lone.sent_at
+    else:
+        for seg in unacked.values() if len(unacked) == 1 else reversed(unacked.values()):
+            sent_at = seg.sent_at
+            break
     base = sent_at if sent_at > peer.rto_base else peer.rto_base
     var = srtt + 4 * t.rttvar  # (the RTO's, unfloored: never earlier on a path whose RTT varies)
     return base + (var if var > 2 * srtt else 2 * srtt) + t.max_ack_delay

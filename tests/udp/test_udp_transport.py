@@ -12,7 +12,7 @@ import btlcore
 
 
 def _count_empty_reads(t: btlcore.Transport) -> list[int]:
-    """Wrap the device's reads (recvmmsg, and the recvfrom_into of a busy wait's lone
+    """Wrap the device's reads (recvmmsg, and the recvfrom of a busy wait's lone
     datagram): counts[0] calls, counts[1] calls that found nothing."""
     device = t.device.device
     counts = [0, 0]
@@ -25,10 +25,10 @@ def _count_empty_reads(t: btlcore.Transport) -> list[int]:
         return k
 
     def one(real_one: Any) -> Any:
-        def recv_one(buf: Any, size: int) -> Any:
+        def recv_one(*args: Any) -> Any:
             counts[0] += 1
             try:
-                return real_one(buf, size)
+                return real_one(*args)
             except BlockingIOError:
                 counts[1] += 1
                 raise

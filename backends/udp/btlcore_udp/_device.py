@@ -81,7 +81,7 @@ class UdpDevice(UdpState):
         self._ready = None  # set by wait(), used once by poll_recv
         self._lone = False  # set by a busy wait that saw its input arrive: read one datagram
         self._sendto = (socks[0].sendto, socks[1].sendto)
-        self._recv_from = (socks[0].recvfrom_into, socks[1].recvfrom_into)
+        self._recv_from = (socks[0].recvfrom, socks[1].recvfrom)
         self._data_sock = socks[1]
         self._gro = opts.gro
         self._pending = []

@@ -4,7 +4,8 @@ never starves the data one), then the data socket, each the device's way (``_dra
 ``_drain``: a recv_into loop into one arena; ``_drain_gro``: UDP GRO reads cut at the
 kernel's segment size).  Each datagram is a memoryview valid until the next poll.  After a
 busy wait that saw one socket turn readable while it spun (``device._lone``: a round trip's
-request or reply), that socket is read once with ``recvfrom_into`` instead (``_read_lone``).
+request or reply), that socket is read once with ``recvfrom`` instead (``_read_lone``), its
+datagram a ``bytes``.
 
 Plain functions taking the device first, which the core calls directly (the hooks name
 them with ``btlcore.device.direct``); the loops are per datagram, so everything in them
@@ -163,24 +164,27 @@ def _drain_gro(device: UdpState, sock: socket.socket, out: list[Any], srcs: list
 
 def _read_lone(device: UdpState, channel: int, out: list[Any], srcs: list[Any]) -> None:
     """One datagram of the socket a busy wait saw turn readable (``device._lone``): one
-    ``recvfrom_into`` into the arena, no more.  A round trip's request or reply comes alone,
-    and this is the cheapest read of one (recvmmsg through ctypes costs a microsecond more
-    with its senders, and a second recv_into would only say the socket is empty).  Anything
-    else queued stays readable: the next wait sees it at once, and its read is batched."""
+    ``recvfrom``, no more.  A round trip's request or reply comes alone, and this is the
+    cheapest read of one (recvmmsg through ctypes costs a microsecond more with its senders,
+    and a second read would only say the socket is empty); as ``bytes``, not a view of the
+    arena, which is cheaper for the engine to take a small payload from (a bytes slice, where
+    a view needs a sub-view and a copy).  Anything else queued stays readable: the next wait
+    sees it at once, and its read is batched."""
     try:
-        got: tuple[int, Any] = device._recv_from[channel](device._arena, device._recv_size)
+        got: tuple[bytes, Any] = device._recv_from[channel](device._recv_size)
     except BlockingIOError:
         return
     except OSError:  # an ICMP error reported by this call (IP_RECVERR)
         _recv_failed(device, device._socks[channel], 0)
         return
-    n, src = got
+    data, src = got
+    n = len(data)
     if n > device._recv_mtu:
         device.rx_oversize += 1
         return
     if len(src) == 4 and src[3] and device._batch is not None:
         src = scoped(src)  # (a scoped IPv6 sender, named as the batched reads name it)
-    out.append(device._arena[:n])
+    out.append(data)
     srcs.append(src)
     device.rx_bytes += n
 

@@ -37,7 +37,7 @@ class UdpState:
     _prio_fd: int
     _data_fd: int
     _sendto: tuple[Any, ...]  # each socket's bound sendto
-    _recv_from: tuple[Any, ...]  # each socket's bound recvfrom_into
+    _recv_from: tuple[Any, ...]  # each socket's bound recvfrom (a lone datagram's read: _receive._read_lone)
     # -- sizes
     _max_payload: int
     _mtus: list[int]  # per channel
