@@ -12,10 +12,10 @@ Where shares differ, this shows whether by pace (the bandwidth estimate) or by h
 were repaired (timeouts against fast retransmits)."""
 import sys
 
-from btlcore import Config, run_until
+from cell import Cell
+
 from btlcore.bench import flows as F
 from btlcore.bench.regimes import GRIDS
-from btlcore_sim import Fabric, LinkModel
 
 KEYS = ("num_chunk_sends", "num_resends", "num_timeout_retrans", "num_fast_retrans", "num_tail_probes",
         "num_spurious_retrans", "num_undos")
@@ -23,29 +23,14 @@ STEP = 0.005
 
 rate, delay, queue_bdp, n, seed = (float(sys.argv[1]), float(sys.argv[2]) * 1e-3, float(sys.argv[3]),
                                    int(sys.argv[4]), int(sys.argv[5]))
-path = F.PathSpec(rate, delay, 0.0, None, queue_bdp)
-duration = GRIDS["full"].duration(path)
+duration = GRIDS["full"].duration(F.PathSpec(rate, delay, 0.0, None, queue_bdp))
 warmup = duration / 3
-fab = Fabric(seed=seed, default=LinkModel(loss=0.0, delay=delay), coalesce=F.COALESCE)
-flows, dead = F._open(fab, [Config()] * n, seed, F.MTU)
-bn = fab.bottleneck([(f"s{i}", f"r{i}") for i in range(n)], rate, queue_bdp=queue_bdp, aqm="droptail")
-for f in flows:
-    f.cap = max(F.MIN_OUTSTANDING, int(2 * (path.bdp + (bn.limit or path.bdp))))
-ts = [t for f in flows for t in (f.sender, f.receiver)]
-messages = F._Messages(seed)
+cell = Cell(rate, delay, queue_bdp, n, seed)
+flows, fab, advance = cell.flows, cell.fab, cell.advance
 
 
 def snap() -> list[tuple[int, dict[str, float]]]:
     return [(F._taken(f), f.sender.peer_stats(f.peer)) for f in flows]
-
-
-def advance(mark: float) -> None:
-    """Run to ``mark`` as run_flows does (fill every writable flow, run until one is)."""
-    while fab.now < mark:
-        for f in flows:
-            if f.writable:
-                F._fill(f, messages)
-        run_until(ts, lambda: fab.now >= mark or any(f.writable for f in flows), timeout=mark - fab.now + 1e-3)
 
 
 advance(warmup)
@@ -72,6 +57,4 @@ for i, ((_, s0), (_, s1)) in enumerate(zip(start, end, strict=True)):
     print(f"f{i}  {got[i] / total:.3f} {d['num_chunk_sends']:6d} {d['num_resends']:6d} {d['num_timeout_retrans']:4d} "
           f"{d['num_fast_retrans']:4d} {d['num_tail_probes']:3d} {d['num_spurious_retrans']:4d} {d['num_undos']:4d}"
           f"      {d['num_resends'] / max(1, d['num_chunk_sends']):5.2f} {pace:6.1f} {flight:5.1f} {srtt:5.2f}")
-for tr in ts:
-    tr.close()
-fab.close()
+cell.close()

@@ -9,42 +9,23 @@ at time 0, so a share that follows the index (over many seeds) is the start's do
 chance: how long it lasts shows how fast the shares converge."""
 import sys
 
-from btlcore import Config, run_until
-from btlcore.bench import flows as F
-from btlcore_sim import Fabric, LinkModel
+from cell import Cell
 
 rate, delay, queue_bdp, n = float(sys.argv[1]), float(sys.argv[2]) * 1e-3, float(sys.argv[3]), int(sys.argv[4])
 marks = [float(x) for x in sys.argv[5].split(",")]
 seeds = range(1, int(sys.argv[6]) + 1)
-path = F.PathSpec(rate, delay, 0.0, None, queue_bdp)
 mean = [[0.0] * n for _ in marks[1:]]
 top = [[0] * n for _ in marks[1:]]
 for seed in seeds:
-    fab = Fabric(seed=seed, default=LinkModel(loss=0.0, delay=delay), coalesce=F.COALESCE)
-    flows, dead = F._open(fab, [Config()] * n, seed, F.MTU)
-    bn = fab.bottleneck([(f"s{i}", f"r{i}") for i in range(n)], rate, queue_bdp=queue_bdp, aqm="droptail")
-    for f in flows:
-        f.cap = max(F.MIN_OUTSTANDING, int(2 * (path.bdp + (bn.limit or path.bdp))))
-    ts = [t for f in flows for t in (f.sender, f.receiver)]
-    messages = F._Messages(seed)
-    got = []
-    for mark in marks:
-        while fab.now < mark:
-            for f in flows:
-                if f.writable:
-                    F._fill(f, messages)
-            run_until(ts, lambda m=mark, fab=fab, flows=flows: fab.now >= m or any(f.writable for f in flows),
-                      timeout=mark - fab.now + 1e-3)
-        got.append([F._taken(f) for f in flows])
+    cell = Cell(rate, delay, queue_bdp, n, seed)
+    got = cell.taken_at(marks)
     for k in range(len(marks) - 1):
         d = [b - a for a, b in zip(got[k], got[k + 1], strict=True)]
         total = sum(d) or 1
         for i in range(n):
             mean[k][i] += d[i] / total / len(seeds)
         top[k][max(range(n), key=d.__getitem__)] += 1
-    for t in ts:
-        t.close()
-    fab.close()
+    cell.close()
 print(f"{rate:g} Mb/s, {delay * 1e3:g} ms, queue {queue_bdp:g} BDP, {n} flows, seeds 1-{len(seeds)}:")
 for k in range(len(marks) - 1):
     print(f"  {marks[k]:g}-{marks[k + 1]:g} s: mean share {[round(x, 3) for x in mean[k]]}, largest {top[k]}")

@@ -9,35 +9,17 @@ so the window ``0.4,1.2`` of a 100 Mb/s cell gives the sweep's figure; later win
 whether the shares settle, drift or swing.  It measures, it does not change the sweep."""
 import sys
 
-from btlcore import Config, run_until
+from cell import Cell
+
 from btlcore.bench import flows as F
-from btlcore_sim import Fabric, LinkModel
 
 rate, delay, queue_bdp, n = float(sys.argv[1]), float(sys.argv[2]) * 1e-3, float(sys.argv[3]), int(sys.argv[4])
 marks = [float(x) for x in sys.argv[5].split(",")]
 seeds = [int(x) for x in sys.argv[6].split(",")] if len(sys.argv) > 6 else [1, 2, 3]
-path = F.PathSpec(rate, delay, 0.0, None, queue_bdp)
 for seed in seeds:
-    fab = Fabric(seed=seed, default=LinkModel(loss=0.0, delay=delay), coalesce=F.COALESCE)
-    flows, dead = F._open(fab, [Config()] * n, seed, F.MTU)
-    bn = fab.bottleneck([(f"s{i}", f"r{i}") for i in range(n)], rate, queue_bdp=queue_bdp, aqm="droptail")
-    queue = bn.limit or path.bdp
-    for f in flows:
-        f.cap = max(F.MIN_OUTSTANDING, int(2 * (path.bdp + queue)))
-    ts = [t for f in flows for t in (f.sender, f.receiver)]
-    messages = F._Messages(seed)
-    got = []
-    for mark in marks:
-        while fab.now < mark:
-            for f in flows:
-                if f.writable:
-                    F._fill(f, messages)
-            run_until(ts, lambda m=mark, fab=fab, flows=flows: fab.now >= m or any(f.writable for f in flows),
-                      timeout=mark - fab.now + 1e-3)
-        got.append([f.got for f in flows])
+    cell = Cell(rate, delay, queue_bdp, n, seed)
+    got = cell.taken_at(marks)
     js = [F.jain([b - a for a, b in zip(x, y, strict=True)]) for x, y in zip(got, got[1:], strict=False)]
     print(f"{rate:g} Mb/s {delay * 1e3:g} ms {queue_bdp:g} BDP {n} flows seed {seed}:",
           " ".join(f"{j:.3f}" for j in js), flush=True)
-    for t in ts:
-        t.close()
-    fab.close()
+    cell.close()
