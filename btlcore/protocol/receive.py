@@ -98,10 +98,10 @@ _CHUNK_PAYLOAD: Final = slice(_CHUNKED, None)
 _PAYLOAD: Final = slice(HEADER_LEN, None)  # (a whole segment's payload)
 
 
-
 def _view(data: Any) -> Any:
     """``data`` as a memoryview: itself if it is one (a device's datagram), not a new view of it."""
     return data if type(data) is _MEMORYVIEW else _MEMORYVIEW(data)
+
 
 class Receiver:
     """Data segments in: ordering, reassembly, puts, put statuses, ACK debt.
