@@ -261,14 +261,14 @@ class Packetizer:
         ack_w: object = cum if 0 <= cum <= _SHORT else cum & SEQ_MASK
         prefixes = self._prefixes
         nbytes = chunks = 0
+        newest: Segment | None = None  # (the last cut: peer.newest, written back once)
         if not unacked:
             peer.last_progress = now  # the death clock runs only while something is unacked
         while room and queue:
             msg: OutMessage = queue[0]
             data = msg.data
             length, tag, off, msg_id = msg.length, msg.tag, msg.offset, msg.msg_id
-            put_key = msg.put_key
-            put = put_key is not None
+            put_key, put = msg.put_key, msg.put_key is not None
             flags: int = (F_ACK | F_CRC if crc else F_ACK) | msg.flags | (F_PUT if put else 0)
             if msg.chunked:
                 flags |= F_CHUNK
@@ -308,7 +308,7 @@ class Packetizer:
                     else:
                         frame = b"".join((prefix, check, rest, payload))
                 serial += 1
-                unacked[seq] = Segment(seq, frame, channel, msg, now, 1, serial)
+                unacked[seq] = newest = Segment(seq, frame, channel, msg, now, 1, serial)
                 out.append((channel, dest, frame))
                 seq += 1
                 off += n
@@ -326,11 +326,13 @@ class Packetizer:
                 queue.popleft()
                 if put:  # the receiver's put status names it by its last segment's seq
                     peer.puts[(seq - 1) & SEQ_MASK] = msg
-        self._cut_done(peer, seq, serial, chunks, nbytes)
+        self._cut_done(peer, seq, serial, chunks, nbytes, newest)
 
-    def _cut_done(self, peer: Peer, seq: int, serial: int, chunks: int, nbytes: int) -> None:
+    def _cut_done(self, peer: Peer, seq: int, serial: int, chunks: int, nbytes: int, newest: Segment | None) -> None:
         """The end of :meth:`_cut_segments`: its locals written back, the sends counted."""
         frags = seq - peer.next_seq - chunks
+        if newest is not None:
+            peer.newest = newest
         peer.next_seq = seq
         peer.tx_serial = serial
         c = peer.counters

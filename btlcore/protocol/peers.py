@@ -296,7 +296,7 @@ class Peer:
         "max_message", "single_cap", "chunk_cap", "peer_timeout", "window_cap",
         "error", "user_data", "source", "sources", "past_incarnations", "past_remote_conns", "remote_isn",
         # send side
-        "isn", "next_seq", "snd_una", "queue", "unacked", "resend", "scoreboard",
+        "isn", "next_seq", "snd_una", "queue", "unacked", "newest", "resend", "scoreboard",
         "tx_serial", "acked_data", "acked_priority", "reo_mult", "reo_persist", "loss_seq_limit", "cwnd",
         "ssthresh", "pacing_rate", "cwnd_cap", "tune_at",
         "recovery_serial", "timeouts", "probe_seq", "probe_serial", "probe_dup", "timer",
@@ -364,12 +364,12 @@ class Peer:
         self.past_incarnations: tuple[int, ...] = ()
         self.past_remote_conns: tuple[int, ...] = ()  # likewise, connections
         self.remote_isn = 0
-        self.isn = isn
-        self.next_seq = isn + 1
+        self.isn, self.next_seq = isn, isn + 1
         self.snd_una = isn  # everything up to here is acknowledged
         # queue and resend: deques once used, an empty tuple until then (a deque costs ~770 B)
         self.queue: deque[OutMessage] | tuple[()] = ()
         self.unacked: dict[int, Segment] = {}  # in transmission order (a resend: del, insert)
+        self.newest: Segment | None = None  # the last put at unacked's end (tlp.newest_unacked)
         self.resend: deque[Segment] | tuple[()] = ()
         self.scoreboard, self.tx_serial = SackScoreboard(), 0
         self.acked_data = self.acked_priority = 0  # per channel: highest serial acknowledged

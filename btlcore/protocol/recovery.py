@@ -147,6 +147,8 @@ class Recovery:
                 if seg is not None:
                     self._acked(peer, seg)  # (compiled: a C call; a bound method would be a Python call)
                     top = seg
+        if not peer.unacked:
+            peer.newest = None  # (an idle peer keeps no acknowledged datagram alive)
         peer.snd_una = cum
         if peer.scoreboard._starts:  # (no SACK ranges recorded: nothing to forget)
             peer.scoreboard.prune(cum)
@@ -365,6 +367,7 @@ class Recovery:
                 seg.lost = LOST_FAST
                 del unacked[seg.seq]  # (to the end: transmission order)
                 unacked[seg.seq] = seg
+                peer.newest = seg
                 resend.append(seg)
                 if sampler is not None:
                     sampler.lost(peer, seg)
@@ -410,6 +413,7 @@ class Recovery:
                 if msg.callback is not None:
                     self.events.append(SendCompleted(msg.callback, exc))
         peer.unacked.clear()
+        peer.newest = None
         peer.inflight_bytes = peer.rs_acked = peer.rs_lost = 0
         peer.rs_seg = None
         peer.queue = ()
@@ -665,6 +669,7 @@ class Recovery:
                 seg.lost = 0
                 del peer.unacked[seg.seq]  # (to the end: transmission order)
                 peer.unacked[seg.seq] = seg
+                peer.newest = seg
                 self._stamp(peer, seg, now, out)
                 if sampler is not None:
                     sampler.resent(peer, seg, now)
