@@ -89,7 +89,7 @@ class OutMessage:
     __slots__ = ("tag", "data", "length", "callback", "msg_id", "offset", "outstanding",
                  "chunked", "put_key", "put_offset", "done", "cut_all", "flags", "put_status")
 
-    def __init__(self, tag: int, data: memoryview, callback: Callback | None, msg_id: int,
+    def __init__(self, tag: int, data: memoryview | bytes, callback: Callback | None, msg_id: int,
                  chunked: bool, put_key: int | None = None, put_offset: int = 0) -> None:
         self.tag = tag
         self.data = data
