@@ -259,9 +259,13 @@ class Packetizer:
             else:
                 cap = length
                 channel = PRIORITY if HEADER_LEN + (PUT_LEN if put else 0) + length <= self.priority_limit else DATA
-            pre = prefixes.get(conn << 8 | flags)
-            if pre is None:
-                pre = self._new_prefix(conn, flags, crc)
+            key = conn << 8 | flags
+            if key == peer.tx_prefix_key:  # (the same as its last segment's: nearly always)
+                pre = peer.tx_prefix
+            else:
+                got = prefixes.get(key)
+                pre = self._new_prefix(conn, flags, crc) if got is None else got
+                peer.tx_prefix_key, peer.tx_prefix = key, pre
             prefix, pre_crc = pre[0], cast(object, pre[1])  # (boxed once, as ack_w)
             gather_at: int = gather_min if gather_min is not None and not put else _NEVER
             chunked = flags & F_CHUNK != 0

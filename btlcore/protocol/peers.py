@@ -313,7 +313,7 @@ class Peer:
         "window", "rx_high_time", "dup_seen", "last_ack_sent", "ready", "reassembly", "ack_count", "ack_deadline",
         "ack_now",
         "sack_dirty", "rx_held", "unconsumed", "adv_window", "rx_crc_conn", "rx_crc_key", "rx_crc_head",
-        "counters",
+        "tx_prefix_key", "tx_prefix", "counters",
         # timers (the engine's heap)
         "timed", "timed_order",
         # the congestion controller's own per-connection state (congestion/; None until set)
@@ -411,6 +411,10 @@ class Peer:
         self.unconsumed = 0  # bytes delivered and not taken yet (Engine.set_unconsumed)
         self.adv_window = window  # the receive window our last ACK advertised, segments
         self.rx_crc_conn = self.rx_crc_key = self.rx_crc_head = -1  # its data heads' CRC32C: Receiver._head_crc
+        # the header prefix (and its CRC32C) of our last data segment to it, by ``conn << 8 |
+        # flags`` (Packetizer._cut_segments: a look here, not in EngineState.prefixes, per segment)
+        self.tx_prefix_key = -1
+        self.tx_prefix: tuple[bytes, int] = (b"", 0)
         self.counters = PeerCounters()
         self.timed, self.timed_order = False, 0  # the engine keeps times for it; since when (ties)
         self.cc_state: Any = None  # the congestion controller's, set by its on_new_peer

@@ -136,8 +136,10 @@ class Recovery:
             if cum <= una:
                 return None
         if cum == una + 1:  # one segment (each ping-pong reply): no loop to set up
-            top = peer.unacked.pop(cum, None)
+            unacked = peer.unacked
+            top = unacked.get(cum)  # (get and del: compiled, C calls; pop() is a method call)
             if top is not None:
+                del unacked[cum]
                 self._acked(peer, top)
         else:
             pop = peer.unacked.pop  # (once per ACK: the loop runs per segment)
