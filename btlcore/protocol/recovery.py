@@ -136,10 +136,8 @@ class Recovery:
             if cum <= una:
                 return None
         if cum == una + 1:  # one segment (each ping-pong reply): no loop to set up
-            unacked = peer.unacked
-            top = unacked.get(cum)  # (get and del: compiled, C calls; pop() is a method call)
+            top = peer.unacked.pop(cum, None)
             if top is not None:
-                del unacked[cum]
                 self._acked(peer, top)
         else:
             pop = peer.unacked.pop  # (once per ACK: the loop runs per segment)
