@@ -320,6 +320,10 @@ class Peer:
         "cc_state",
     )
 
+    # the header prefix (and its CRC32C) of our last data segment to it, by its key ``conn <<
+    # 8 | flags`` (tx_prefix_key; -1: none yet): Packetizer._cut_segments looks here first
+    tx_prefix: tuple[bytes, int]
+
     # liveness and close (lifecycle.py): when the last valid datagram from it arrived (the
     # death rule's clock), when we last PINGed it, whether a PING is due, the zero-window
     # probe's interval (0: not probing); while CLOSING, our CLOSE's reason (wire.CR_*), next
@@ -410,11 +414,7 @@ class Peer:
         self.rx_held = 0  # bytes its messages in reassembly hold (in EngineState.rx_held too)
         self.unconsumed = 0  # bytes delivered and not taken yet (Engine.set_unconsumed)
         self.adv_window = window  # the receive window our last ACK advertised, segments
-        self.rx_crc_conn = self.rx_crc_key = self.rx_crc_head = -1  # its data heads' CRC32C: Receiver._head_crc
-        # the header prefix (and its CRC32C) of our last data segment to it, by ``conn << 8 |
-        # flags`` (Packetizer._cut_segments: a look here, not in EngineState.prefixes, per segment)
-        self.tx_prefix_key = -1
-        self.tx_prefix: tuple[bytes, int] = (b"", 0)
+        self.rx_crc_conn = self.rx_crc_key = self.rx_crc_head = self.tx_prefix_key = -1  # (_head_crc; tx_prefix)
         self.counters = PeerCounters()
         self.timed, self.timed_order = False, 0  # the engine keeps times for it; since when (ties)
         self.cc_state: Any = None  # the congestion controller's, set by its on_new_peer
