@@ -162,7 +162,7 @@ class Receiver:
             k += 1
             n = len(data)
             typ = -1
-            if n >= _CHUNKED and data[2] & F_CHUNK:  # the chunk extension too, in the same unpack
+            if n >= _CHUNKED:  # the chunk extension too, in the same unpack
                 version, typ, flags, hflags, dst, inc, crc, seq_w, ack_w, tag, plen, msg_id, msg_len, off \
                     = _UNPACK_CHUNKED(data)
             elif n >= HEADER_LEN:
