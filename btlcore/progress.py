@@ -17,6 +17,7 @@ the others are properties), so that whoever wraps them wraps what the pass calls
 from __future__ import annotations
 
 import sys
+from _thread import get_ident
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,6 +27,7 @@ from .protocol.engine import Engine
 from .protocol.events import Event, MessageReceived, PeerFailed, PeerWritable, PutLanded, PutRefused, SendCompleted
 from .protocol.events import PeerClosed as PeerClosedEvent
 from .protocol.events import PeerRestarted as PeerRestartedEvent
+from .protocol.peers import Peer
 from .protocol.receive import Receiver
 from .protocol.recovery import Recovery
 
@@ -130,6 +132,19 @@ class Progress:
         self.device.wait(deadline)
         # input cannot bring a timer forward: the one computed before the wait still holds
         return self.run(None, True, _INF if timer is None else timer)
+
+    def send(self, peer: Any, tag: Any, data: Any, callback: Any = None, timeout: Any = None) -> None:
+        """``Transport.send`` (the transport binds this on itself): a message of bytes with
+        an int tag to one of this transport's peers, from its owner thread, goes straight
+        to the engine; anything else (another thread, arguments to check, a ``timeout`` to
+        wait up to) goes by the transport's ``_send_checked``, which raises the wordy errors."""
+        transport = self.transport
+        if (type(peer) is not Peer or type(tag) is not int or type(data) is not bytes or timeout is not None
+                or (callback is not None and not callable(callback)) or get_ident() != transport._owner
+                or self.engine.peers_by_addr.get(peer.address) is not peer):
+            transport._send_checked(peer, tag, data, callback, timeout)
+            return
+        self.engine.send(peer, tag, data, callback, self.now())
 
     def run(self, now: float | None = None, receive: bool = True, timer: float | None = None) -> int:
         """Receive, run due timers, dispatch events, send; the number of events dispatched.

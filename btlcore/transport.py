@@ -127,6 +127,11 @@ class Transport(Driving):
         self._inbox: deque[Message] = pg.inbox
         # the engine's peer events go through _peer_event (it logs them) to the user's handler
         pg.peer_handler = self._peer_event
+        # send(): the compiled pass's (Progress.send: the fast path, Transport._send_checked
+        # for the rest), bound on the instance so that a send costs no interpreted frame; a
+        # subclass that overrides send keeps its own
+        if type(self).send is Transport.send:
+            self.send = pg.send  # type: ignore[method-assign]
         self._user_peer_handler: PeerHandler | None = None
         self._owner: int | None = None  # get_ident() of the owning thread (None: not yet driven)
         self._owner_thread: threading.Thread | None = None
@@ -191,13 +196,6 @@ class Transport(Driving):
     def _check_peer(self, peer: Any) -> None:
         raise checks.not_our_peer(peer, Peer, self.address)
 
-    def _check_send(self, tag: Any, data: Any, callback: Any) -> None:
-        if get_ident() != self._owner:
-            self._claim()
-        checks.tag(tag)
-        checks.data(data)
-        checks.function(callback, "callback")
-
     def send(self, peer: Peer, tag: int, data: Any, callback: Callback | None = None,
              timeout: float | None = None) -> None:
         """Send ``data`` (any bytes-like; do not modify it until the callback) with ``tag``.
@@ -211,11 +209,16 @@ class Transport(Driving):
         nothing is queued -- at once with ``timeout=None``, else after progressing up to
         ``timeout`` seconds waiting for room.  ``on_peer`` reports ``"writable"`` when room
         returns."""
-        # the ping-pong path: one chain of cheap tests (the engine checks the tag's range),
-        # and the thread check and the wordy errors only when one of them fails
-        if (get_ident() != self._owner or type(tag) is not int or type(data) is not bytes
-                or (callback is not None and not callable(callback))):
-            self._check_send(tag, data, callback)
+        self._progress.send(peer, tag, data, callback, timeout)  # (the instance's own: see __init__)
+
+    def _send_checked(self, peer: Any, tag: Any, data: Any, callback: Any, timeout: Any) -> None:
+        """:meth:`send` past its fast path (progress.py's ``Progress.send``): the thread
+        check, the arguments' checks with their errors, a waiting send (``timeout``)."""
+        if get_ident() != self._owner:
+            self._claim()
+        checks.tag(tag)
+        checks.data(data)
+        checks.function(callback, "callback")
         try:
             mine = self._peers.get(peer.address) is peer
         except (AttributeError, TypeError):  # not a Peer at all

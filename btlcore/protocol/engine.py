@@ -188,8 +188,9 @@ class Engine:
             raise peer.error or PeerUnreachable(f"peer {peer.address.hex()} has failed")
         if not 0 <= tag <= 0xFFFF:
             raise ValueError(f"tag {tag} is out of range: tags are 0 to 65535")
+        view: Any
         if type(data) is bytes:
-            view = _MEMORYVIEW(data)  # already flat bytes: no cast needed
+            view = data  # flat already: a view only if it is chunked (below)
         else:
             view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
         size = len(view)
@@ -209,6 +210,8 @@ class Engine:
         peer.send_queued = queued + size
         extra = PUT_LEN if put_key is not None else 0
         chunked = size > peer.single_cap - extra  # (the peer's largest datagram, once known)
+        if chunked and type(view) is bytes:
+            view = _MEMORYVIEW(view)  # its chunks are views of it, not copies
         peer.msg_counter += 1
         msg = OutMessage(tag, view, callback, peer.msg_counter & U32_MASK, chunked, put_key, put_offset)
         queue = peer.queue

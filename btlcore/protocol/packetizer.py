@@ -259,7 +259,6 @@ class Packetizer:
         cum: int = peer.window.cum
         # the ACK point rides along (see stamp); boxed once (object): not again per segment
         ack_w: object = cum if 0 <= cum <= _SHORT else cum & SEQ_MASK
-        prefixes = self._prefixes
         nbytes = chunks = 0
         newest: Segment | None = None  # (the last cut: peer.newest, written back once)
         if not unacked:
@@ -277,9 +276,8 @@ class Packetizer:
             else:
                 cap = length
                 channel = PRIORITY if HEADER_LEN + (PUT_LEN if put else 0) + length <= self.priority_limit else DATA
-            pre = prefixes.get(conn << 8 | flags)
-            if pre is None:
-                pre = self._new_prefix(conn, flags, crc)
+            key = conn << 8 | flags  # (the same as its last segment's, nearly always: kept on the peer)
+            pre = peer.tx_prefix if key == peer.tx_prefix_key else self._peer_prefix(peer, key, conn, flags, crc)
             prefix, pre_crc = pre[0], cast(object, pre[1])  # (boxed once, as ack_w)
             gather_at: int = gather_min if gather_min is not None and not put else _NEVER
             chunked = flags & F_CHUNK != 0
@@ -349,6 +347,14 @@ class Packetizer:
             peer.ack_now = False
             if peer in self._acking:
                 del self._acking[peer]
+
+    def _peer_prefix(self, peer: Peer, key: int, conn: int, flags: int, crc: bool) -> tuple[bytes, int]:
+        """The prefix of a data segment to ``peer`` by ``key`` (``conn << 8 | flags``), from the
+        shared ones (or new), kept on the peer for its next segments."""
+        got = self._prefixes.get(key)
+        pre = self._new_prefix(conn, flags, crc) if got is None else got
+        peer.tx_prefix_key, peer.tx_prefix = key, pre
+        return pre
 
     def _new_prefix(self, conn: int, flags: int, crc: bool, typ: int = T_DATA) -> tuple[bytes, int]:
         """A data (or ACK) header's first 12 bytes to ``conn`` with ``flags``, and their

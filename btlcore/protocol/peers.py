@@ -89,7 +89,7 @@ class OutMessage:
     __slots__ = ("tag", "data", "length", "callback", "msg_id", "offset", "outstanding",
                  "chunked", "put_key", "put_offset", "done", "cut_all", "flags", "put_status")
 
-    def __init__(self, tag: int, data: memoryview, callback: Callback | None, msg_id: int,
+    def __init__(self, tag: int, data: memoryview | bytes, callback: Callback | None, msg_id: int,
                  chunked: bool, put_key: int | None = None, put_offset: int = 0) -> None:
         self.tag = tag
         self.data = data
@@ -313,12 +313,16 @@ class Peer:
         "window", "rx_high_time", "dup_seen", "last_ack_sent", "ready", "reassembly", "ack_count", "ack_deadline",
         "ack_now",
         "sack_dirty", "rx_held", "unconsumed", "adv_window", "rx_crc_conn", "rx_crc_key", "rx_crc_head",
-        "counters",
+        "tx_prefix_key", "tx_prefix", "counters",
         # timers (the engine's heap)
         "timed", "timed_order",
         # the congestion controller's own per-connection state (congestion/; None until set)
         "cc_state",
     )
+
+    # the header prefix (and its CRC32C) of our last data segment to it, by its key ``conn <<
+    # 8 | flags`` (tx_prefix_key; -1: none yet): Packetizer._cut_segments looks here first
+    tx_prefix: tuple[bytes, int]
 
     # liveness and close (lifecycle.py): when the last valid datagram from it arrived (the
     # death rule's clock), when we last PINGed it, whether a PING is due, the zero-window
@@ -410,7 +414,7 @@ class Peer:
         self.rx_held = 0  # bytes its messages in reassembly hold (in EngineState.rx_held too)
         self.unconsumed = 0  # bytes delivered and not taken yet (Engine.set_unconsumed)
         self.adv_window = window  # the receive window our last ACK advertised, segments
-        self.rx_crc_conn = self.rx_crc_key = self.rx_crc_head = -1  # its data heads' CRC32C: Receiver._head_crc
+        self.rx_crc_conn = self.rx_crc_key = self.rx_crc_head = self.tx_prefix_key = -1  # (_head_crc; tx_prefix)
         self.counters = PeerCounters()
         self.timed, self.timed_order = False, 0  # the engine keeps times for it; since when (ties)
         self.cc_state: Any = None  # the congestion controller's, set by its on_new_peer

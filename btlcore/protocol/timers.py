@@ -1,7 +1,8 @@
 """Deadlines of many peers, the earliest found in O(log n).
 
 :class:`DeadlineHeap` is a binary heap with lazy invalidation: setting an item's deadline
-pushes a new entry and makes its older ones stale; stale entries are dropped when they reach
+pushes a new entry and makes its older ones stale (the top's, as a lone peer's always is, is
+updated in place instead: no new entry per send and per ACK); stale entries are dropped when they reach
 the top (and the heap is rebuilt when they outnumber the live ones).  The engine recomputes a
 peer's deadline only when something about the peer changed, so an idle peer costs nothing
 per progress pass; see :meth:`btlcore.protocol.recovery.Recovery._refresh_timers`.
@@ -23,15 +24,14 @@ class DeadlineHeap(Generic[T]):
     __slots__ = ("_heap", "live", "_count")
 
     def __init__(self) -> None:
-        # entries (deadline, serial, item): the serial breaks ties (insertion order), so
-        # items themselves are never compared.  Typed as variable tuples: compiled, a fixed
-        # tuple type is unboxed, and boxed anew (a copy) wherever it is stored -- an entry
-        # must stay one object, in the heap and in ``live``
-        self._heap: list[tuple[Any, ...]] = []
-        #: item -> its live entry, the very tuple in the heap (an entry is live while it is
-        #: its item's here: one identity test, and one tuple per set); read-only outside
-        #: this class (a look in it spares a method call on hot paths)
-        self.live: dict[T, tuple[Any, ...]] = {}
+        # entries [deadline, serial, item]: the serial breaks ties (the order set), so items
+        # themselves are never compared.  Lists, not tuples: the top entry is updated in place
+        # (set), and an entry stays one object, in the heap and in ``live``
+        self._heap: list[list[Any]] = []
+        #: item -> its live entry, the very list in the heap (an entry is live while it is
+        #: its item's here: one identity test); read-only outside this class (a look in it
+        #: spares a method call on hot paths)
+        self.live: dict[T, list[Any]] = {}
         self._count = 0
 
     def __len__(self) -> int:
@@ -55,16 +55,17 @@ class DeadlineHeap(Generic[T]):
             return  # unchanged: no new entry
         heap = self._heap
         self._count += 1
-        entry: tuple[Any, ...] = (deadline, self._count, item)
-        self.live[item] = entry
         if live is not None and heap[0] is live:
-            # its entry is the top (always, for a lone item): replace it in place, so the
-            # heap keeps its size and first() has no stale entry to skip
-            if len(heap) == 1:
-                heap[0] = entry
-            else:
-                heapreplace(heap, entry)
+            # its entry is the top (always, for a lone item): updated in place (no new entry,
+            # the heap keeps its size and first() has no stale entry to skip), then sifted
+            # down to its place among the others
+            live[0] = deadline
+            live[1] = self._count
+            if len(heap) > 1:
+                heapreplace(heap, live)
             return
+        entry: list[Any] = [deadline, self._count, item]
+        self.live[item] = entry
         heappush(heap, entry)
         if len(heap) > 2 * len(self.live) + _SLACK:
             self._heap = list(self.live.values())

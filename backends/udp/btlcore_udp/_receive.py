@@ -248,3 +248,14 @@ def poll_recv_from(device: UdpState, budget: int) -> tuple[list[Any], list[Any]]
         _drain(device, device._data_sock, out, srcs, budget, off)
     device.rx_datagrams += len(out)
     return out, srcs
+
+
+def path_errors(device: UdpState) -> list[Any]:
+    """The peers' sockets ICMP said closed since the last call (read with ``IP_RECVERR``):
+    asked by the progress pass every millisecond, so compiled and called directly, as the
+    receive path is."""
+    found = device.port_unreachable
+    if not found:
+        return found
+    device.port_unreachable = []
+    return found

@@ -118,13 +118,10 @@ def btl_device_check_connect(device: UdpDevice, address: bytes) -> None:
 
 
 @hookimpl
+@direct(_receive.path_errors)
 def btl_device_path_errors(device: UdpDevice) -> list[Any]:
     """The peers' sockets ICMP said closed since the last call (read with ``IP_RECVERR``)."""
-    found = device.port_unreachable
-    if not found:
-        return found
-    device.port_unreachable = []
-    return found
+    return _receive.path_errors(device)
 
 
 @hookimpl
