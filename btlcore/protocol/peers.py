@@ -303,7 +303,7 @@ class Peer:
         "last_progress", "rto_base", "msg_counter", "puts",
         # delivery-rate sampling (delivery.py) and pacing (pacing.py)
         "delivered", "delivered_time", "first_sent_time", "app_limited_at", "inflight_bytes",
-        "rs_acked", "rs_lost", "rs_seg", "delivery_rate", "pace_next", "pace_due", "pace_wait",
+        "rs_acked", "rs_lost", "rs_seg", "delivery_rate", "pace_next", "pace_wait",
         "undo_cwnd", "undo_ssthresh", "undo_retrans", "probe_sent", "tlp_progress", "tlp_seg",
         "remote_window", "send_queued", "send_blocked",
         # liveness and close (lifecycle.py): the death clock, keepalive and zero-window probes
@@ -428,10 +428,10 @@ class Peer:
     def new_flight(self) -> None:
         """Delivery-rate sampling's state (delivery.py, only for an algorithm that takes
         samples: its docstring says what each is), pacing's (pacing.py: the bucket's next
-        empty moment, when a wait for it ends, whether sends wait on the timer heap), undo's
-        and the tail-loss probe's start over."""
+        empty moment, whether sends wait for it on the timer heap), undo's and the tail-loss
+        probe's start over."""
         self.delivered = self.app_limited_at = self.inflight_bytes = self.rs_acked = self.rs_lost = 0
-        self.delivered_time = self.first_sent_time = self.delivery_rate = self.pace_next = self.pace_due = 0.0
+        self.delivered_time = self.first_sent_time = self.delivery_rate = self.pace_next = 0.0
         self.rs_seg: Segment | None = None
         self.pace_wait = False
         # undo (undo.py): the window and threshold before the last decrease (0.0: nothing to

@@ -498,8 +498,8 @@ class Recovery:
             live = self._lifecycle.live_at(peer)
             if t is None or live < t:
                 t = live
-        if peer.pace_wait and (t is None or peer.pace_due < t):
-            t = peer.pace_due  # sends wait for the pacing bucket (pacing.py)
+        if peer.pace_wait and (t is None or peer.pace_next < t):
+            t = peer.pace_next  # sends wait for the pacing bucket (pacing.py)
         if peer.ack_now or peer.hello_reply:
             t = self._state.now
         else:
@@ -606,7 +606,7 @@ class Recovery:
         retransmit timer; a closing peer's timer is the lifecycle's."""
         cfg = self.config
         state = peer.state
-        if peer.pace_wait and peer.pace_due <= now:  # the pacing bucket lets it send again
+        if peer.pace_wait and peer.pace_next <= now:  # the pacing bucket lets it send again
             peer.pace_wait = False
             if peer.resend or peer.tlp_seg is not None or peer in self._probing:
                 self._resending[peer] = None
@@ -685,7 +685,7 @@ class Recovery:
                     pacer.spent(peer, sum(frame_size(d[2]) for d in out[start:]), now, rate)
                 if (resend or peer.tlp_seg is not None or peer in probing) and peer.pace_next > now:
                     del self._resending[peer]  # back when the bucket allows (the timer heap)
-                    pacer.wait(peer, len(resend) + (peer.tlp_seg is not None))
+                    pacer.wait(peer)
                     continue
             if not resend and peer not in probing:
                 self._resending.pop(peer, None)
