@@ -16,10 +16,11 @@ Linux sizes its pacing quantum: at 1 GB/s a datagram of 9000 B leaves every 9 us
 what one wake-up of the driver costs, so a burst of 8 kept a loopback transfer waking for
 nothing (bulk at 8972 B: about 20% below an unpaced window).
 
-**Jitter.**  Each release is put a random fraction of its own slot late (uniform over one
-datagram's time at the rate, a 32-bit xorshift seeded from the ISN), and the next slot is
-counted from the unjittered one: the rate is kept exactly and no datagram leaves a slot
-late.  Paced at a fixed spacing, flows sharing a drop-tail queue phase-lock (Floyd and
+**Jitter.**  On a device that sends datagrams one by one (``burst`` 1; a batching device
+sends bursts, there is no one-datagram slot to jitter in), each release is put a random
+fraction of its own slot late (uniform over one datagram's time at the rate, a 32-bit
+xorshift seeded from the ISN), and the next slot is counted from the unjittered one: the
+rate is kept exactly and no datagram leaves a slot late.  Paced at a fixed spacing, flows sharing a drop-tail queue phase-lock (Floyd and
 Jacobson's phase effects): each flow's datagrams meet the queue at the same point of the
 others' pattern every time, so what the flows measure of one shared queue differs by flow.
 Two ``bbr`` flows at 100 Mb/s, 1 ms, behind a queue of 4 datagrams of 9000 B: the slower
@@ -80,18 +81,25 @@ class Pacer:
     def spent(self, peer: Peer, nbytes: int, now: float, rate: float) -> None:
         """``nbytes`` left for ``peer`` now: the bucket's next empty moment moves on by their
         time at ``rate``, counted from the slot they were due in (``pace_next`` less its
-        jitter: a release late by its jitter was on time), and the next release is put a
+        jitter: a release late by its jitter was on time; after an idle spell of more than
+        a datagram's time, from now, with the usual credit), and the next release is put a
         fresh jitter into its own slot."""
         start = now - self.credit(rate) * self.mtu / rate  # the most credit kept from before
         base = peer.pace_next
         gap = nbytes / rate
+        if self.burst != 1:  # (a batching device sends bursts: no slot of one datagram to jitter in)
+            peer.pace_next = (base if base > start else start) + gap
+            return
         x = peer.pace_seed  # xorshift32 (Marsaglia): a few integer operations a release
         x ^= (x << 13) & 0xFFFFFFFF
         x ^= x >> 17
         x ^= (x << 5) & 0xFFFFFFFF
         peer.pace_seed = x
         jitter = gap * x * _TO_UNIT
-        peer.pace_next = (base if base > start else start) - peer.pace_jitter + gap + jitter
+        t = base if base > now else now
+        if base >= now - gap:  # (busy: what the last jitter delayed was on time; idle longer, a fresh start)
+            t -= peer.pace_jitter
+        peer.pace_next = t + gap + jitter
         peer.pace_jitter = jitter
 
     def wait(self, peer: Peer) -> None:
