@@ -16,6 +16,14 @@ Linux sizes its pacing quantum: at 1 GB/s a datagram of 9000 B leaves every 9 us
 what one wake-up of the driver costs, so a burst of 8 kept a loopback transfer waking for
 nothing (bulk at 8972 B: about 20% below an unpaced window).
 
+The wait ends when that burst is due, not at the first datagram's moment (``Peer.pace_due``,
+:meth:`Pacer.wait`): a peer with a backlog on a batching device wakes once per quantum and
+sends it in one batch, as Linux's TSO autosizing sends a millisecond of the rate per pacing
+event.  Woken at ``pace_next`` instead, a 1 Gb/s sender of 1472 B datagrams woke every 12 us
+to send one, and its core was full (the veth pair of issue #12).  The average rate is the
+same; the first datagram of a backlog leaves up to a quantum later.  A peer with one datagram
+to send, and every peer on a device that sends one by one, waits until ``pace_next`` only.
+
 **Jitter.**  On a device that sends datagrams one by one (``burst`` 1; a batching device
 sends bursts, there is no one-datagram slot to jitter in), each release is put a random
 fraction of its own slot late (uniform over one datagram's time at the rate, a 32-bit
@@ -104,11 +112,30 @@ class Pacer:
         peer.pace_next = t + gap + jitter
         peer.pace_jitter = jitter
 
-    def wait(self, peer: Peer) -> None:
-        """``peer`` has something to send before ``pace_next``: time it (its deadline)."""
+    def gathered(self, rate: float) -> int:
+        """Datagrams a backlogged peer sends per wake-up at ``rate``: :data:`QUANTUM` of the
+        rate, within the credit the bucket keeps (1 on a device that sends one by one)."""
+        if self.burst == 1:
+            return 1
+        n = int(rate * QUANTUM / self.mtu)
+        cap = self.credit(rate) + 1
+        return cap if n >= cap else n if n > 1 else 1
+
+    def wait(self, peer: Peer, want: int = 1) -> None:
+        """``peer`` has ``want`` datagrams to send, the first not before ``pace_next``: time
+        it (its deadline, ``pace_due``: when the credit covers up to :meth:`gathered` of them)."""
+        due = peer.pace_next
+        if want > 1:
+            rate = peer.pacing_rate
+            n = self.gathered(rate)
+            if want < n:
+                n = want
+            if n > 1:
+                due += (n - 1) * self.mtu / rate
+        peer.pace_due = due
         peer.pace_wait = True
         self._timed[peer] = None
         # and at once in the heap, if it comes first: a busy driver goes on the cached
         # deadline between refreshes (Engine.cached_deadline), and a release is due within
         # microseconds on a fast path
-        self._deadlines.lower(peer, peer.pace_next)
+        self._deadlines.lower(peer, due)

@@ -16,7 +16,7 @@ from math import ceil
 from typing import Any, Final, cast
 
 from .delivery import DeliverySampler, frame_size
-from .pacing import BURST_GATHER
+from .pacing import BURST_GATHER, BURST_MAX
 from .peers import Frame, OutMessage, Peer, Segment
 from .state import DATA, PRIORITY, EngineState
 from .window import MORE_ACKS
@@ -170,9 +170,9 @@ class Packetizer:
         sampler, pacer = self._sampler, self._pacer
         for peer in list(sending.keys()):  # (compiled: one C copy, no iterator)
             rate = peer.pacing_rate  # (0.0: unpaced, the bucket never looked at)
-            if rate and peer.pace_next > now:
-                del sending[peer]
-                pacer.wait(peer)  # back when the bucket allows (the timer heap)
+            if rate and (peer.pace_next > now or peer.pace_wait and peer.pace_due > now):
+                del sending[peer]  # (an ACK or a new message does not cut a gathering wait short)
+                pacer.wait(peer, self._sendable(peer))  # back when the bucket allows (the timer heap)
                 continue
             # (window_cap is within our own window: autotune.send_window)
             limit = peer.snd_una + min(peer.remote_window, peer.window_cap)
@@ -204,7 +204,7 @@ class Packetizer:
             del sending[peer]  # re-added by a new send or an ACK that opens the window ...
             if peer.queue and peer.next_seq <= limit and len(unacked) - len(resend) < cwnd:
                 if rate and peer.pace_next > now:
-                    pacer.wait(peer)  # ... or by the pacing timer
+                    pacer.wait(peer, self._sendable(peer))  # ... or by the pacing timer
                 else:
                     sending[peer] = None  # ... or, still able to send: round robin, to the back
             if len(out) >= budget:
@@ -212,6 +212,24 @@ class Packetizer:
             depth = peer.next_seq - 1 - peer.snd_una
             if depth > peer.counters.max_send_window:
                 peer.counters.max_send_window = depth
+
+    def _sendable(self, peer: Peer) -> int:
+        """New datagrams ``peer`` could send once paced (its queue, within the flow and
+        congestion windows), counted up to the most a pacing wait gathers (pacing.py)."""
+        room = peer.snd_una + min(peer.remote_window, peer.window_cap) + 1 - peer.next_seq
+        in_flight = len(peer.unacked) - len(peer.resend)
+        if peer.cwnd < in_flight + room:  # (as send_pass: an unbounded window is inf)
+            room = ceil(peer.cwnd - in_flight)
+        if room > BURST_MAX:
+            room = BURST_MAX
+        n = 0
+        cap = peer.chunk_cap
+        for msg in peer.queue:
+            left = msg.length - msg.offset
+            n += -(-left // cap) if msg.chunked and cap > 0 else 1
+            if n >= room:
+                return room
+        return n
 
     def probe(self, peer: Peer, now: float, out: list[Any], n: int) -> int:
         """A retransmit timeout's probe of new data (timeout.py): up to ``n`` segments cut
@@ -243,14 +261,14 @@ class Packetizer:
         ack_w: object = cum if 0 <= cum <= _SHORT else cum & SEQ_MASK
         prefixes = self._prefixes
         nbytes = chunks = 0
+        newest: Segment | None = None  # (the last cut: peer.newest, written back once)
         if not unacked:
             peer.last_progress = now  # the death clock runs only while something is unacked
         while room and queue:
             msg: OutMessage = queue[0]
             data = msg.data
             length, tag, off, msg_id = msg.length, msg.tag, msg.offset, msg.msg_id
-            put_key = msg.put_key
-            put = put_key is not None
+            put_key, put = msg.put_key, msg.put_key is not None
             flags: int = (F_ACK | F_CRC if crc else F_ACK) | msg.flags | (F_PUT if put else 0)
             if msg.chunked:
                 flags |= F_CHUNK
@@ -290,7 +308,7 @@ class Packetizer:
                     else:
                         frame = b"".join((prefix, check, rest, payload))
                 serial += 1
-                unacked[seq] = Segment(seq, frame, channel, msg, now, 1, serial)
+                unacked[seq] = newest = Segment(seq, frame, channel, msg, now, 1, serial)
                 out.append((channel, dest, frame))
                 seq += 1
                 off += n
@@ -308,11 +326,13 @@ class Packetizer:
                 queue.popleft()
                 if put:  # the receiver's put status names it by its last segment's seq
                     peer.puts[(seq - 1) & SEQ_MASK] = msg
-        self._cut_done(peer, seq, serial, chunks, nbytes)
+        self._cut_done(peer, seq, serial, chunks, nbytes, newest)
 
-    def _cut_done(self, peer: Peer, seq: int, serial: int, chunks: int, nbytes: int) -> None:
+    def _cut_done(self, peer: Peer, seq: int, serial: int, chunks: int, nbytes: int, newest: Segment | None) -> None:
         """The end of :meth:`_cut_segments`: its locals written back, the sends counted."""
         frags = seq - peer.next_seq - chunks
+        if newest is not None:
+            peer.newest = newest
         peer.next_seq = seq
         peer.tx_serial = serial
         c = peer.counters

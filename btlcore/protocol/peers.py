@@ -296,14 +296,15 @@ class Peer:
         "max_message", "single_cap", "chunk_cap", "peer_timeout", "window_cap",
         "error", "user_data", "source", "sources", "past_incarnations", "past_remote_conns", "remote_isn",
         # send side
-        "isn", "next_seq", "snd_una", "queue", "unacked", "resend", "scoreboard",
+        "isn", "next_seq", "snd_una", "queue", "unacked", "newest", "resend", "scoreboard",
         "tx_serial", "acked_data", "acked_priority", "reo_mult", "reo_persist", "loss_seq_limit", "cwnd",
         "ssthresh", "pacing_rate", "cwnd_cap", "tune_at",
         "recovery_serial", "timeouts", "probe_seq", "probe_serial", "probe_dup", "timer",
         "last_progress", "rto_base", "msg_counter", "puts",
         # delivery-rate sampling (delivery.py) and pacing (pacing.py)
         "delivered", "delivered_time", "first_sent_time", "app_limited_at", "inflight_bytes",
-        "rs_acked", "rs_lost", "rs_seg", "delivery_rate", "pace_next", "pace_wait", "pace_jitter", "pace_seed",
+        "rs_acked", "rs_lost", "rs_seg", "delivery_rate", "pace_next", "pace_due", "pace_wait",
+        "pace_jitter", "pace_seed",
         "undo_cwnd", "undo_ssthresh", "undo_retrans", "probe_sent", "tlp_progress", "tlp_seg",
         "remote_window", "send_queued", "send_blocked",
         # liveness and close (lifecycle.py): the death clock, keepalive and zero-window probes
@@ -364,12 +365,12 @@ class Peer:
         self.past_incarnations: tuple[int, ...] = ()
         self.past_remote_conns: tuple[int, ...] = ()  # likewise, connections
         self.remote_isn = 0
-        self.isn = isn
-        self.next_seq = isn + 1
+        self.isn, self.next_seq = isn, isn + 1
         self.snd_una = isn  # everything up to here is acknowledged
         # queue and resend: deques once used, an empty tuple until then (a deque costs ~770 B)
         self.queue: deque[OutMessage] | tuple[()] = ()
         self.unacked: dict[int, Segment] = {}  # in transmission order (a resend: del, insert)
+        self.newest: Segment | None = None  # the last put at unacked's end (tlp.newest_unacked)
         self.resend: deque[Segment] | tuple[()] = ()
         self.scoreboard, self.tx_serial = SackScoreboard(), 0
         self.acked_data = self.acked_priority = 0  # per channel: highest serial acknowledged
@@ -424,10 +425,10 @@ class Peer:
     def new_flight(self) -> None:
         """Delivery-rate sampling's state (delivery.py, only for an algorithm that takes
         samples: its docstring says what each is), pacing's (pacing.py: the bucket's next
-        empty moment, whether sends wait for it on the timer heap), undo's and the tail-loss
-        probe's start over."""
+        empty moment, when a wait for it ends, whether sends wait on the timer heap), undo's
+        and the tail-loss probe's start over."""
         self.delivered = self.app_limited_at = self.inflight_bytes = self.rs_acked = self.rs_lost = 0
-        self.delivered_time = self.first_sent_time = self.delivery_rate = self.pace_next = 0.0
+        self.delivered_time = self.first_sent_time = self.delivery_rate = self.pace_next = self.pace_due = 0.0
         self.rs_seg: Segment | None = None
         self.pace_wait = False
         # pacing's jitter: how late pace_next is on its slot, and the generator's state

@@ -147,6 +147,8 @@ class Recovery:
                 if seg is not None:
                     self._acked(peer, seg)  # (compiled: a C call; a bound method would be a Python call)
                     top = seg
+        if not peer.unacked:
+            peer.newest = None  # (an idle peer keeps no acknowledged datagram alive)
         peer.snd_una = cum
         if peer.scoreboard._starts:  # (no SACK ranges recorded: nothing to forget)
             peer.scoreboard.prune(cum)
@@ -365,6 +367,7 @@ class Recovery:
                 seg.lost = LOST_FAST
                 del unacked[seg.seq]  # (to the end: transmission order)
                 unacked[seg.seq] = seg
+                peer.newest = seg
                 resend.append(seg)
                 if sampler is not None:
                     sampler.lost(peer, seg)
@@ -410,6 +413,7 @@ class Recovery:
                 if msg.callback is not None:
                     self.events.append(SendCompleted(msg.callback, exc))
         peer.unacked.clear()
+        peer.newest = None
         peer.inflight_bytes = peer.rs_acked = peer.rs_lost = 0
         peer.rs_seg = None
         peer.queue = ()
@@ -494,8 +498,8 @@ class Recovery:
             live = self._lifecycle.live_at(peer)
             if t is None or live < t:
                 t = live
-        if peer.pace_wait and (t is None or peer.pace_next < t):
-            t = peer.pace_next  # sends wait for the pacing bucket (pacing.py)
+        if peer.pace_wait and (t is None or peer.pace_due < t):
+            t = peer.pace_due  # sends wait for the pacing bucket (pacing.py)
         if peer.ack_now or peer.hello_reply:
             t = self._state.now
         else:
@@ -602,7 +606,7 @@ class Recovery:
         retransmit timer; a closing peer's timer is the lifecycle's."""
         cfg = self.config
         state = peer.state
-        if peer.pace_wait and peer.pace_next <= now:  # the pacing bucket lets it send again
+        if peer.pace_wait and peer.pace_due <= now:  # the pacing bucket lets it send again
             peer.pace_wait = False
             if peer.resend or peer.tlp_seg is not None or peer in self._probing:
                 self._resending[peer] = None
@@ -665,6 +669,7 @@ class Recovery:
                 seg.lost = 0
                 del peer.unacked[seg.seq]  # (to the end: transmission order)
                 peer.unacked[seg.seq] = seg
+                peer.newest = seg
                 self._stamp(peer, seg, now, out)
                 if sampler is not None:
                     sampler.resent(peer, seg, now)
@@ -680,7 +685,7 @@ class Recovery:
                     pacer.spent(peer, sum(frame_size(d[2]) for d in out[start:]), now, rate)
                 if (resend or peer.tlp_seg is not None or peer in probing) and peer.pace_next > now:
                     del self._resending[peer]  # back when the bucket allows (the timer heap)
-                    pacer.wait(peer)
+                    pacer.wait(peer, len(resend) + (peer.tlp_seg is not None))
                     continue
             if not resend and peer not in probing:
                 self._resending.pop(peer, None)

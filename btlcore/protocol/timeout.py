@@ -86,6 +86,7 @@ class Timeout:
             seg.lost = LOST_TIMEOUT
             del peer.unacked[seg.seq]  # (to the end: transmission order)
             peer.unacked[seg.seq] = seg
+            peer.newest = seg
             resend.append(seg)
             if self._sampler is not None:
                 self._sampler.lost(peer, seg)

@@ -28,6 +28,20 @@ from .peers import Peer, Segment
 from .state import EngineState
 
 
+def newest_unacked(peer: Peer) -> Segment:
+    """The last segment of ``peer.unacked`` (not empty), in transmission order: ``peer.newest``
+    while it is still there (every move to the end sets it), else found by a walk from the end
+    (its newest was acknowledged ahead of older ones: SACK).  The walk, compiled, is a builtins
+    lookup and generic calls, about 1,000 instructions; the look, a dict get."""
+    unacked = peer.unacked
+    seg = peer.newest
+    if seg is not None and unacked.get(seg.seq) is seg:
+        return seg
+    for seg in unacked.values() if len(unacked) == 1 else reversed(unacked.values()):
+        return seg
+    raise ValueError("no unacknowledged segment")
+
+
 def tlp_at(peer: Peer, lone: Segment | None = None) -> float | None:
     """When ``peer``'s tail-loss probe is due (None: not armed); ``peer.unacked`` is not
     empty.  The one expression, for the deadline and for the timer alike.  ``lone``: the
@@ -38,16 +52,8 @@ def tlp_at(peer: Peer, lone: Segment | None = None) -> float | None:
     if peer.tlp_progress == peer.last_progress or srtt is None or peer.resend or peer.probe_seq is not None \
             or not t.adaptive or peer.snd_una == peer.isn:
         return None
-    # the newest segment (transmission order); a lone one (a round trip's) is the first too,
-    # found without reversed() (compiled, a builtins lookup and a generic call)
-    unacked = peer.unacked
-    sent_at = 0.0
-    if lone is not None:
-        sent_at = lone.sent_at
-    else:
-        for seg in unacked.values() if len(unacked) == 1 else reversed(unacked.values()):
-            sent_at = seg.sent_at
-            break
+    # the newest segment (transmission order); a lone one (a round trip's) is the first too
+    sent_at = lone.sent_at if lone is not None else newest_unacked(peer).sent_at
     base = sent_at if sent_at > peer.rto_base else peer.rto_base
     var = srtt + 4 * t.rttvar  # (the RTO's, unfloored: never earlier on a path whose RTT varies)
     return base + (var if var > 2 * srtt else 2 * srtt) + t.max_ack_delay
@@ -66,8 +72,7 @@ class TailLossProbe:
     def fire(self, peer: Peer) -> None:
         """The probe is due: the newest segment goes again at the next resend pass."""
         peer.tlp_progress = peer.last_progress  # (one per tail: the next ACK with news re-arms)
-        unacked = peer.unacked
-        newest = unacked[next(reversed(unacked))]
+        newest = newest_unacked(peer)
         if newest.lost:
             return
         peer.tlp_seg = newest
@@ -89,6 +94,7 @@ class TailLossProbe:
         c.num_total_sends += 1
         del peer.unacked[seg.seq]  # (to the end: transmission order)
         peer.unacked[seg.seq] = seg
+        peer.newest = seg
         self._stamp(peer, seg, now, out)
         if self._sampler is not None:
             seg.rs = self._sampler.stamp(peer, now)

@@ -8,7 +8,9 @@ same ping-pong, counting its ``datagrams_to_send`` calls (one message each) and 
 (1500-byte datagrams in reused buffers, as the udp device hands them, bbr, 100 us each way)
 with 0/1/5/10% of the data lost at random (seeded): everything the receiving engine does in
 its passes (one where datagrams arrive or its timer is due: receive, timers, events, its ACKs,
-the next deadline) per data segment received.
+the next deadline) per data segment received.  ``sender0``, ``sender10``: the same transfer's
+sender instead (its timers, send passes, ACK receives and next deadlines) per data segment it
+sent, resends included: the side whose core is full on the veth pair at 1 Gb/s.
 
     .venv/bin/python scripts/perf/engine_instructions.py [SCENARIO ...] [--pure-only|--compiled-only]
 
@@ -31,7 +33,9 @@ SCENARIOS = {"pingpong": (2000, "receive (64 B, piggy-backed ACK)"),
              "deadline": (2000, "next_deadline (after a send pass or a receive, 64 B ping-pong)"),
              "bulk": (60, "data segment received (8972 B, batch)"),
              **{f"lossy{p}": (10, f"data segment received (1500 B, reused buffers, {p}% lost)")
-                for p in (0, 1, 5, 10)}}
+                for p in (0, 1, 5, 10)},
+             **{f"sender{p}": (10, f"data segment sent (1500 B, bbr, {p}% lost: the sender's passes)")
+                for p in (0, 10)}}
 
 
 def deadline(engine: Any, counted: bool) -> None:
@@ -112,8 +116,10 @@ def bulk(nmsgs: int) -> int:
     return n
 
 
-def lossy(nmsgs: int, loss: float) -> int:
-    """The receiver's side of a bulk transfer of 1 MiB messages over a lossy 100 us path."""
+def lossy(nmsgs: int, loss: float, sender: bool = False) -> int:
+    """The receiver's side of a bulk transfer of 1 MiB messages over a lossy 100 us path
+    (``sender``: the sender's side instead: its timers, send passes, ACK receives and next
+    deadlines, per data segment it sent, resends included)."""
     import random
 
     from btlcore import Config
@@ -127,37 +133,41 @@ def lossy(nmsgs: int, loss: float) -> int:
     warm = 2  # messages delivered before counting starts
     for _ in range(nmsgs + warm):
         a.send(pa, 1, msg, None, now)
-    call = operator.call
     got = n = 0
     data: list[tuple[float, bytes]] = []  # (arrival time, datagram): 100 us each way
     acks: list[tuple[float, bytes]] = []
     wake: float | None = None  # the receiver's next timer
+    call = operator.call
+    counting = cr = ct = False  # counting: past the warm-up; cr, ct: the receiver's, the sender's calls
+
     while got < nmsgs + warm:
         now += 1e-5
-        if (t := a.next_deadline()) is not None and t <= now:
-            a.handle_timer(now)
-        for _, _, d in a.datagrams_to_send(now):
+        counting = got >= warm
+        cr, ct = counting and not sender, counting and sender
+        if (t := call(a.next_deadline) if ct else a.next_deadline()) is not None and t <= now:
+            call(a.handle_timer, now) if ct else a.handle_timer(now)
+        for _, _, d in call(a.datagrams_to_send, now) if ct else a.datagrams_to_send(now):
+            n += ct
             if rng.random() >= loss:
                 data.append((now + 1e-4, bytes(d) if not isinstance(d, list) else b"".join(d)))
         due = [memoryview(bytearray(d)) for t, d in data if t <= now]
         data = [(t, d) for t, d in data if t > now]
-        counting = got >= warm
         # a pass of the receiver's (as Transport.progress: on input or at its timer only)
         if due or (wake is not None and wake <= now):
             if due:
-                call(b.receive_datagrams, due, now) if counting else b.receive_datagrams(due, now)
-                n += len(due) if counting else 0
+                call(b.receive_datagrams, due, now) if cr else b.receive_datagrams(due, now)
+                n += len(due) if cr else 0
             if wake is not None and wake <= now:  # (input never brings a timer forward)
-                call(b.handle_timer, now) if counting else b.handle_timer(now)
-            events = call(b.take_events) if counting else b.take_events()
+                call(b.handle_timer, now) if cr else b.handle_timer(now)
+            events = call(b.take_events) if cr else b.take_events()
             got += sum(1 for e in events if type(e) is MessageReceived)
-            out = call(b.datagrams_to_send, now) if counting else b.datagrams_to_send(now)
+            out = call(b.datagrams_to_send, now) if cr else b.datagrams_to_send(now)
             acks.extend((now + 1e-4, bytes(d)) for _, _, d in out)
-            wake = call(b.next_deadline) if counting else b.next_deadline()
+            wake = call(b.next_deadline) if cr else b.next_deadline()
         for _, d in (x for x in acks if x[0] <= now):
-            a.receive_datagram(d, None, now)
+            call(a.receive_datagram, d, None, now) if ct else a.receive_datagram(d, None, now)
         acks = [x for x in acks if x[0] > now]
-        a.take_events()
+        call(a.take_events) if ct else a.take_events()
     return n
 
 
@@ -184,7 +194,8 @@ def main(argv: list[str]) -> None:
         iters = SCENARIOS[argv[1]][0]
         name = argv[1]
         print(bulk(iters) if name == "bulk" else lossy(iters, int(name[5:]) / 100)
-              if name.startswith("lossy") else pingpong(iters, name))
+              if name.startswith("lossy") else lossy(iters, int(name[6:]) / 100, sender=True)
+              if name.startswith("sender") else pingpong(iters, name))
         return
     builds = [b for b in (False, True) if not (b and "--compiled-only" in argv or not b and "--pure-only" in argv)]
     names = [a for a in argv if not a.startswith("--")] or list(SCENARIOS)

@@ -212,3 +212,77 @@ def test_unpaced_sends_are_not_spaced(algorithm: dict[str, float]) -> None:
     p.send(0, 1, 1, bytes(20000))
     out = p.a.datagrams_to_send(p.now)
     assert len(out) > 1 and not p.pa.pace_wait
+
+
+@pytest.mark.parametrize("rate", [2e8, 1e9])
+def test_a_backlogged_peer_on_a_batching_device_wakes_once_per_burst(algorithm: dict[str, float],
+                                                                     rate: float) -> None:
+    """Its wait ends when a quantum's credit has accrued (pace_due), not at the first datagram's
+    moment: each wake-up sends a whole burst, and the rate over many bursts is still the rate."""
+    algorithm["rate"] = rate
+    # (no ACKs come back here: no tail-loss probe or timeout may come first)
+    p = EnginePair(Config(cc="sampling", cwnd_initial=100000, cwnd_max=100000, tlp=False, rto_min=1.0), mtu=9000)
+    p.handshake()
+    a, peer = p.a, p.pa
+    a.enable_gather()
+    p.send(0, 1, 1, bytes(20_000_000))
+    want = min(int(rate * QUANTUM / a.data_mtu), BURST_MAX)
+    assert a.state.pacer.gathered(rate) == want and want > BURST_GATHER
+    now = p.now
+    a.datagrams_to_send(now)
+    sizes, times, sent = [], [], 0
+    for _ in range(20):
+        due = a.next_deadline()
+        assert due is not None and peer.pace_wait
+        # the wait covers the burst: nothing goes before it, not even at the first datagram's moment
+        assert due == pytest.approx(peer.pace_next + (want - 1) * a.data_mtu / rate)
+        assert a.datagrams_to_send(peer.pace_next) == []
+        a.handle_timer(due)
+        out = [d for _c, _dest, d in a.datagrams_to_send(due)]
+        sizes.append(len(out))
+        times.append(due)
+        sent += sum(len(d[0]) + len(d[1]) if type(d) is list else len(d) for d in out)
+    assert sizes == [want] * 20
+    last = sizes[-1] * a.data_mtu  # (the bytes of the last burst leave after the span)
+    assert (sent - last) / (times[-1] - times[0]) == pytest.approx(rate, rel=0.02)
+
+
+def test_a_peer_with_one_datagram_waits_for_the_bucket_only(algorithm: dict[str, float]) -> None:
+    """Gathering never holds back a lone datagram: its wait ends at pace_next."""
+    algorithm["rate"] = 1e9
+    p = EnginePair(Config(cc="sampling", cwnd_initial=1000, tlp=False, rto_min=1.0), mtu=9000)
+    p.handshake()
+    a, peer = p.a, p.pa
+    a.enable_gather()
+    burst = a.state.pacer.gathered(1e9)
+    for _ in range(burst + 1):  # (whole datagrams: the credit is counted in them)
+        p.send(0, 1, 1, bytes(peer.single_cap))
+    assert len(a.datagrams_to_send(p.now)) == burst  # the credit kept: a burst; one message is left
+    assert peer.pace_wait and peer.pace_due == peer.pace_next > p.now
+    assert a.next_deadline() == pytest.approx(peer.pace_next)
+
+
+def test_an_ack_does_not_cut_a_gathering_wait_short(algorithm: dict[str, float]) -> None:
+    """An ACK that arrives while a backlogged peer gathers credit leaves the wait as it was: the
+    burst still goes whole at pace_due, not in a piece at the ACK."""
+    algorithm["rate"] = 2e8
+    p = EnginePair(Config(cc="sampling", cwnd_initial=100000, cwnd_max=100000, tlp=False, rto_min=1.0), mtu=9000)
+    p.handshake()
+    a, b, peer = p.a, p.b, p.pa
+    a.enable_gather()
+    p.send(0, 1, 1, bytes(5_000_000))
+    now = p.now
+    first = [d for _c, _dest, d in a.datagrams_to_send(now)]
+    assert first and peer.pace_wait and peer.pace_due > peer.pace_next > now
+    for d in first:
+        b.receive_datagram(d if type(d) is not list else b"".join(d), None, now)
+    b.handle_timer(now + 0.01)  # (its delayed ACK)
+    acks = [bytes(d) for _c, _dest, d in b.datagrams_to_send(now + 0.01)]
+    assert acks
+    mid = (peer.pace_next + peer.pace_due) / 2
+    for d in acks:
+        a.receive_datagram(d, None, mid)
+    assert [d for _c, _dest, d in a.datagrams_to_send(mid)] == []
+    due = peer.pace_due
+    a.handle_timer(due)
+    assert len(a.datagrams_to_send(due)) == a.state.pacer.gathered(2e8)

@@ -276,3 +276,32 @@ def test_a_timeout_that_met_no_silence_resends_the_front() -> None:
     assert sends[2][1] == sends[0][1]  # the front again, not new data
     assert p.a.stats()["num_timeout_retrans"] == 2
     assert p.delivered[1] == [(b"A", 1, b"m%d" % i) for i in range(4)]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_newest_unacked_segment_is_found_without_a_walk_and_is_the_walks(seed: int) -> None:
+    """tlp.newest_unacked looks at Peer.newest (every move to unacked's end sets it) and must
+    give what a walk from the end gives, through losses, SACKs, fast and timeout resends and
+    tail-loss probes; an idle peer keeps no acknowledged segment."""
+    import random
+
+    from btlcore.protocol.tlp import newest_unacked
+
+    rng = random.Random(seed)
+    p = EnginePair(Config(), seed=seed)
+    p.handshake()
+    looked = [0]
+
+    def check(s: int, d: int, raw: Any, k: int) -> Any:
+        for peer in (p.pa, p.pb):
+            if peer.unacked:
+                assert newest_unacked(peer) is next(reversed(peer.unacked.values()))
+                looked[0] += peer.newest is not None
+        return DROP if rng.random() < 0.15 else None
+
+    p.add_hook(check)
+    for i in range(60):
+        p.send(0, 1, 1, bytes(rng.choice([10, 700, 5000])), key=i)
+    p.run(lambda: all(p.completions.get(i) for i in range(60)), max_time=p.now + 120)
+    assert looked[0] > 100 and p.pa.counters.num_resends > 0
+    assert not p.pa.unacked and p.pa.newest is None
