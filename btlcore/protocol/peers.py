@@ -304,6 +304,7 @@ class Peer:
         # delivery-rate sampling (delivery.py) and pacing (pacing.py)
         "delivered", "delivered_time", "first_sent_time", "app_limited_at", "inflight_bytes",
         "rs_acked", "rs_lost", "rs_seg", "delivery_rate", "pace_next", "pace_wait",
+        "pace_jitter", "pace_seed",
         "undo_cwnd", "undo_ssthresh", "undo_retrans", "probe_sent", "tlp_progress", "tlp_seg",
         "remote_window", "send_queued", "send_blocked",
         # liveness and close (lifecycle.py): the death clock, keepalive and zero-window probes
@@ -434,6 +435,10 @@ class Peer:
         self.delivered_time = self.first_sent_time = self.delivery_rate = self.pace_next = 0.0
         self.rs_seg: Segment | None = None
         self.pace_wait = False
+        # pacing's jitter: how late pace_next is on its slot, and the generator's state
+        # (xorshift32, never 0; from the ISN, so a seeded run is reproducible)
+        self.pace_jitter = 0.0
+        self.pace_seed = (self.isn * 2654435761 & 0xFFFFFFFF) or 1
         # undo (undo.py): the window and threshold before the last decrease (0.0: nothing to
         # undo), that episode's retransmissions not yet proven spurious, and the original send
         # time of the last timeout's oldest probe

@@ -246,16 +246,23 @@ def test_a_queue_the_flow_holds_for_two_rounds_cuts_its_pace_before_any_loss() -
     """Flows sharing a queue each measure their share of it, which follows their pace, so
     any split is an equilibrium: a queue standing QUEUE_ROUNDS rounds with QUEUE_SEGMENTS or
     more of this flow's segments in it (by the queue's delay times its pace, and by its flight
-    beyond its BDP) cuts the pace to QUEUE_BETA, with no loss at all; the same queue with the
+    beyond its BDP) cuts the pace by what it holds there beyond QUEUE_SEGMENTS, drained in a
+    min RTT, with no loss at all, and never below LOSS_BETA of it; the same queue with the
     flow's flight within a couple of segments of its BDP (it holds little of it) does not."""
     cc, peer = _probing_peer()
     st = peer.cc_state
     bdp = st.bdp()
-    _queued_round(cc, peer, 1.0, bdp + 10 * st.seg, 0.02)  # the RTT twice the min: a queue
+    _queued_round(cc, peer, 1.0, bdp + 10 * st.seg, 0.013)  # 3 ms of queue at 10 MB/s: 30 kB of it
     assert st.bw_cap == float("inf")  # (one round is not a standing queue)
-    _queued_round(cc, peer, 1.02, bdp + 10 * st.seg, 0.02)
-    assert st.bw_cap == pytest.approx(bbr.QUEUE_BETA * 1e7)
-    assert peer.pacing_rate == pytest.approx(st.pacing_gain * bbr.QUEUE_BETA * 1e7)
+    _queued_round(cc, peer, 1.02, bdp + 10 * st.seg, 0.013)
+    cut = 1e7 - (0.003 * 1e7 - bbr.QUEUE_SEGMENTS * st.seg) / 0.01
+    assert st.bw_cap == pytest.approx(cut) and bbr.LOSS_BETA * 1e7 < cut < 0.8 * 1e7
+    assert peer.pacing_rate == pytest.approx(st.pacing_gain * cut)
+    cc, peer = _probing_peer()
+    st = peer.cc_state
+    for k in range(2):  # a queue as long as the min RTT: 100 kB of the flow's, cut no further than a loss
+        _queued_round(cc, peer, 1.0 + 0.02 * k, bdp + 10 * st.seg, 0.02)
+    assert st.bw_cap == pytest.approx(bbr.LOSS_BETA * 1e7)
     cc, peer = _probing_peer()
     st = peer.cc_state
     for k in range(4):
@@ -266,6 +273,25 @@ def test_a_queue_the_flow_holds_for_two_rounds_cuts_its_pace_before_any_loss() -
     for k in range(4):  # a short queue: 2.4 ms of the flow's 10 MB/s is 16 segments, but ...
         _queued_round(cc, peer, 1.0 + 0.02 * k, bdp + 10 * st.seg, 0.0124)
     assert st.bw_cap == float("inf")  # ... below CAP_RTT x the min RTT: no queue is read
+
+
+def test_of_flows_sharing_a_standing_queue_the_faster_is_cut_by_more_than_its_share() -> None:
+    """Two flows paced 2:1 behind the same standing queue (the same delay): a FIFO queue holds
+    each one's segments in proportion to its pace, and each drains what it holds beyond the
+    same QUEUE_SEGMENTS, so the faster gives up more than twice what the slower does and the
+    split narrows (a cut by a common factor kept it at 2:1 however often it came: 100 Mb/s,
+    10 ms, 2 flows held 61/39 through the sweep's window)."""
+    paces = []
+    for bw in (1e7, 5e6):
+        cc, peer = _probing_peer()
+        st = peer.cc_state
+        st.bw = bw
+        for k in range(2):
+            _queued_round(cc, peer, 1.0 + 0.02 * k, st.bdp() + 10 * st.seg, 0.013)
+        paces.append(st.bw_cap)
+    assert paces[0] < 1e7 and paces[1] < 5e6
+    assert 1e7 - paces[0] > 2 * (5e6 - paces[1])
+    assert paces[0] / paces[1] < 1.9
 
 
 def test_heavy_loss_cuts_the_pace_even_with_no_rtt_above_the_min() -> None:

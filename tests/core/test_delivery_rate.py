@@ -132,15 +132,23 @@ def test_pacing_spaces_sends_at_the_rate(algorithm: dict[str, float], rate: floa
     p.handshake()
     transfer(p, 10, 100000)
     sends = data_sends(p)
-    for (t0, d0), (t1, _d1) in zip(sends, sends[1:], strict=False):
-        assert t1 - t0 >= len(d0) / rate - 1e-9  # never faster than the rate, one by one
+    # never ahead of the rate: each datagram at or after its slot, the slots a datagram's
+    # time at the rate apart (a release is jittered within its own slot: pacing.py)
+    t0, sent = sends[0][0], 0
+    for k, (t, d) in enumerate(sends):
+        if k:
+            assert t - t0 >= (sent - len(sends[0][1])) / rate - 1e-9
+        sent += len(d)
     span = sends[-1][0] - sends[0][0]
     assert sum(len(d) for _t, d in sends[:-1]) / span == pytest.approx(rate, rel=0.05)
     # the samples see the rate the pacer let out
     cc = p.a.state.cc
     assert isinstance(cc, Sampling)
     late = [s.delivery_rate for _peer, s in cc.samples[len(cc.samples) // 2:] if s.delivery_rate]
-    assert late and max(late) == pytest.approx(rate, rel=0.05)
+    # (a sample spans a round trip's datagrams, n of them; a jittered release can shorten its
+    # interval by up to one datagram's time: n / (n - 1) of the rate at most)
+    n = rate * 0.01 / 1500
+    assert late and 0.95 * rate <= max(late) <= rate * n / (n - 1)
 
 
 def test_a_paced_peer_waits_on_the_timer_heap(algorithm: dict[str, float]) -> None:
@@ -154,7 +162,8 @@ def test_a_paced_peer_waits_on_the_timer_heap(algorithm: dict[str, float]) -> No
     assert len([d for _c, _dest, d in first if d[1] == T_DATA]) == 1
     # the next release is the deadline, not "now" (no busy loop); nothing goes before it
     assert peer.pace_wait and a.next_deadline() == pytest.approx(peer.pace_next)
-    assert peer.pace_next == pytest.approx(now + len(first[0][2]) / 1e6)
+    gap = len(first[0][2]) / 1e6
+    assert now + gap - 1e-9 <= peer.pace_next < now + 2 * gap  # the next slot, jittered within it
     assert a.datagrams_to_send((now + peer.pace_next) / 2) == []
     a.handle_timer(peer.pace_next)
     assert not peer.pace_wait
