@@ -426,6 +426,14 @@ class Peer:
         ints, not a list (compiled: unboxed, and 72 bytes less per peer)."""
         return self.acked_data, self.acked_priority
 
+    def to_end(self, seg: Segment) -> None:
+        """``seg`` (in ``unacked``) goes again or is declared lost: to the end of ``unacked``,
+        transmission order, as its newest segment (``newest``: tlp.newest_unacked)."""
+        unacked = self.unacked
+        del unacked[seg.seq]
+        unacked[seg.seq] = seg
+        self.newest = seg
+
     def new_flight(self) -> None:
         """Delivery-rate sampling's state (delivery.py, only for an algorithm that takes
         samples: its docstring says what each is), pacing's (pacing.py: the bucket's next

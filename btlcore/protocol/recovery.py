@@ -360,14 +360,11 @@ class Recovery:
                 # a new loss episode: decrease once (losses of what was sent before now
                 # count against this same episode)
                 self._loss_episode(peer)
-            unacked = peer.unacked
             resend = peer.resend or peer.new_resend()
             sampler = self._sampler
             for seg in lost:
                 seg.lost = LOST_FAST
-                del unacked[seg.seq]  # (to the end: transmission order)
-                unacked[seg.seq] = seg
-                peer.newest = seg
+                peer.to_end(seg)
                 resend.append(seg)
                 if sampler is not None:
                     sampler.lost(peer, seg)
@@ -667,9 +664,7 @@ class Recovery:
                 else:
                     c.num_timeout_retrans += 1
                 seg.lost = 0
-                del peer.unacked[seg.seq]  # (to the end: transmission order)
-                peer.unacked[seg.seq] = seg
-                peer.newest = seg
+                peer.to_end(seg)
                 self._stamp(peer, seg, now, out)
                 if sampler is not None:
                     sampler.resent(peer, seg, now)

@@ -84,9 +84,7 @@ class Timeout:
         resend = peer.resend or peer.new_resend()
         for seg in probes:
             seg.lost = LOST_TIMEOUT
-            del peer.unacked[seg.seq]  # (to the end: transmission order)
-            peer.unacked[seg.seq] = seg
-            peer.newest = seg
+            peer.to_end(seg)
             resend.append(seg)
             if self._sampler is not None:
                 self._sampler.lost(peer, seg)

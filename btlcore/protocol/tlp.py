@@ -92,9 +92,7 @@ class TailLossProbe:
         c.num_timeout_retrans += 1
         c.num_resends += 1
         c.num_total_sends += 1
-        del peer.unacked[seg.seq]  # (to the end: transmission order)
-        peer.unacked[seg.seq] = seg
-        peer.newest = seg
+        peer.to_end(seg)
         self._stamp(peer, seg, now, out)
         if self._sampler is not None:
             seg.rs = self._sampler.stamp(peer, now)
