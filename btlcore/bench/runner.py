@@ -118,7 +118,8 @@ def plan(p: Profile, host: str = harness.LOOPBACK_V4) -> list[Item]:
         add("btl_sim", specs, partial(alone, "simulator", btl_sim.efficiency, p.deadline,
                                       profile=p, loss=loss, burst=burst))
 
-    add("btl_scale", [("btl.mem_per_peer", "memory per idle peer", "B", "lower")],
+    add("btl_scale", [("btl.mem_per_peer", "memory per idle peer", "B", "lower"),
+                      ("btl.mem_per_peer_used", "memory per peer just after use", "B", "lower")],
         lambda: alone("simulator", btl_scale.memory_per_peer, p.deadline, profile=p))
     add("btl_scale", [("btl.udp_transport_mem", "resident memory per udp transport", "B", "lower"),
                       ("btl.udp_transport_open", "time to open a udp transport", "s", "lower")],

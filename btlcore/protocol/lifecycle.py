@@ -118,6 +118,7 @@ class Lifecycle:
         if self._keepalive and \
                 (heard if heard > peer.ping_at else peer.ping_at) + timeout / KEEPALIVE_FRACTION <= now:
             ping = True
+            peer.shed()  # silent for a third of peer_timeout: idle, its buffers' memory goes back
         if peer.remote_window == 0 and peer.queue and not peer.unacked:
             interval = peer.persist or peer.timer.rto
             if peer.ping_at + interval <= now:
@@ -228,6 +229,7 @@ class Lifecycle:
         peer.ack_now = True
         self._acking[peer] = None
         self._timed[peer] = None
+        peer.shed()  # the other side heard nothing from us for a third of peer_timeout: idle
 
     def probe(self, peer: Peer) -> None:
         """A keepalive or zero-window probe is due (from recovery's timer)."""

@@ -305,7 +305,7 @@ class Packetizer:
                 msg.cut_all = True
                 queue.popleft()
                 if put:  # the receiver's put status names it by its last segment's seq
-                    peer.puts[(seq - 1) & SEQ_MASK] = msg
+                    peer.await_put_status((seq - 1) & SEQ_MASK, msg)
         self._cut_done(peer, seq, serial, chunks, nbytes, newest)
 
     def _cut_done(self, peer: Peer, seq: int, serial: int, chunks: int, nbytes: int, newest: Segment | None) -> None:

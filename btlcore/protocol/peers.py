@@ -395,8 +395,8 @@ class Peer:
         self.rto_base = 0.0  # the retransmit timer counts from max(this, oldest send)
         self.msg_counter = 0
         # puts cut whole and waiting for the receiver's put status, by the wire seq of their
-        # last segment (what the status names)
-        self.puts: dict[int, OutMessage] = {}
+        # last segment (what the status names); None until the first put (an empty dict is 64 B)
+        self.puts: dict[int, OutMessage] | None = None
         self.remote_window = window
         self.send_queued = 0  # bytes of messages accepted, not completed (unsent or unacked)
         self.send_blocked = False  # a send was refused: PeerWritable once drained to half
@@ -470,6 +470,29 @@ class Peer:
         if new is PeerState.ESTABLISHED:
             log.info("peer %s up (connection %#x)", self.address.hex(), self.local_conn)
         return new
+
+    def shed(self) -> None:
+        """Give back what the emptied buffers still hold (a used deque keeps its 64-slot
+        block, ~760 B; a dict its grown table): the keepalive calls this on a silent peer.
+        Only what is empty is replaced, so it is safe at any moment."""
+        if not self.queue:
+            self.queue = ()
+        if not self.resend:
+            self.resend = ()
+        if not self.unacked:
+            self.unacked = {}
+        if not self.ready:
+            self.ready = {}
+        if not self.reassembly:
+            self.reassembly = {}
+        if not self.puts:
+            self.puts = None
+
+    def await_put_status(self, wire_seq: int, msg: OutMessage) -> None:
+        """A put cut whole waits for the receiver's status, named by its last segment's wire seq."""
+        if self.puts is None:
+            self.puts = {}
+        self.puts[wire_seq] = msg
 
     def new_resend(self) -> deque[Segment]:
         self.resend = deque()

@@ -600,7 +600,7 @@ class Receiver:
         of it is acknowledged already (else the last ACK will)."""
         put_seq, status = PUT_STATUS.unpack_from(data, pos)
         peer.counters.num_put_status_recvs += 1
-        msg = peer.puts.pop(put_seq, None)
+        msg = peer.puts.pop(put_seq, None) if peer.puts else None
         if msg is None or msg.done:
             return  # no put of ours ends there (a confused peer): nothing to complete
         msg.put_status = status

@@ -399,7 +399,7 @@ class Recovery:
             msgs[id(seg.msg)] = seg.msg
         for msg in peer.queue:
             msgs[id(msg)] = msg
-        for msg in peer.puts.values():  # acknowledged, waiting for their put status
+        for msg in (peer.puts or {}).values():  # acknowledged, waiting for their put status
             msgs[id(msg)] = msg
         for msg in msgs.values():
             if not msg.done:
@@ -414,7 +414,7 @@ class Recovery:
         peer.inflight_bytes = peer.rs_acked = peer.rs_lost = 0
         peer.rs_seg = None
         peer.queue = ()
-        peer.puts.clear()
+        peer.puts = None
         peer.resend = ()
         peer.send_queued = 0  # (nobody to tell that it has room: the sends failed)
         peer.send_blocked = False

@@ -169,4 +169,4 @@ def test_unexpose_mid_put_reported_and_no_leak() -> None:
     [exc] = p.completions["put"]
     assert isinstance(exc, PutError) and (exc.key, exc.offset, exc.length) == (key, 0, 10240)
     assert exc.reason == "region unexposed while the put was arriving" and "unexposed" in str(exc)
-    assert p.pa.puts == {} and not p.a.has_outstanding()
+    assert not p.pa.puts and not p.a.has_outstanding()

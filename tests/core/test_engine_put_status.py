@@ -64,7 +64,7 @@ def test_refused_put_fails_at_the_sender_with_put_error(case: str, size: int) ->
     assert p.pa.counters.num_puts_refused == 1 and p.pa.counters.num_msgs_completed == 0
     assert p.pb.counters.num_put_status_sends == 1 and p.pa.counters.num_put_status_recvs == 1
     assert p.delivered[0] == [] and p.delivered[1] == []  # statuses are no messages
-    assert p.pa.puts == {} and not p.a.has_outstanding()
+    assert not p.pa.puts and not p.a.has_outstanding()
 
 
 # (a region unexposed while a put arrives: tests/core/test_engine_put.py,
@@ -158,7 +158,7 @@ def test_puts_under_loss_and_duplication_complete_once_with_the_right_outcome(
     assert p.pb.counters.num_put_status_sends == 24 == p.pa.counters.num_put_status_recvs
     assert p.pa.counters.num_puts_refused == 12 and p.pb.counters.num_put_errors == 12
     assert len([e for e in p.other_events[1] if type(e) in (PutLanded, PutRefused)]) == 24
-    assert p.pa.puts == {} and not p.a.has_outstanding()
+    assert not p.pa.puts and not p.a.has_outstanding()
 
 
 def test_peer_death_fails_a_put_waiting_for_its_status_once() -> None:
@@ -175,7 +175,7 @@ def test_peer_death_fails_a_put_waiting_for_its_status_once() -> None:
     [exc] = p.completions["put"]
     assert isinstance(exc, PeerUnreachable)
     assert p.completions["later"] == [exc]
-    assert p.pa.puts == {} and p.pa.counters.num_puts_refused == 0
+    assert not p.pa.puts and p.pa.counters.num_puts_refused == 0
 
 
 def test_a_put_whose_status_never_comes_fails_after_peer_timeout() -> None:
@@ -191,7 +191,7 @@ def test_a_put_whose_status_never_comes_fails_after_peer_timeout() -> None:
     p.run(lambda: bool(p.completions["put"]))
     [exc] = p.completions["put"]
     assert isinstance(exc, PeerUnreachable) and "nothing heard from it" in str(exc)
-    assert 0.5 <= p.now - acked_at <= 0.6 and p.pa.puts == {}
+    assert 0.5 <= p.now - acked_at <= 0.6 and not p.pa.puts
 
 
 def test_restart_fails_a_put_waiting_for_its_status_with_peer_restarted() -> None:
@@ -205,7 +205,7 @@ def test_restart_fails_a_put_waiting_for_its_status_with_peer_restarted() -> Non
     p.run(lambda: p.completions["put"])
     p.run_idle()
     [exc] = p.completions["put"]
-    assert isinstance(exc, PeerRestarted) and p.pa.puts == {}
+    assert isinstance(exc, PeerRestarted) and not p.pa.puts
 
 
 def test_close_fails_a_put_waiting_for_its_status_with_transport_closed() -> None:

@@ -3,6 +3,9 @@ disconnect and quarantine; the one death rule, keepalive and zero-window probes.
 
 from __future__ import annotations
 
+import sys
+from collections import deque
+
 import pytest
 
 import btlcore
@@ -195,6 +198,26 @@ def test_keepalive_keeps_a_live_idle_peer_for_ten_peer_timeouts() -> None:
     assert len(p.sent(0, T_PING)) >= 9  # about one per third of peer_timeout, from either end
     p.send(0, 1, 1, b"still", key="s")
     p.run(lambda: p.completions["s"] == [None], max_time=p.now + 1)
+
+
+def test_an_idle_peer_gives_back_its_buffers_at_the_keepalive_and_still_sends() -> None:
+    """A used deque keeps its 64-slot block and a dict its grown table once emptied: both ends
+    of an idle connection drop them once a third of peer_timeout passes in silence (the one
+    that PINGs and the one PINGed), and the next send and put make them again."""
+    p = pair(peer_timeout=0.3)
+    p.send(0, 1, 1, b"x" * 100_000, key="m")  # chunked: queue, unacked, reassembly all used
+    p.send(1, 0, 1, b"y", key="r")
+    p.run(lambda: p.completions["m"] == [None] and p.completions["r"] == [None], max_time=p.now + 1)
+    for peer in (p.pa, p.pb):
+        assert type(peer.queue) is deque and not peer.queue
+    p.run_idle(p.now + 0.3 / 3 * 1.5)
+    for peer in (p.pa, p.pb):
+        assert peer.queue == () and peer.resend == () and peer.puts is None
+        assert sys.getsizeof(peer.unacked) == sys.getsizeof({}) == sys.getsizeof(peer.reassembly)
+    assert p.pa.state is PeerState.ESTABLISHED and p.pb.state is PeerState.ESTABLISHED
+    p.send(0, 1, 2, b"z" * 50_000, key="again")
+    p.run(lambda: p.completions["again"] == [None], max_time=p.now + 1)
+    assert [d for (_, tag, d) in p.delivered[1] if tag == 2] == [b"z" * 50_000]
 
 
 def test_no_keepalive_lets_an_idle_peer_die() -> None:
