@@ -69,7 +69,9 @@ def test_duplicate_and_corrupt_on_receive(opened) -> None:
 
 def test_delay_and_reorder_on_send(opened) -> None:
     plan = Faults(seed=1)
-    late = plan.delay(0.05, direction="send", type="DATA", nth=2)
+    # (a quarter second: the 3rd segment must leave before the 2nd is let go, and on a loaded
+    # CI machine a sender can stall 50 ms between two sends; that once made this fail)
+    late = plan.delay(0.25, direction="send", type="DATA", nth=2)
     held = plan.reorder(after=3, direction="send", type="DATA", nth=4)
     order: list[int] = []  # the receiver's view: a rule that only watches (its predicate says no)
     watch = Faults()
