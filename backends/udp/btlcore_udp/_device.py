@@ -126,6 +126,7 @@ class UdpDevice(UdpState):
         (self._wake_r, self._wake_w, self._poller, self._poll_scale,
          self._select_fds, self._timer) = _wait.open_waiting(socks)
         self._epoll = _wait.is_epoll(self._poller)
+        self._poll = self._poller.poll
         self.tx_datagrams = self.tx_bytes = self.tx_pushbacks = self.tx_errors = 0
         self.tx_gso_sends = self.gso_fallbacks = 0
         self.rx_datagrams = self.rx_bytes = self.rx_priority = self.rx_errors = self.rx_oversize = 0

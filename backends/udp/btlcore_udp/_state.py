@@ -63,6 +63,7 @@ class UdpState:
     # -- waiting
     _busy_poll: bool
     _poller: Any  # select.epoll (select.poll off Linux)
+    _poll: Any  # its bound poll (a busy wait calls it per look)
     _epoll: bool  # _poller is an epoll: its zero-timeout look takes maxevents
     _poll_scale: float
     _select_fds: list[int] | None
