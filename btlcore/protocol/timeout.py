@@ -36,6 +36,7 @@ timeouts in a row, nothing acknowledged, mean persistent congestion and restart 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import islice
 from typing import Final
 
@@ -54,7 +55,7 @@ _ESTABLISHED: Final = PeerState.ESTABLISHED
 class Timeout:
     """Fires the retransmit timeouts of one engine's peers (state on the peers)."""
 
-    __slots__ = ("_resending", "_probing", "_sampler", "_cc", "_undo", "_threshold", "_mtu")
+    __slots__ = ("_resending", "_probing", "_sampler", "_cc", "_undo", "_threshold", "_on_timeout")
 
     def __init__(self, state: EngineState, cc: Algorithm, undo: Undo) -> None:
         self._resending = state.resending
@@ -63,11 +64,13 @@ class Timeout:
         self._cc = cc
         self._undo = undo
         self._threshold: int = state.config.fast_retransmit_threshold
-        self._mtu = float(state.data_mtu)
+        # the algorithm's optional hook, looked up once (congestion/__init__.py)
+        self._on_timeout: Callable[[Peer], None] | None = getattr(state.cc, "on_timeout", None)
 
     def fire(self, peer: Peer, now: float) -> None:
         """``peer``'s retransmit timer fired: its probes are queued for the resend pass."""
-        self._pace_probes(peer)
+        if self._on_timeout is not None:
+            self._on_timeout(peer)
         if peer.timeouts == 0 and self.new_data(peer):
             peer.timer.expired()
             peer.rto_base = now
@@ -104,23 +107,6 @@ class Timeout:
             peer.probe_serial = probes[0].tx_serial
             peer.probe_dup = False
         self._resending[peer] = None
-
-    def _pace_probes(self, peer: Peer) -> None:
-        """Before any delivery-rate sample, a paced peer's rate is its first window over the
-        handshake's RTT (STARTUP's: bbr.py), datagrams microseconds apart; after a timeout,
-        one datagram per smoothed RTT (the pace of RFC 6298's and Linux's window of one
-        segment after a timeout, RFC 9002's pacing of ``cwnd / srtt``), raised again by
-        the first sample.  Back to back, a timeout's two probes meet a full drop-tail queue
-        as one (the second finds it as the first did), and a flow whose first window was
-        lost whole lost every probe pair while its timer backed off: 8 flows at 100 Mb/s,
-        1 ms, seed 22, probes at 9, 22, 48, 100, 204, 413 and 830 ms, each pair dropped
-        with the queue 3.2-3.8 datagrams full (others' frames then: about half admitted),
-        the flow without a byte delivered all run."""
-        srtt = peer.timer.srtt
-        if peer.pacing_rate and peer.delivery_rate == 0.0 and srtt:
-            rate = self._mtu / srtt
-            if rate < peer.pacing_rate:
-                peer.pacing_rate = rate
 
     @staticmethod
     def new_data(peer: Peer) -> bool:

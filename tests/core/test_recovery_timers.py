@@ -311,7 +311,7 @@ def test_timeout_probes_before_any_rate_sample_go_one_per_srtt() -> None:
     """A first window lost whole leaves no rate sample, and the pace is still STARTUP's (the
     window over the handshake's RTT): the timeout's two probes would leave microseconds
     apart and meet a full drop-tail queue as one.  Paced at a datagram per srtt, each is
-    its own trial (timeout.py's _pace_probes)."""
+    its own trial (bbr's on_timeout)."""
     p = pair(cwnd_initial=4)
     srtt, startup_pace = p.pa.timer.srtt, p.pa.pacing_rate
     assert srtt and startup_pace > 0.0
