@@ -36,6 +36,7 @@ timeouts in a row, nothing acknowledged, mean persistent congestion and restart 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import islice
 from typing import Final
 
@@ -54,7 +55,7 @@ _ESTABLISHED: Final = PeerState.ESTABLISHED
 class Timeout:
     """Fires the retransmit timeouts of one engine's peers (state on the peers)."""
 
-    __slots__ = ("_resending", "_probing", "_sampler", "_cc", "_undo", "_threshold")
+    __slots__ = ("_resending", "_probing", "_sampler", "_cc", "_undo", "_threshold", "_on_timeout")
 
     def __init__(self, state: EngineState, cc: Algorithm, undo: Undo) -> None:
         self._resending = state.resending
@@ -63,9 +64,13 @@ class Timeout:
         self._cc = cc
         self._undo = undo
         self._threshold: int = state.config.fast_retransmit_threshold
+        # the algorithm's optional hook, looked up once (congestion/__init__.py)
+        self._on_timeout: Callable[[Peer], None] | None = getattr(state.cc, "on_timeout", None)
 
     def fire(self, peer: Peer, now: float) -> None:
         """``peer``'s retransmit timer fired: its probes are queued for the resend pass."""
+        if self._on_timeout is not None:
+            self._on_timeout(peer)
         if peer.timeouts == 0 and self.new_data(peer):
             peer.timer.expired()
             peer.rto_base = now

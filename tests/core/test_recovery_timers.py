@@ -305,3 +305,25 @@ def test_the_newest_unacked_segment_is_found_without_a_walk_and_is_the_walks(see
     p.run(lambda: all(p.completions.get(i) for i in range(60)), max_time=p.now + 120)
     assert looked[0] > 100 and p.pa.counters.num_resends > 0
     assert not p.pa.unacked and p.pa.newest is None
+
+
+def test_timeout_probes_before_any_rate_sample_go_one_per_srtt() -> None:
+    """A first window lost whole leaves no rate sample, and the pace is still STARTUP's (the
+    window over the handshake's RTT): the timeout's two probes would leave microseconds
+    apart and meet a full drop-tail queue as one.  Paced at a datagram per srtt, each is
+    its own trial (bbr's on_timeout)."""
+    p = pair(cwnd_initial=4)
+    srtt, startup_pace = p.pa.timer.srtt, p.pa.pacing_rate
+    assert srtt and startup_pace > 0.0
+    p.faults.drop(where=lambda d: d.type == T_DATA, count=4 + 1)  # the window, then the new-data probe
+    mark = len(p.log)
+    msgs = [bytes([65 + i]) * 30000 for i in range(3)]  # full-size segments
+    for i, m in enumerate(msgs):
+        p.send(0, 1, 1, m, key=i)
+    p.run(lambda: all(p.completions[i] for i in range(3)), max_time=p.now + 2)
+    sends = data_times(p, 0, mark)
+    resent = [t for t, seq in sends[5:] if seq < sends[4][1]]  # the second timeout's probes of the window
+    assert len(resent) >= 2
+    assert resent[1] - resent[0] >= 0.9 * srtt  # not back to back at STARTUP's pace
+    assert [d[2] for d in p.delivered[1]] == msgs
+    assert p.pa.delivery_rate > 0.0 and p.pa.pacing_rate > 0.0  # the samples set the pace again

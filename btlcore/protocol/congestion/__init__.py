@@ -21,6 +21,8 @@ Optional, looked up once per engine (an algorithm that lacks one is never called
 * ``on_handshake_rtt(peer, rtt)``: the handshake took ``rtt`` seconds (the round trip, or
   an upper bound of it when a HELLO was retried), before any data was sent -- what an
   algorithm that paces spreads its first window over;
+* ``on_timeout(peer)``: a retransmit timeout fired (each one, before its probes are queued)
+  -- ``bbr`` paces the probes of a flow that has no rate sample yet one per smoothed RTT;
 * ``on_spurious(peer)``: the last loss episode (or timeout) proved spurious: undo its decrease.
   Before each ``on_loss_episode`` and ``on_persistent_congestion`` the engine keeps
   ``peer.undo_cwnd`` and ``peer.undo_ssthresh`` (the values the decrease replaces), which it

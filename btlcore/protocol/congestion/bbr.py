@@ -298,6 +298,21 @@ class Bbr(RateSampled):
                 st.cwnd_bytes = self.cwnd_initial * st.seg
             peer.pacing_rate = STARTUP_GAIN * st.cwnd_bytes / rtt
 
+    def on_timeout(self, peer: Peer) -> None:
+        """A retransmit timeout before any rate sample: the pace is still the first window's
+        (over the handshake's RTT, at STARTUP's gain), so the timeout's probes would leave
+        microseconds apart, and back to back they meet a full drop-tail queue as one (the
+        second finds it as the first did).  One datagram per smoothed RTT instead (the pace of
+        RFC 6298's and Linux's window of one segment after a timeout; RFC 9002 paces
+        ``cwnd / srtt``), until the first sample sets the pace from the model again.  Without
+        it, a flow whose first window was lost whole lost every probe pair while its timer
+        backed off: 8 flows at 100 Mb/s, 1 ms, seed 22, probes at 9, 22, 48 ... 830 ms, each
+        pair dropped with the queue 3.2-3.8 datagrams full, no byte delivered all run."""
+        st: BbrState = peer.cc_state
+        srtt = peer.timer.srtt
+        if st.bw == 0.0 and srtt and peer.pacing_rate > st.seg / srtt:
+            peer.pacing_rate = st.seg / srtt
+
     def on_ack(self, peer: Peer) -> None:
         """Nothing per segment: the window follows the model, per ACK datagram."""
 
