@@ -168,8 +168,14 @@ def test_table_heatmap_and_docs_section(sweep: dict, tmp_path: Path) -> None:
     kept = regimes_report.kept_section(str(md))
     assert kept is not None and kept in once
     minimal = {"meta": {}, "results": []}
+    md.write_text(once + "\n### Written by hand after the sweep\n\nveth runs, fairness over seeds\n")
     docs.write(minimal, str(tmp_path))
-    assert kept in md.read_text() and md.read_text().startswith("# Benchmarks")
+    after = md.read_text()
+    assert kept in after and after.startswith("# Benchmarks")
+    # ... and what follows the sweep's section, written by hand, stays after it
+    assert after.endswith(kept + "\n\n### Written by hand after the sweep\n\nveth runs, fairness over seeds\n")
+    docs.write(minimal, str(tmp_path))  # (again: nothing doubles)
+    assert md.read_text() == after
 
 
 def test_btl_bench_regimes_options_parse_and_a_bad_set_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -174,11 +174,24 @@ def write(rep: Mapping[str, Any], root: str = ".") -> tuple[str, str]:
     md, png = os.path.join(d, MD), os.path.join(d, PNG)
     plot(rep, png)
     # kept as they are: the compiled-vs-pure section (btl bench --builds, written by hand from
-    # its output) and the regime sweep's (its own command writes it)
+    # its output), the regime sweep's (its own command writes it) and what follows it (the
+    # veth runs, the long paths, fairness over seeds: written by hand, nothing regenerates them)
     kept = [k for k in (builds_section(md), regimes_report.kept_section(md)) if k]
+    tail = hand_written_tail(md)
     with open(md, "w") as f:
-        f.write(markdown(rep) + "".join("\n" + k + "\n" for k in kept))
+        f.write(markdown(rep) + "".join("\n" + k + "\n" for k in kept) + tail)
     return md, png
+
+
+def hand_written_tail(path: str) -> str:
+    """Whatever follows the regimes section's end marker in the file at ``path`` ("" if none)."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return ""
+    rest = text.split(regimes_report.END, 1)[1].strip("\n") if regimes_report.END in text else ""
+    return "\n" + rest + "\n" if rest.strip() else ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
