@@ -12,6 +12,7 @@ header prefixes, and the work lists it marks: ``sending``, ``acking``, ``timed``
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from math import ceil
 from typing import Any, Final, cast
 
@@ -60,6 +61,7 @@ _NO_CRC: Final = bytes(4)
 # The per-segment packers and the CRC, bound once: the compiled build calls a Final directly
 # (no method lookup on the Struct, no module-dict lookup of crc32c per call)
 _pack_u64_into: Final = _U64.pack_into
+_unpack_u64_from: Final[Callable[..., tuple[int]]] = _U64.unpack_from
 _pack_rest: Final = HEAD_REST.pack
 _pack_rest_chunk: Final = HEAD_REST_CHUNK.pack
 _pack_rest_put: Final = HEAD_REST_PUT.pack
@@ -138,11 +140,15 @@ class Packetizer:
             self._state.gather_min = GATHER_MIN
 
     def stamp(self, peer: Peer, seg: Segment, now: float, out: list[Any]) -> None:
-        """Fill in the current ACK point (and CRC) and count one transmission."""
+        """Fill in the current ACK point (and CRC) and count one transmission.  Where the ACK
+        point has not moved since the datagram went out (a one-way bulk flow's resends, nearly
+        always) it goes again as it was: no copy and no CRC over its payload."""
         buf: Any = seg.buf
         cum = peer.window.cum
         ack_w = cum if 0 <= cum <= _SHORT else cum & SEQ_MASK
-        if type(buf) is list:  # [header, payload] (enable_gather): a new header, same payload
+        if _unpack_u64_from(buf[0] if type(buf) is list else buf, 24)[0] == ack_w:
+            pass  # (bytes, or a list nobody changes: handing it out again changes nothing)
+        elif type(buf) is list:  # [header, payload] (enable_gather): a new header, same payload
             header = bytearray(buf[0])
             _pack_u64_into(header, 24, ack_w)
             if header[2] & F_CRC:

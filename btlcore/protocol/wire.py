@@ -262,7 +262,8 @@ def datagram_crc(buf: bytes | bytearray | memoryview, tail: bytes | memoryview =
     """CRC32C of a datagram, skipping its own CRC field; ``tail``: the rest of a datagram
     kept in two parts (a gathered send's payload), after ``buf``."""
     view = memoryview(buf)
-    return crc32c(tail, crc32c(view[CRC_OFFSET + 4 :], crc32c(view[:CRC_OFFSET])))
+    crc = crc32c(view[CRC_OFFSET + 4 :], crc32c(view[:CRC_OFFSET]))
+    return crc32c(tail, crc) if tail else crc
 
 
 def seal(buf: bytearray) -> None:

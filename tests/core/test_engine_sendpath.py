@@ -159,3 +159,45 @@ def test_prefix_cache_entries_are_per_connection_and_flags() -> None:
         assert head == HEAD_PREFIX.pack(WIRE_VERSION, T_DATA, key & 0xFF, 0, key >> 8, a.incarnation)
         assert head_crc == crc32c(head)
     assert _check_prefixes(net, 0, {1: {peer.remote_conn}}) >= 3
+
+
+def _resend_of_first_data(ack_moves: bool) -> tuple[Segment, object, list[bytes]]:
+    """A's first DATA datagram to B lost once; if ``ack_moves``, B's message to A arrives
+    before A resends it (A's ACK point moves).  The segment, its buffer as first sent, and
+    every copy of that segment A put on the wire."""
+    from btlcore import Config
+    from btlcore.testing.enginepair import EnginePair
+
+    p = EnginePair(Config(tlp=False))
+    p.handshake()
+    seen: list[tuple[Segment, object]] = []
+
+    def first_data(dg: object) -> bool:
+        seg = p.pa.unacked[dg.seq]  # type: ignore[attr-defined]
+        seen.append((seg, seg.buf))
+        return True
+
+    p.faults.drop(where=lambda d: d.type == T_DATA and not seen and first_data(d), src=0, count=1)
+    mark = len(p.log)
+    p.send(0, 1, 1, b"a" * 100, key="a")
+    if ack_moves:
+        p.send(1, 0, 2, b"b" * 100, key="b")
+    p.run(lambda: p.completions.get("a") == [None], max_time=p.now + 5)
+    seg, first = seen[0]
+    copies = [d for _t, s, _dst, d in p.log[mark:] if s == 0 and decode(d).type == T_DATA and decode(d).seq == seg.seq]
+    assert [dl for dl in p.delivered[1] if dl[1] == 1] == [(p.a.address, 1, b"a" * 100)]
+    return seg, first, copies
+
+
+def test_a_resend_goes_as_it_was_while_the_ack_point_stands() -> None:
+    """Packetizer.stamp: nothing to change, so no copy and no CRC over the payload again."""
+    seg, first, copies = _resend_of_first_data(ack_moves=False)
+    assert seg.tx_count == 2 and seg.buf is first
+    assert len(copies) == 2 and copies[0] == copies[1]
+
+
+def test_a_resend_carries_the_ack_point_that_moved_with_its_crc() -> None:
+    seg, first, copies = _resend_of_first_data(ack_moves=True)
+    assert seg.tx_count == 2 and seg.buf is not first
+    old, new = decode(copies[0]), decode(copies[1])
+    assert new.ack > old.ack and new.crc == crc32c(copies[1][CRC_OFFSET + 4:], crc32c(copies[1][:CRC_OFFSET]))
