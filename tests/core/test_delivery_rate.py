@@ -18,14 +18,15 @@ from btlcore.testing.enginepair import DROP, EnginePair
 
 
 class Sampling(Aimd):
-    """AIMD that records its rate samples and paces at a fixed rate (0.0: unpaced)."""
+    """AIMD that records its rate samples and timeouts and paces at a fixed rate (0.0: unpaced)."""
 
-    __slots__ = ("samples", "rate")
+    __slots__ = ("samples", "rate", "timeouts")
 
     def __init__(self, config: Config, rate: float = 0.0) -> None:
         super().__init__(config)
         self.samples: list[tuple[Peer, RateSample]] = []
         self.rate = rate
+        self.timeouts: list[tuple[Peer, int]] = []  # (the peer, its timeouts in a row before)
 
     def on_new_peer(self, peer: Peer) -> None:
         super().on_new_peer(peer)
@@ -33,6 +34,9 @@ class Sampling(Aimd):
 
     def on_rate_sample(self, peer: Peer, sample: RateSample) -> None:
         self.samples.append((peer, sample))
+
+    def on_timeout(self, peer: Peer) -> None:
+        self.timeouts.append((peer, peer.timeouts))
 
 
 @pytest.fixture
@@ -212,3 +216,19 @@ def test_unpaced_sends_are_not_spaced(algorithm: dict[str, float]) -> None:
     p.send(0, 1, 1, bytes(20000))
     out = p.a.datagrams_to_send(p.now)
     assert len(out) > 1 and not p.pa.pace_wait
+
+
+def test_an_algorithms_on_timeout_hook_is_called_at_each_retransmit_timeout(algorithm: dict[str, float]) -> None:
+    """The optional hook (congestion/__init__.py), found by name on any algorithm: called
+    once per timeout, before its probes are queued, and never without one."""
+    p = EnginePair(Config(cc="sampling", tlp=False))
+    p.handshake()
+    cc = p.a.state.cc
+    transfer(p, 3, 1000)
+    assert cc.timeouts == []  # nothing lost: no timeout
+    p.faults.drop(where=lambda d: d.type == T_DATA, src=0, count=6)  # the messages, and the probes of two timeouts
+    for i in range(3):
+        p.send(0, 1, 1, bytes(1000), key=("lost", i))
+    p.run(lambda: all(p.completions.get(("lost", i)) for i in range(3)), max_time=p.now + 60)
+    assert [peer for peer, _ in cc.timeouts] == [p.pa] * len(cc.timeouts)
+    assert len(cc.timeouts) >= 2 and [n for _, n in cc.timeouts[:2]] == [0, 1]  # (before each one fired)
