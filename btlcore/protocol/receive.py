@@ -93,6 +93,9 @@ _UNPACK: Final[Callable[..., tuple[int, ...]]] = HEADER.unpack_from
 _MEMORYVIEW: Final = memoryview
 # the fast path's slices, made once (compiled, ``view[a:]`` builds a slice object each time)
 _CRC_HEAD: Final = slice(None, CRC_OFFSET)
+#: marks an ACK's entry in the peer's cached header CRC (``_head_crc``'s key: bit 48 is above
+#: the incarnation's 32 bits, shifted by 16), so that a data segment never takes it
+_ACK_HEAD: Final = 1 << 48
 _CRC_TAIL: Final = slice(CRC_OFFSET + 4, None)
 _CHUNK_PAYLOAD: Final = slice(_CHUNKED, None)
 _PAYLOAD: Final = slice(HEADER_LEN, None)  # (a whole segment's payload)
@@ -229,14 +232,15 @@ class Receiver:
                 pr.ack_deadline = now + self._ack_delay
             acking[pr] = timed[pr] = None
 
-    def _head_crc(self, peer: Peer, data: Any, dst: int, inc: int, flags: int, hflags: int) -> int:
+    def _head_crc(self, peer: Peer, data: Any, dst: int, inc: int, flags: int, hflags: int, kind: int = 0) -> int:
         """The CRC32C of a fast-path data segment's first 12 bytes (version and type known: the
         rest are its flags, hello flags, dst_conn and incarnation), the same for every segment
         of a connection with the same flags: computed once per peer and key, as the sender
         packs its prefixes once (a crc32c call on 12 bytes costs about as much as on 2 kB).
         The fast path reads the peer's cached value itself (a call per segment costs the pure
-        build more than the comparison) and calls this on a miss."""
-        key = inc << 16 | flags << 8 | hflags
+        build more than the comparison) and calls this on a miss.  ``kind``: ``_ACK_HEAD`` for
+        an ACK's (its type byte differs; the general path checks ACKs with it)."""
+        key = inc << 16 | flags << 8 | hflags | kind
         if key != peer.rx_crc_key or dst != peer.rx_crc_conn:
             peer.rx_crc_conn, peer.rx_crc_key, peer.rx_crc_head = dst, key, crc32c(_MEMORYVIEW(data)[_CRC_HEAD])
         return peer.rx_crc_head
@@ -255,7 +259,12 @@ class Receiver:
             return
         view = memoryview(data)  # one view for the CRC and the payload copy
         if flags & F_CRC:
-            if crc32c(view[CRC_OFFSET + 4:], crc32c(view[:CRC_OFFSET])) != crc:
+            # an ACK's first 12 bytes (its type known) are its connection's every time: their
+            # CRC cached on the peer, as the data fast path does (a crc32c call less per ACK)
+            head = self._head_crc(known, view, dst, inc, flags, _r, _ACK_HEAD) \
+                if typ == T_ACK and (known := self.peers_by_conn.get(dst)) is not None \
+                else crc32c(view[:CRC_OFFSET])
+            if crc32c(view[CRC_OFFSET + 4:], head) != crc:
                 self.counters.num_crc_errors += 1
                 return
         elif self.crc:  # we require a CRC: a frame without one may have lost its flag bit

@@ -345,3 +345,25 @@ def test_sealed_mutations_never_raise(data: st.DataObject) -> None:
     p.a.datagrams_to_send(p.now)
     p.b.take_events()
     p.a.take_events()
+
+
+def test_every_bit_flip_of_an_ack_is_refused_with_its_header_crc_cached() -> None:
+    """The general path caches an ACK's header CRC on the peer (receive._head_crc, keyed by
+    every field of those 12 bytes): a flipped bit anywhere, header included, is still caught,
+    and the copy as sent is still taken afterwards."""
+    p = fresh_pair()
+    acks = [d for _t, s, dst, d in p.log if s == 0 and dst == 1 and d[1] == T_ACK]
+    assert acks, "the warm-up made no standalone ACK from a to b"
+    raw = bytes(acks[-1])
+    recvs = p.pb.counters.num_ack_recvs
+    p.b.receive_datagram(raw, None, p.now)  # taken (an old ACK by now: counted, nothing moves)
+    assert p.pb.counters.num_ack_recvs == recvs + 1
+    for bit in range(len(raw) * 8):
+        b = bytearray(raw)
+        b[bit // 8] ^= 1 << (bit % 8)
+        d0 = drops(p.b)
+        p.b.receive_datagram(bytes(b), None, p.now)
+        assert drops(p.b) == d0 + 1, bit
+    assert p.pb.counters.num_ack_recvs == recvs + 1
+    p.b.receive_datagram(raw, None, p.now)
+    assert p.pb.counters.num_ack_recvs == recvs + 2
