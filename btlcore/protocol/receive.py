@@ -259,11 +259,9 @@ class Receiver:
             return
         view = memoryview(data)  # one view for the CRC and the payload copy
         if flags & F_CRC:
-            # an ACK's first 12 bytes (its type known) are its connection's every time: their
-            # CRC cached on the peer, as the data fast path does (a crc32c call less per ACK)
-            head = self._head_crc(known, view, dst, inc, flags, _r, _ACK_HEAD) \
-                if typ == T_ACK and (known := self.peers_by_conn.get(dst)) is not None \
-                else crc32c(view[:CRC_OFFSET])
+            # (an ACK's first 12 bytes are its connection's every time: their CRC cached, as DATA's)
+            head = self._head_crc(known, view, dst, inc, flags, _r, _ACK_HEAD) if typ == T_ACK and (
+                known := self.peers_by_conn.get(dst)) is not None else crc32c(view[:CRC_OFFSET])
             if crc32c(view[CRC_OFFSET + 4:], head) != crc:
                 self.counters.num_crc_errors += 1
                 return
