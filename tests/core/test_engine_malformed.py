@@ -131,19 +131,24 @@ def test_malformed_put_status_is_dropped_not_delivered() -> None:
     assert p.pb.counters.num_put_status_recvs == 0
 
 
-@pytest.mark.parametrize("size", [7, 1300])  # (the receive path copies a small datagram's tail for its CRC)
-def test_corrupted_crc_every_bit(size: int) -> None:
-    p = fresh_pair()
-    raw = template(p, payload=bytes(range(256)) * (size // 256) + b"payload"[:size % 256]).encode()
-    before = snapshot(p)
-    n = 0
+def each_bit_flipped_is_dropped(p: EnginePair, raw: bytes) -> int:
+    """Hand b ``raw`` with each of its bits flipped in turn: every copy must be dropped (and
+    counted); returns how many were sent."""
     for bit in range(len(raw) * 8):
         b = bytearray(raw)
         b[bit // 8] ^= 1 << (bit % 8)
         d0 = drops(p.b)
         p.b.receive_datagram(bytes(b), None, p.now)
         assert drops(p.b) == d0 + 1, bit
-        n += 1
+    return len(raw) * 8
+
+
+@pytest.mark.parametrize("size", [7, 1300])  # (the receive path copies a small datagram's tail for its CRC)
+def test_corrupted_crc_every_bit(size: int) -> None:
+    p = fresh_pair()
+    raw = template(p, payload=bytes(range(256)) * (size // 256) + b"payload"[:size % 256]).encode()
+    before = snapshot(p)
+    n = each_bit_flipped_is_dropped(p, raw)
     assert snapshot(p) == before
     st_ = p.b.stats()
     # a flipped version/flag bit is caught before the CRC check; everything else by the CRC
@@ -358,12 +363,7 @@ def test_every_bit_flip_of_an_ack_is_refused_with_its_header_crc_cached() -> Non
     recvs = p.pb.counters.num_ack_recvs
     p.b.receive_datagram(raw, None, p.now)  # taken (an old ACK by now: counted, nothing moves)
     assert p.pb.counters.num_ack_recvs == recvs + 1
-    for bit in range(len(raw) * 8):
-        b = bytearray(raw)
-        b[bit // 8] ^= 1 << (bit % 8)
-        d0 = drops(p.b)
-        p.b.receive_datagram(bytes(b), None, p.now)
-        assert drops(p.b) == d0 + 1, bit
+    each_bit_flipped_is_dropped(p, raw)
     assert p.pb.counters.num_ack_recvs == recvs + 1
     p.b.receive_datagram(raw, None, p.now)
     assert p.pb.counters.num_ack_recvs == recvs + 2
