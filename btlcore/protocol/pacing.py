@@ -86,10 +86,10 @@ class Pacer:
         jitter: a release late by its jitter was on time; after an idle spell of more than
         a datagram's time, from now, with the usual credit), and the next release is put a
         fresh jitter into its own slot."""
-        start = now - self.credit(rate) * self.mtu / rate  # the most credit kept from before
         base = peer.pace_next
         gap = nbytes / rate
         if self.burst != 1:  # (a batching device sends bursts: no slot of one datagram to jitter in)
+            start = now - self.credit(rate) * self.mtu / rate  # the most credit kept from before
             peer.pace_next = (base if base > start else start) + gap
             return
         x = peer.pace_seed  # xorshift32 (Marsaglia): a few integer operations a release

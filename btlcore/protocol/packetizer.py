@@ -146,19 +146,18 @@ class Packetizer:
         buf: Any = seg.buf
         cum = peer.window.cum
         ack_w = cum if 0 <= cum <= _SHORT else cum & SEQ_MASK
-        if _unpack_u64_from(buf[0] if type(buf) is list else buf, 24)[0] == ack_w:
-            pass  # (bytes, or a list nobody changes: handing it out again changes nothing)
-        elif type(buf) is list:  # [header, payload] (enable_gather): a new header, same payload
-            header = bytearray(buf[0])
-            _pack_u64_into(header, 24, ack_w)
-            if header[2] & F_CRC:
-                _U32.pack_into(header, CRC_OFFSET, datagram_crc(header, buf[1]))
-            buf = seg.buf = [header, buf[1]]
-        else:
-            buf = seg.buf = bytearray(buf)  # a copy: a datagram handed out is never changed
-            _pack_u64_into(buf, 24, ack_w)
-            if buf[2] & F_CRC:  # (as when it was cut)
-                _U32.pack_into(buf, CRC_OFFSET, datagram_crc(buf))
+        if _unpack_u64_from(buf[0] if type(buf) is list else buf, 24)[0] != ack_w:  # (else: as it was)
+            if type(buf) is list:  # [header, payload] (enable_gather): a new header, same payload
+                header = bytearray(buf[0])
+                _pack_u64_into(header, 24, ack_w)
+                if header[2] & F_CRC:
+                    _U32.pack_into(header, CRC_OFFSET, datagram_crc(header, buf[1]))
+                buf = seg.buf = [header, buf[1]]
+            else:
+                buf = seg.buf = bytearray(buf)  # a copy: a datagram handed out is never changed
+                _pack_u64_into(buf, 24, ack_w)
+                if buf[2] & F_CRC:  # (as when it was cut)
+                    _U32.pack_into(buf, CRC_OFFSET, datagram_crc(buf))
         seg.sent_at = now
         seg.tx_count += 1
         peer.tx_serial += 1

@@ -258,18 +258,18 @@ class Receiver:
             self.counters.num_malformed_recvs += 1
             return
         view = memoryview(data)  # one view for the CRC and the payload copy
-        if flags & F_CRC:
-            # (an ACK's first 12 bytes are its connection's every time: their CRC cached, as DATA's)
-            head = self._head_crc(known, view, dst, inc, flags, _r, _ACK_HEAD) if typ == T_ACK and (
-                known := self.peers_by_conn.get(dst)) is not None else crc32c(view[:CRC_OFFSET])
+        of_conn = typ == T_DATA or typ == T_ACK or typ == T_PING
+        peer = self.peers_by_conn.get(dst) if of_conn else None  # (looked up once: CRC, then checks)
+        if flags & F_CRC:  # (an ACK's first 12 bytes are its connection's every time: their CRC cached, as DATA's)
+            head = self._head_crc(peer, view, dst, inc, flags, _r, _ACK_HEAD) if typ == T_ACK and peer is not None \
+                else crc32c(view[:CRC_OFFSET])
             if crc32c(view[CRC_OFFSET + 4:], head) != crc:
                 self.counters.num_crc_errors += 1
                 return
         elif self.crc:  # we require a CRC: a frame without one may have lost its flag bit
             self.counters.num_crc_errors += 1
             return
-        if typ == T_DATA or typ == T_ACK or typ == T_PING:
-            peer = self.peers_by_conn.get(dst)
+        if of_conn:
             if peer is None:
                 self.counters.num_unk_recvs += 1  # (a quarantined connection's too)
                 self._guard.unknown(data, source)  # (a notice, rate-limited)
