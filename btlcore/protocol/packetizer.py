@@ -359,7 +359,9 @@ class Packetizer:
         to it or takes from it: a copy of it per pass cost ~500 instructions), and the peers
         it is done with (their debt paid: no deadline, nothing owed now) taken out after."""
         acking, touched = self._acking, self._touched
-        settled: list[Peer] = []  # (they leave acking after the walk: no copy of it to walk)
+        # they leave acking after the walk (no copy of it to walk); made for the first one
+        # (most passes settle nobody: an ACK owed, not yet due)
+        settled: list[Peer] | None = None
         for peer in acking:
             if len(out) >= budget:
                 break
@@ -377,12 +379,17 @@ class Packetizer:
                 peer.ack_deadline = None
                 peer.ack_now = False
                 peer.sack_dirty = False
-                settled.append(peer)
                 touched[peer] = None
-            elif deadline is None and not peer.ack_now:
-                settled.append(peer)  # a piggy-backed ACK paid the debt
-        for peer in settled:
-            del acking[peer]
+            elif deadline is not None:
+                continue  # owed, not yet due
+            # (else a piggy-backed ACK paid the debt)
+            if settled is None:
+                settled = [peer]
+            else:
+                settled.append(peer)
+        if settled is not None:
+            for peer in settled:
+                del acking[peer]
 
     def _more_acks(self, peer: Peer, out: list[Any], now: float, budget: int) -> None:
         """More standalone ACKs at once, up to MORE_ACKS, while the out-of-order ranges that
