@@ -76,6 +76,7 @@ class Progress:
     last_stats: float
     path_check_at: float
     timers_at: float
+    wait_first: bool  # the device's wait returns at once on input: progress(timeout) waits first (wait_pass)
 
     def __init__(self, engine: Engine, transport: Any, device: Any, now: Callable[[], float],
                  recv_budget: int, stats_interval: float, message: Callable[[Any, int, Any], Any]) -> None:
@@ -105,6 +106,7 @@ class Progress:
         self.last_stats = now()
         self.path_check_at = 0.0  # the next pass at or after this time asks for path errors
         self.timers_at = -_INF  # when a pass last refreshed the engine's timers
+        self.wait_first = False  # (the transport sets it from the device's capabilities)
 
     def wait_pass(self, timeout: float) -> int:
         """``progress(timeout)`` on a device whose ``wait`` returns at once when input is
@@ -132,6 +134,23 @@ class Progress:
         self.device.wait(deadline)
         # input cannot bring a timer forward: the one computed before the wait still holds
         return self.run(None, True, _INF if timer is None else timer)
+
+    def progress(self, timeout: Any = 0.0) -> int:
+        """``Transport.progress`` (the transport binds this on itself, as ``send``): from its
+        owner thread, a float timeout above zero on a device that waits first goes straight to
+        :meth:`wait_pass`, and no timeout (an int or float 0) to :meth:`run`; anything else
+        (another thread, a timeout to check, a device that reads first) by the transport's
+        ``_progress_checked``.  A busy round trip calls it once per message at each end: an
+        interpreted frame less each time."""
+        transport = self.transport
+        if get_ident() == transport._owner:
+            kind = type(timeout)
+            if kind is float and 0.0 < timeout < _INF and self.wait_first:
+                return self.wait_pass(timeout)
+            if (kind is float or kind is int) and timeout == 0:
+                return self.run()
+        n: int = transport._progress_checked(timeout)
+        return n
 
     def send(self, peer: Any, tag: Any, data: Any, callback: Any = None, timeout: Any = None) -> None:
         """``Transport.send`` (the transport binds this on itself): a message of bytes with

@@ -121,7 +121,7 @@ class Transport(Driving):
         pg.poll_completions = None if caps.sends_complete_at_once else device.poll_completions
         # a device whose wait() returns at once when input is already there (real-time,
         # readiness-based, as epoll) lets progress(timeout) wait before it reads
-        self._wait_first = not caps.virtual_time and caps.wait_wakes_on_input
+        self._wait_first = pg.wait_first = not caps.virtual_time and caps.wait_wakes_on_input
         self._backlog: deque[tuple[int, Any, Any]] = pg.backlog  # (shared with the pass)
         self._handlers: dict[int, Handler] = pg.handlers
         self._inbox: deque[Message] = pg.inbox
@@ -132,6 +132,8 @@ class Transport(Driving):
         # subclass that overrides send keeps its own
         if type(self).send is Transport.send:
             self.send = pg.send  # type: ignore[method-assign]
+        if type(self).progress is Transport.progress:  # (likewise progress: Progress.progress)
+            self.progress = pg.progress  # type: ignore[method-assign]
         self._user_peer_handler: PeerHandler | None = None
         self._owner: int | None = None  # get_ident() of the owning thread (None: not yet driven)
         self._owner_thread: threading.Thread | None = None
@@ -378,6 +380,11 @@ class Transport(Driving):
         """One pass of protocol work; returns the number of events dispatched.  With a
         ``timeout``, waits (in the OS, or in virtual time) up to that long for something to
         do when the pass found nothing."""
+        return self._progress.progress(timeout)  # (the instance's own: see __init__)
+
+    def _progress_checked(self, timeout: float) -> int:
+        """:meth:`progress` past its fast path (progress.py's ``Progress.progress``): the
+        thread check, the timeout's checks with their errors, a device that reads first."""
         if get_ident() != self._owner:
             self._claim()
         try:  # the default (0.0) costs the one comparison it always did

@@ -194,3 +194,18 @@ def test_wake_returns_run_until_over_several_udp_transports(woken: int) -> None:
     finally:
         for t in ts:
             t.close()
+
+
+@pytest.mark.parametrize("timeout", [0.0, 0, 0.001])
+def test_progress_fast_path_still_refuses_a_foreign_thread(timeout: float) -> None:
+    # progress() is the compiled pass's (Progress.progress): its fast path (a float wait on
+    # a device that waits first, or no wait) runs only for the owner thread
+    t = btlcore.open("udp", host="127.0.0.1")
+    try:
+        assert t.progress == t._progress.progress  # (bound on the instance, as send)
+        t.progress(timeout)  # the main thread owns it
+        exc = in_thread(lambda: t.progress(timeout))
+        assert isinstance(exc, RuntimeError) and "may not use it" in str(exc)
+        assert t.progress(timeout) == 0  # still the owner's
+    finally:
+        t.close()
