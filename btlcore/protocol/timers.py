@@ -11,11 +11,28 @@ per progress pass; see :meth:`btlcore.protocol.recovery.Recovery._refresh_timers
 from __future__ import annotations
 
 from heapq import heapify, heappop, heappush, heapreplace
-from typing import Any, Final, Generic, TypeVar, cast
+from typing import Any, Final, Generic, TypeVar
 
 T = TypeVar("T")
 
 _SLACK: Final = 64  # stale entries tolerated beyond the live ones before a rebuild
+
+
+class _Entry:
+    """One heap entry: ``at`` (the deadline), ``serial`` (the order set: it breaks ties, so
+    items are never compared) and ``item``.  A class, not a list: compiled, the deadline and
+    the serial are typed fields, compared and updated in place without a list's generic item
+    calls and float boxing (a refresh of a busy peer's timers updates the top entry every time)."""
+
+    __slots__ = ("at", "serial", "item")
+
+    def __init__(self, at: float, serial: int, item: Any) -> None:
+        self.at = at
+        self.serial = serial
+        self.item = item
+
+    def __lt__(self, other: _Entry) -> bool:  # (heapq's one comparison: a list's order, [at, serial, item])
+        return self.at < other.at or (self.at == other.at and self.serial < other.serial)
 
 
 class DeadlineHeap(Generic[T]):
@@ -24,14 +41,13 @@ class DeadlineHeap(Generic[T]):
     __slots__ = ("_heap", "live", "_count")
 
     def __init__(self) -> None:
-        # entries [deadline, serial, item]: the serial breaks ties (the order set), so items
-        # themselves are never compared.  Lists, not tuples: the top entry is updated in place
-        # (set), and an entry stays one object, in the heap and in ``live``
-        self._heap: list[list[Any]] = []
-        #: item -> its live entry, the very list in the heap (an entry is live while it is
+        # entries (_Entry): mutable, so the top entry is updated in place (set), and an entry
+        # stays one object, in the heap and in ``live``
+        self._heap: list[_Entry] = []
+        #: item -> its live entry, the very one in the heap (an entry is live while it is
         #: its item's here: one identity test); read-only outside this class (a look in it
         #: spares a method call on hot paths)
-        self.live: dict[T, list[Any]] = {}
+        self.live: dict[T, _Entry] = {}
         self._count = 0
 
     def __len__(self) -> int:
@@ -42,7 +58,7 @@ class DeadlineHeap(Generic[T]):
 
     def get(self, item: T) -> float | None:
         live = self.live.get(item)
-        return None if live is None else cast(float, live[0])
+        return None if live is None else live.at
 
     def set(self, item: T, deadline: float | None) -> None:
         """Make ``deadline`` the item's (None: it has none)."""
@@ -51,7 +67,7 @@ class DeadlineHeap(Generic[T]):
             if live is not None:
                 del self.live[item]
             return
-        if live is not None and live[0] == deadline:
+        if live is not None and live.at == deadline:
             return  # unchanged: no new entry
         heap = self._heap
         self._count += 1
@@ -59,12 +75,12 @@ class DeadlineHeap(Generic[T]):
             # its entry is the top (always, for a lone item): updated in place (no new entry,
             # the heap keeps its size and first() has no stale entry to skip), then sifted
             # down to its place among the others
-            live[0] = deadline
-            live[1] = self._count
+            live.at = deadline
+            live.serial = self._count
             if len(heap) > 1:
                 heapreplace(heap, live)
             return
-        entry: list[Any] = [deadline, self._count, item]
+        entry = _Entry(deadline, self._count, item)
         self.live[item] = entry
         heappush(heap, entry)
         if len(heap) > 2 * len(self.live) + _SLACK:
@@ -75,7 +91,7 @@ class DeadlineHeap(Generic[T]):
         """Make ``deadline`` the item's if it has none or a later one (a time known to come
         first, set without a full recompute)."""
         live = self.live.get(item)
-        if live is None or deadline < live[0]:
+        if live is None or deadline < live.at:
             self.set(item, deadline)
 
     def discard(self, item: T) -> None:
@@ -90,8 +106,8 @@ class DeadlineHeap(Generic[T]):
         heap, live = self._heap, self.live
         while heap:
             top = heap[0]
-            if live.get(top[2]) is top:
-                return cast(float, top[0])
+            if live.get(top.item) is top:
+                return top.at
             heappop(heap)  # stale
         return None
 
@@ -100,9 +116,9 @@ class DeadlineHeap(Generic[T]):
         deadline afterwards."""
         heap, live = self._heap, self.live
         due: list[T] = []
-        while heap and heap[0][0] <= now:
+        while heap and heap[0].at <= now:
             top = heappop(heap)
-            item: T = top[2]
+            item: T = top.item
             if live.get(item) is top:
                 del live[item]
                 due.append(item)

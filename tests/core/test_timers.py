@@ -32,7 +32,7 @@ def test_deadline_heap() -> None:
 
 
 def test_a_live_deadline_is_one_object_shared_with_the_heap() -> None:
-    """An idle peer's keepalive is one heap entry: ``live`` holds that very tuple, not a
+    """An idle peer's keepalive is one heap entry: ``live`` holds that very entry, not a
     second one (memory per idle peer, docs/benchmarks.md; a fixed-length tuple type would
     let the compiled build box a copy for each container, and every entry would look stale)."""
     h: DeadlineHeap[int] = DeadlineHeap()
