@@ -20,7 +20,7 @@ import sys
 from _thread import get_ident
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 from .device import Channel
 from .protocol.engine import Engine
@@ -31,12 +31,20 @@ from .protocol.peers import Peer
 from .protocol.receive import Receiver
 from .protocol.recovery import Recovery
 
+# (Final, all of these: compiled, a module-level name that is not Final is looked up in the
+# module's dict at every use -- a send, a pass, an event -- where a Final is a constant or a
+# static)
 #: how soon to post again after the device refused a datagram (its send queue was full)
-BACKLOG_RETRY = 50e-6
-TIMER_SLACK = 100e-6  # passes this close to a refresh go on Engine.cached_deadline (timers run this late at most)
-PATH_ERROR_INTERVAL = 1e-3  # ICMP unreachables are asked for this often (they only hasten a silent peer's failure)
-SEND_ROUNDS = 64  # datagrams_to_send calls per pass at most: a pass must end even if the engine always has work
-_INF = float("inf")
+BACKLOG_RETRY: Final = 50e-6
+#: passes this close to a refresh go on Engine.cached_deadline (timers run this late at most)
+TIMER_SLACK: Final = 100e-6
+#: ICMP unreachables are asked for this often (they only hasten a silent peer's failure)
+PATH_ERROR_INTERVAL: Final = 1e-3
+SEND_ROUNDS: Final = 64  # datagrams_to_send calls per pass at most: a pass must end even if the engine always has work
+_INF: Final = float("inf")
+_GET_IDENT: Final = get_ident
+_MESSAGE_RECEIVED: Final = MessageReceived  # (events.py is pure Python: its classes are module globals here)
+_SEND_COMPLETED: Final = SendCompleted
 
 
 def _flat(buf: Any) -> bytes:
@@ -143,7 +151,7 @@ class Progress:
         ``_progress_checked``.  A busy round trip calls it once per message at each end: an
         interpreted frame less each time."""
         transport = self.transport
-        if get_ident() == transport._owner:
+        if _GET_IDENT() == transport._owner:
             kind = type(timeout)
             if kind is float and 0.0 < timeout < _INF and self.wait_first:
                 return self.wait_pass(timeout)
@@ -159,7 +167,7 @@ class Progress:
         wait up to) goes by the transport's ``_send_checked``, which raises the wordy errors."""
         transport = self.transport
         if (type(peer) is not Peer or type(tag) is not int or type(data) is not bytes or timeout is not None
-                or (callback is not None and not callable(callback)) or get_ident() != transport._owner
+                or (callback is not None and not callable(callback)) or _GET_IDENT() != transport._owner
                 or self.engine.peers_by_addr.get(peer.address) is not peer):
             transport._send_checked(peer, tag, data, callback, timeout)
             return
@@ -268,7 +276,7 @@ class Progress:
         handlers = self.handlers
         for i, ev in enumerate(events):
             try:
-                if type(ev) is MessageReceived:
+                if type(ev) is _MESSAGE_RECEIVED:
                     # (data: a bytearray when reassembled from chunks; the public types say
                     # bytes, as they did, so that handlers typed so still check)
                     peer, tag, data = ev
@@ -278,7 +286,7 @@ class Progress:
                     else:  # queued for recv(): held against the peer's receive window
                         self.inbox.append(self.message(peer, tag, data))
                         self.engine.set_unconsumed(peer, peer.unconsumed + len(data))
-                elif type(ev) is SendCompleted:
+                elif type(ev) is _SEND_COMPLETED:
                     ev.callback(ev.error)
                 else:
                     self._dispatch_other(ev)

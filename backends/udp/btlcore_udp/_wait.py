@@ -15,11 +15,13 @@ from ._errors import drain_errqueue
 from ._state import UdpState
 from ._timer import DeadlineTimer, open_timer
 
-FINE_WAIT = 0.05  # waits shorter than this go through select (microseconds, not ms)
-SELECT_FD_LIMIT = 1024  # FD_SETSIZE: select cannot take larger descriptors
-POLL_ERR = getattr(select, "EPOLLERR", select.POLLERR)  # the same bit (8) in both
-MAX_TIMER = 86400.0  # waits longer than this (a day) go through the poller's own timeout
-POLL_EVENTS = 4  # the descriptors in a device's poller: two sockets, the wake fd, the timerfd
+# (Final: compiled, a constant, not a lookup in the module's dict at every use -- POLL_EVENTS
+# at every look of a busy wait's spin)
+FINE_WAIT: Final = 0.05  # waits shorter than this go through select (microseconds, not ms)
+SELECT_FD_LIMIT: Final = 1024  # FD_SETSIZE: select cannot take larger descriptors
+POLL_ERR: Final[int] = getattr(select, "EPOLLERR", select.POLLERR)  # the same bit (8) in both
+MAX_TIMER: Final = 86400.0  # waits longer than this (a day) go through the poller's own timeout
+POLL_EVENTS: Final = 4  # the descriptors in a device's poller: two sockets, the wake fd, the timerfd
 #: read from a static, compiled (``time.monotonic`` is a lookup in the module's dict on every
 #: call: a quarter of a busy wait's empty look, where the deadline is read once per look)
 _MONOTONIC: Final = time.monotonic
