@@ -58,7 +58,7 @@ _ACK_BODY_LEN: Final = ACK_BODY.size
 _SACK_RANGE_LEN: Final = SACK_RANGE.size
 _CONNECTING: Final = PeerState.CONNECTING
 _CLOSING: Final = PeerState.CLOSING
-_timed_order = attrgetter("timed_order")
+_timed_order: Final = attrgetter("timed_order")  # (Final: a static, compiled; handle_timer sorts by it)
 
 LOST_FAST: Final = 1  # Segment.lost: declared lost by the fast-retransmit rule (timeout.py: LOST_TIMEOUT)
 REO_PERSIST: Final = 16  # loss episodes a widened reordering allowance lasts (RFC 8985's reo_wnd_persist)

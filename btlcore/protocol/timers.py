@@ -16,6 +16,12 @@ from typing import Any, Final, Generic, TypeVar
 T = TypeVar("T")
 
 _SLACK: Final = 64  # stale entries tolerated beyond the live ones before a rebuild
+# heapq's functions from statics (compiled, an imported name is looked up in the module's
+# dict at every call): several peers' timers move the top entry at every refresh
+_heapify: Final = heapify
+_heappop: Final = heappop
+_heappush: Final = heappush
+_heapreplace: Final = heapreplace
 
 
 class _Entry:
@@ -78,14 +84,14 @@ class DeadlineHeap(Generic[T]):
             live.at = deadline
             live.serial = self._count
             if len(heap) > 1:
-                heapreplace(heap, live)
+                _heapreplace(heap, live)
             return
         entry = _Entry(deadline, self._count, item)
         self.live[item] = entry
-        heappush(heap, entry)
+        _heappush(heap, entry)
         if len(heap) > 2 * len(self.live) + _SLACK:
             self._heap = list(self.live.values())
-            heapify(self._heap)
+            _heapify(self._heap)
 
     def lower(self, item: T, deadline: float) -> None:
         """Make ``deadline`` the item's if it has none or a later one (a time known to come
@@ -108,7 +114,7 @@ class DeadlineHeap(Generic[T]):
             top = heap[0]
             if live.get(top.item) is top:
                 return top.at
-            heappop(heap)  # stale
+            _heappop(heap)  # stale
         return None
 
     def pop_due(self, now: float) -> list[T]:
@@ -117,7 +123,7 @@ class DeadlineHeap(Generic[T]):
         heap, live = self._heap, self.live
         due: list[T] = []
         while heap and heap[0].at <= now:
-            top = heappop(heap)
+            top = _heappop(heap)
             item: T = top.item
             if live.get(item) is top:
                 del live[item]

@@ -17,6 +17,10 @@ from bisect import bisect_left, bisect_right
 from typing import Final
 
 # serial arithmetic on the 64-bit wire sequence numbers: half the space, and all of it
+# bisect's functions from statics (compiled, an imported name is looked up in the module's
+# dict at every call: every segment out of order, every SACK range)
+_bisect_left: Final = bisect_left
+_bisect_right: Final = bisect_right
 SEQ_HALF: Final = 1 << 63
 SEQ_WRAP: Final = 1 << 64
 
@@ -86,7 +90,7 @@ class ReceiveWindow:
             if seq > self.high:
                 self.high = seq
             return NEW
-        i = bisect_right(starts, seq) - 1  # the range starting at or before seq
+        i = _bisect_right(starts, seq) - 1  # the range starting at or before seq
         if i >= 0 and seq <= ends[i]:
             return DUPLICATE
         if seq > self.high:
@@ -134,7 +138,7 @@ class ReceiveWindow:
         """True if ``seq`` arrived (at or below ``cum``, or in a range above it)."""
         if seq <= self.cum:
             return True
-        i = bisect_right(self._starts, seq) - 1
+        i = _bisect_right(self._starts, seq) - 1
         return i >= 0 and seq <= self._ends[i]
 
     def sack_truncated(self, limit: int) -> bool:
@@ -169,7 +173,7 @@ class ReceiveWindow:
                 if starts[i] <= seq:
                     return i if seq <= self._ends[i] else -1
                 i -= 1
-        i = bisect_right(starts, seq) - 1
+        i = _bisect_right(starts, seq) - 1
         return i if i >= 0 and seq <= self._ends[i] else -1
 
     def _truncated(self, limit: int) -> list[int]:
@@ -236,7 +240,7 @@ class SackScoreboard:
         if lo > hi:
             return []
         starts, ends = self._starts, self._ends
-        i = bisect_left(ends, lo - 1)  # first range that ends at or after lo - 1 (touching)
+        i = _bisect_left(ends, lo - 1)  # first range that ends at or after lo - 1 (touching)
         fresh = []
         pos = lo
         j = i
