@@ -81,6 +81,7 @@ _ANY: Final[Any] = -1
 #: arrays, makes no buffer).  The CRC of the header's first 12 bytes is cached per peer (_head_crc).
 #: Without a CRC to check, every ``bytes`` or ``memoryview`` datagram is taken so (``small``).
 _COPY_MAX: Final = 1024
+_DUP_ACK_SHARE: Final = 0.125  # duplicates are answered at most 8 times per ack_delay (see _on_not_new)
 _SLICED: Final = (bytes, memoryview)
 #: built in the hot path as tuples (events._new); bound here so that compiled code reads them
 #: from a static, not from the module's dict (events.py is pure Python)
@@ -427,7 +428,9 @@ class Receiver:
     def _on_not_new(self, peer: Peer, verdict: int, now: float) -> None:
         """A duplicate, or a segment outside the window: count it, and tell the sender where
         we are at once -- but no more than one ACK per ack_delay, however many duplicates a
-        faulty network delivers."""
+        faulty network delivers; a duplicate, no more than eight (an eighth of ack_delay
+        apart): a sender probing after timeouts did not hear our ACKs, and a burst on the
+        ACK path counted in frames is left only by more of them (timeout.py)."""
         c = peer.counters
         if verdict == DUPLICATE:
             c.num_dup_recvs += 1
@@ -436,10 +439,11 @@ class Receiver:
             c.num_oow_high_recvs += 1
         else:
             c.num_oow_low_recvs += 1
-        if now - peer.last_ack_sent >= self._ack_delay:
+        spacing = self._ack_delay * _DUP_ACK_SHARE if verdict == DUPLICATE else self._ack_delay
+        if now - peer.last_ack_sent >= spacing:
             peer.ack_now = True
         else:
-            due = peer.last_ack_sent + self._ack_delay
+            due = peer.last_ack_sent + spacing
             if peer.ack_deadline is None or due < peer.ack_deadline:
                 peer.ack_deadline = due
         self._acking[peer] = None

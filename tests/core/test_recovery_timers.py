@@ -327,3 +327,51 @@ def test_timeout_probes_before_any_rate_sample_go_one_per_srtt() -> None:
     assert resent[1] - resent[0] >= 0.9 * srtt  # not back to back at STARTUP's pace
     assert [d[2] for d in p.delivered[1]] == msgs
     assert p.pa.delivery_rate > 0.0 and p.pa.pacing_rate > 0.0  # the samples set the pace again
+
+
+def test_each_timeout_in_a_row_probes_with_one_segment_more() -> None:
+    """A burst on the ACK path counted in frames (the simulator's Gilbert-Elliott model, a
+    flaky link) outlasts any number of timeouts that each elicit two ACKs, while the timer
+    doubles: the stall grows without bound.  So each timeout in a row from the third resends
+    twice the probes of the last, up to PROBES_MAX (2, 2, 4, 8, 8 ...): the timer goes on
+    doubling, so the probes' rate still decays."""
+    from btlcore.protocol.timeout import PROBES_MAX
+
+    p = pair(cc="aimd", cwnd_initial=16, tlp=False, rto_max=60.0, peer_timeout=100.0)
+    sent: dict[int, int] = {}
+
+    def count_and_lose_acks(src: int, dst: int, raw: bytes, k: int) -> Any:
+        d = safe_decode(raw)
+        if d is not None and src == 0 and d.type == T_DATA:
+            sent[p.pa.timeouts] = sent.get(p.pa.timeouts, 0) + 1
+        return DROP if src == 1 and raw[1] == T_ACK and p.pa.timeouts < 9 else None
+
+    p.add_hook(count_and_lose_acks)
+    for i in range(12):
+        p.send(0, 1, 1, b"m%d" % i, key=i)
+    p.run(lambda: all(p.completions.get(i) for i in range(12)), max_time=p.now + 30)
+    assert all(p.completions[i] == [None] for i in range(12))
+    # sends made after the k-th timeout in a row (the first probes with new data: the flight
+    # was sent whole, so the first timeout resends the front)
+    assert [sent.get(k, 0) for k in range(2, 9)] == [2, 4, 8, 8, 8, 8, 8] and PROBES_MAX == 8
+
+
+def test_duplicates_are_answered_each_when_they_come_apart() -> None:
+    """A duplicate says the sender did not hear our ACK: each one spaced by more than an
+    eighth of ``ack_delay`` is answered at once (a burst on the ACK path is left by frames,
+    not by time), while a storm of duplicates arriving together still gets one ACK."""
+    p = pair(cc="aimd")
+    p.send(0, 1, 1, b"x", key="x")
+    p.run(lambda: bool(p.completions.get("x")))
+    raw = [raw for _t, s, _d, raw in p.log if s == 0 and raw[1] == T_DATA][-1]
+    b, source, gap = p.b, p.addresses[0], Config().ack_delay / 4
+    t = p.now + 1.0
+    acks = []
+    for i in range(6):
+        b.receive_datagram(raw, source, t + i * gap)
+        acks.append(sum(1 for _c, _d, d in b.datagrams_to_send(t + i * gap) if bytes(d)[1] == T_ACK))
+    assert acks == [1] * 6  # (one ACK per ack_delay before: [1, 0, 0, 0, 1, 0])
+    for _ in range(20):  # the same instant: one ACK, the storm answered once
+        b.receive_datagram(raw, source, t + 10.0)
+    assert sum(1 for _c, _d, d in b.datagrams_to_send(t + 10.0) if bytes(d)[1] == T_ACK) == 1
+    assert b.stats()["num_dup_recvs"] == 26
