@@ -16,11 +16,11 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from typing import Final
 
-# serial arithmetic on the 64-bit wire sequence numbers: half the space, and all of it
 # bisect's functions from statics (compiled, an imported name is looked up in the module's
 # dict at every call: every segment out of order, every SACK range)
 _bisect_left: Final = bisect_left
 _bisect_right: Final = bisect_right
+# serial arithmetic on the 64-bit wire sequence numbers: half the space, and all of it
 SEQ_HALF: Final = 1 << 63
 SEQ_WRAP: Final = 1 << 64
 
