@@ -92,9 +92,9 @@ class Timeout:
             self._probing[peer] = None
             self._resending[peer] = None
             return
-        k = peer.timeouts  # timeouts in a row before this one: 2, 2, 4, 8, 8 ... probes
-        n = TIMEOUT_PROBES if k < 2 else PROBES_MAX if k > PROBE_DOUBLINGS else TIMEOUT_PROBES << (k - 1)
-        probes = [seg for seg in islice((g for g in peer.unacked.values() if not g.lost), n)]
+        # 2, 2, 4, 8, 8 ... probes: doubled once per timeout in a row before this one past the first
+        n = TIMEOUT_PROBES << min(max(peer.timeouts - 1, 0), PROBE_DOUBLINGS)
+        probes = list(islice((g for g in peer.unacked.values() if not g.lost), n))
         peer.probe_sent = probes[0].sent_at  # (its original's send: undo.py's RTT sample)
         resend = peer.resend or peer.new_resend()
         for seg in probes:
