@@ -16,6 +16,7 @@ from .config import Config  # noqa: E402
 from .device import Capabilities, Channel, ChannelInfo, Probe, hookimpl  # noqa: E402
 from .errors import (  # noqa: E402
     BackendUnavailable,
+    BtlDeprecationWarning,
     BtlError,
     ConfigError,
     MessageTooLarge,
@@ -47,7 +48,7 @@ logging.getLogger("btlcore").addHandler(logging.NullHandler())
 
 __all__ = [
     "Engine", "Message", "Peer", "PeerState", "Transport", "list_backends", "open", "run_until",
-    "BackendUnavailable", "BtlError", "Capabilities", "Channel", "ChannelInfo", "Config",
+    "BackendUnavailable", "BtlDeprecationWarning", "BtlError", "Capabilities", "Channel", "ChannelInfo", "Config",
     "ConfigError", "MessageTooLarge", "PeerClosed", "PeerError", "PeerRestarted", "PeerUnreachable",
     "Probe", "PutError", "TransportClosed", "WouldBlock", "hookimpl",
     "VersionMismatch", "compiled",

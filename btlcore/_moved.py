@@ -19,6 +19,8 @@ import warnings
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 
+from .errors import BtlDeprecationWarning
+
 #: frames that belong to the import machinery or to this module, skipped when the warning
 #: names the line that asked for the old name
 _MACHINERY = ("<frozen importlib", importlib.__file__, __file__)
@@ -37,7 +39,7 @@ def warn_moved(old: str, new: str) -> None:
     where = frame.f_globals
     warnings.warn_explicit(
         f"{old} is deprecated and will be removed in the next release: import {new}",
-        DeprecationWarning, frame.f_code.co_filename, frame.f_lineno,
+        BtlDeprecationWarning, frame.f_code.co_filename, frame.f_lineno,
         module=where.get("__name__", "<string>"),
         registry=where.setdefault("__warningregistry__", {}))
 
@@ -107,6 +109,6 @@ def moved_to_run(name: str) -> object:
         from . import run
 
         warnings.warn(f"btlcore.transport.{name} moved to btlcore.run.{name} (or btlcore.{name})",
-                      DeprecationWarning, stacklevel=3)
+                      BtlDeprecationWarning, stacklevel=3)
         return getattr(run, name)
     raise AttributeError(f"module 'btlcore.transport' has no attribute {name!r}")

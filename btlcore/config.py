@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from .errors import ConfigError
+from .errors import BtlDeprecationWarning, ConfigError
 
 ENV_PREFIX = "BTL_"
 #: ``BTL_`` variables that are not protocol parameters: backend choice, seed, and anything
@@ -127,7 +127,7 @@ class Config:
         if self.max_retries != 20:
             warnings.warn("Config.max_retries is deprecated and has no effect: a peer is declared "
                           "dead only when nothing was heard from it for peer_timeout",
-                          DeprecationWarning, stacklevel=3)
+                          BtlDeprecationWarning, stacklevel=3)
         if self.cwnd_max == 0:
             self._cwnd_max_alias()
         if self.rto_min > self.rto_max:
@@ -140,7 +140,7 @@ class Config:
     def _cwnd_max_alias(self) -> None:
         """``cwnd_max=0``, the last release's "no congestion control", is ``cc=none`` now."""
         warnings.warn("Config(cwnd_max=0) is deprecated: use cc=none (a fixed window, paced at the "
-                      "measured delivery rate)", DeprecationWarning, stacklevel=4)
+                      "measured delivery rate)", BtlDeprecationWarning, stacklevel=4)
         default = attrs.fields(Config).cc.default
         if self.cc not in (default, "none"):
             raise ConfigError(f"parameter 'cwnd_max' is 0, the deprecated alias of cc=none, but 'cc' "

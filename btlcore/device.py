@@ -75,6 +75,8 @@ from typing import Any
 import attrs
 import pluggy
 
+from .errors import BtlDeprecationWarning
+
 PROJECT = "btlcore"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
@@ -426,7 +428,7 @@ def legacy_capabilities(backend: str, device: Any, declared: Capabilities) -> di
             f"backend {backend!r} tells btlcore what its device can do through device "
             f"attributes ({', '.join(sorted(found))}); declare them in the Capabilities its "
             "btl_device_capabilities returns instead (device attributes are read for one more "
-            "release)", DeprecationWarning, stacklevel=2)
+            "release)", BtlDeprecationWarning, stacklevel=2)
     return found
 
 

@@ -7,6 +7,12 @@ class BtlError(Exception):
     """Base class of every btlcore error."""
 
 
+class BtlDeprecationWarning(DeprecationWarning):
+    """What btlcore warns with when an old name or spelling is used (it keeps working for a
+    release): one class, so a user's test suite can turn exactly btlcore's deprecations into
+    errors (``-W error::btlcore.errors.BtlDeprecationWarning``), as btlcore's own does."""
+
+
 class ConfigError(BtlError, ValueError):
     """A configuration value is out of range or of the wrong kind.
 

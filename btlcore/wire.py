@@ -3,9 +3,10 @@
 import warnings as _warnings
 
 import btlcore.protocol.wire as _m0
+from btlcore.errors import BtlDeprecationWarning
 
 for _m in (_m0,):
     globals().update({k: v for k, v in vars(_m).items() if not k.startswith("__")})
 del _m
 
-_warnings.warn("btlcore.wire is deprecated: import from btlcore.protocol.wire", DeprecationWarning, stacklevel=2)
+_warnings.warn("btlcore.wire is deprecated: import from btlcore.protocol.wire", BtlDeprecationWarning, stacklevel=2)

@@ -14,6 +14,7 @@ import pytest
 
 import btlcore
 from btlcore.device import REQUIRED_HOOKS, Capabilities, DeviceOps, legacy_capabilities
+from btlcore.errors import BtlDeprecationWarning
 from btlcore.transport import Transport
 from btlcore_sim import Fabric
 from btlcore_sim import plugin as sim_plugin
@@ -55,7 +56,7 @@ def _open_legacy_udp() -> tuple[Transport, list[bool]]:
     device = udp_plugin.btl_device_open(options={"host": "127.0.0.1"})
     for flag in ("wait_wakes_on_input", "gather_sends", "sends_complete_at_once"):
         setattr(device, flag, True)  # (UdpDevice has no slots: a legacy device could do this)
-    with pytest.warns(DeprecationWarning, match="gather_sends, sends_complete_at_once, wait_wakes_on_input"):
+    with pytest.warns(BtlDeprecationWarning, match="gather_sends, sends_complete_at_once, wait_wakes_on_input"):
         t = Transport(DeviceOps.bind("legacy-udp", plugin, device))
     return t, gathered
 
@@ -96,7 +97,7 @@ def test_legacy_attributes_are_read_once() -> None:
     device.gather_sends = True
     ops = DeviceOps.bind("legacy-udp", plugin, device)
     try:
-        with pytest.warns(DeprecationWarning, match="gather_sends"):
+        with pytest.warns(BtlDeprecationWarning, match="gather_sends"):
             assert ops.capabilities().gather_sends
         with warnings.catch_warnings():
             warnings.simplefilter("error")
@@ -113,7 +114,7 @@ def test_legacy_virtual_time_device_seed_and_instance() -> None:
     modern = btlcore.open("sim", fabric=fabric)
     plugin = _legacy(sim_plugin)
     device = sim_plugin.btl_device_open(options={"fabric": fabric})
-    with pytest.warns(DeprecationWarning, match=r"\(instance, seed\)"):
+    with pytest.warns(BtlDeprecationWarning, match=r"\(instance, seed\)"):
         old = Transport(DeviceOps.bind("legacy-sim", plugin, device))
     try:
         assert old.capabilities.seed == device.seed and old.capabilities.instance == device.instance == 1
@@ -159,7 +160,7 @@ def test_declaring_reports_source_without_the_hook_fails_at_open() -> None:
 def test_legacy_reader_takes_what_the_old_transport_read() -> None:
     virtual = Capabilities(mtu=1000, virtual_time=True)
     device = types.SimpleNamespace(fabric=types.SimpleNamespace(seed=7), instance=3, gather_sends=1)
-    with pytest.warns(DeprecationWarning, match=r"\(gather_sends, instance, seed\)"):
+    with pytest.warns(BtlDeprecationWarning, match=r"\(gather_sends, instance, seed\)"):
         assert legacy_capabilities("old", device, virtual) == {"seed": 7, "instance": 3, "gather_sends": True}
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -17,6 +17,7 @@ import btlcore_plugins.stats
 import btlcore_sim
 import btlcore_sim.fabric
 import btlcore_udp._device
+from btlcore.errors import BtlDeprecationWarning
 from btlcore.testing import conformance
 
 OLD_ROOTS = ("btlcore.backends.", "btlcore.plugins.")
@@ -69,24 +70,24 @@ def test_old_name_warns_once_and_names_the_new_one(fresh: None, old: str, new: s
 
 
 def test_submodules_are_the_same_objects(fresh: None) -> None:
-    with pytest.warns(DeprecationWarning) as caught:
+    with pytest.warns(BtlDeprecationWarning) as caught:
         from btlcore.backends.sim.fabric import Fabric
     assert [str(w.message).split()[0] for w in caught] == ["btlcore.backends.sim",
                                                            "btlcore.backends.sim.fabric"]
     assert Fabric is btlcore_sim.fabric.Fabric
     assert sys.modules["btlcore.backends.sim.fabric"] is btlcore_sim.fabric
     assert sys.modules["btlcore.backends.sim"] is btlcore_sim
-    with pytest.warns(DeprecationWarning):
+    with pytest.warns(BtlDeprecationWarning):
         from btlcore.backends.udp import _device
     assert _device is btlcore_udp._device
-    with pytest.warns(DeprecationWarning):
+    with pytest.warns(BtlDeprecationWarning):
         from btlcore.plugins.stats import StatsReporter
     assert StatsReporter is btlcore_plugins.stats.StatsReporter
 
 
 def test_monkeypatching_through_either_name_is_seen_by_both(fresh: None,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.warns(DeprecationWarning):
+    with pytest.warns(BtlDeprecationWarning):
         old = importlib.import_module("btlcore.backends.udp._device")
     monkeypatch.setattr("btlcore.backends.udp._device.MAX_PAYLOAD", 1234)
     assert btlcore_udp._device.MAX_PAYLOAD == 1234
@@ -95,7 +96,7 @@ def test_monkeypatching_through_either_name_is_seen_by_both(fresh: None,
 
 
 def test_attribute_of_the_old_package_imports_on_first_use(fresh: None) -> None:
-    with pytest.warns(DeprecationWarning, match="btlcore.backends.verbs"):
+    with pytest.warns(BtlDeprecationWarning, match="btlcore.backends.verbs"):
         verbs = btlcore.backends.verbs
     assert verbs is importlib.import_module("btlcore_verbs")
     with pytest.raises(AttributeError, match="nope"):
@@ -103,7 +104,7 @@ def test_attribute_of_the_old_package_imports_on_first_use(fresh: None) -> None:
 
 
 def test_conformance_reexports_the_suite(fresh: None) -> None:
-    with pytest.warns(DeprecationWarning, match="btlcore.testing.conformance"):
+    with pytest.warns(BtlDeprecationWarning, match="btlcore.testing.conformance"):
         from btlcore.conformance import BackendHarness, ConformanceTests
     assert BackendHarness is conformance.BackendHarness
     assert ConformanceTests is conformance.ConformanceTests
@@ -132,7 +133,7 @@ def test_transport_open_and_run_until_moved_to_run_module() -> None:
     import btlcore.transport
 
     for name in ("open", "run_until"):
-        with pytest.warns(DeprecationWarning, match=f"btlcore.run.{name}"):
+        with pytest.warns(BtlDeprecationWarning, match=f"btlcore.run.{name}"):
             assert getattr(btlcore.transport, name) is getattr(btlcore.run, name)
     with pytest.raises(AttributeError):
         btlcore.transport.no_such_name  # noqa: B018

@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Protocol
 
 from ..config import Config
-from ..errors import MessageTooLarge, PeerUnreachable, TransportClosed, WouldBlock
+from ..errors import BtlDeprecationWarning, MessageTooLarge, PeerUnreachable, TransportClosed, WouldBlock
 from .congestion import CongestionControl
 from .events import Event, legacy
 from .guard import Guard
@@ -326,7 +326,7 @@ class Engine:
 
     def get_timer(self, pending_work: bool = True) -> float | None:
         """Deprecated: :meth:`next_deadline`."""
-        warnings.warn("Engine.get_timer() is deprecated: use next_deadline()", DeprecationWarning, stacklevel=2)
+        warnings.warn("Engine.get_timer() is deprecated: use next_deadline()", BtlDeprecationWarning, stacklevel=2)
         return self.next_deadline(pending_work)
 
     def take_events(self) -> list[Event]:
@@ -339,7 +339,7 @@ class Engine:
     def drain_events(self) -> list[tuple[Any, ...]]:
         """Deprecated: :meth:`take_events`, as the last release's ``(EV_*, ...)`` tuples."""
         warnings.warn("Engine.drain_events() is deprecated: use take_events() (typed events)",
-                      DeprecationWarning, stacklevel=2)
+                      BtlDeprecationWarning, stacklevel=2)
         return [legacy(event) for event in self.take_events()]
 
     def receive_datagram(self, data: Any, source: Any = None, now: Any = _UNSET) -> None:
@@ -349,7 +349,7 @@ class Engine:
         the last release, ``receive_datagram(data, now)``, still works, with a warning.)"""
         if now is _UNSET:
             warnings.warn("Engine.receive_datagram(data, now) is deprecated: pass "
-                          "receive_datagram(data, source, now)", DeprecationWarning, stacklevel=2)
+                          "receive_datagram(data, source, now)", BtlDeprecationWarning, stacklevel=2)
             source, now = None, source
         data_type: int  # (typed: compiled, the test below is a C comparison)
         try:

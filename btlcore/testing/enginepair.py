@@ -54,6 +54,7 @@ from collections.abc import Callable
 from typing import Any
 
 from btlcore import Config
+from btlcore.errors import BtlDeprecationWarning
 from btlcore.faults import Faults, Rule
 from btlcore.protocol.engine import Engine
 from btlcore.protocol.events import Event, MessageReceived, SendCompleted
@@ -383,7 +384,7 @@ class EngineNet:
 def _deprecated(old: str, new: str) -> None:
     import warnings
 
-    warnings.warn(f"EngineNet.{old} is deprecated: use net.{new} (btlcore.faults)", DeprecationWarning,
+    warnings.warn(f"EngineNet.{old} is deprecated: use net.{new} (btlcore.faults)", BtlDeprecationWarning,
                   stacklevel=3)
 
 

@@ -18,7 +18,7 @@ import warnings
 from typing import Any
 
 from btlcore.device import Channel, hookimpl
-from btlcore.errors import ConfigError
+from btlcore.errors import BtlDeprecationWarning, ConfigError
 from btlcore.faults import LOCAL, Faults, make_rule
 from btlcore.protocol.wire import TYPE_NAMES
 
@@ -30,7 +30,7 @@ _ORDER = {"nth": 0, "rate": 1, "type": 2}
 class FaultScript:
     def __init__(self, *rules: str, seed: int = 0) -> None:
         warnings.warn("btlcore_plugins.faults.FaultScript is deprecated: use "
-                      "btlcore.open(..., faults=btlcore.faults.Faults(...))", DeprecationWarning, stacklevel=2)
+                      "btlcore.open(..., faults=btlcore.faults.Faults(...))", BtlDeprecationWarning, stacklevel=2)
         self.faults = Faults(seed)
         self.faults.rng = random.Random(seed)  # (the old script's stream, draw for draw)
         self.sent = 0

@@ -6,6 +6,7 @@ import pytest
 from cclink import Link, Run
 
 from btlcore import Config, ConfigError
+from btlcore.errors import BtlDeprecationWarning
 from btlcore.protocol.congestion.none import NoCc
 from btlcore.testing.enginepair import EnginePair
 
@@ -42,12 +43,12 @@ def test_paced_at_the_delivery_rate_a_shallow_queue_never_collapses_it() -> None
 
 
 def test_cwnd_max_zero_is_the_deprecated_spelling_of_none() -> None:
-    with pytest.warns(DeprecationWarning, match="cc=none"):
+    with pytest.warns(BtlDeprecationWarning, match="cc=none"):
         cfg = Config(cwnd_max=0)
     assert cfg.cc == "none"
-    with pytest.warns(DeprecationWarning), pytest.raises(ConfigError, match="cwnd_max"):
+    with pytest.warns(BtlDeprecationWarning), pytest.raises(ConfigError, match="cwnd_max"):
         Config(cc="cubic", cwnd_max=0)  # the alias and another algorithm: which one was meant?
-    with pytest.warns(DeprecationWarning):
+    with pytest.warns(BtlDeprecationWarning):
         p = EnginePair(Config(cc="none", cwnd_max=0))
     assert isinstance(p.a.state.cc, NoCc)
     assert p.a.state.cc.cwnd_max == float("inf")  # uncapped: the send window alone limits

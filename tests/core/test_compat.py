@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from btlcore.errors import BtlDeprecationWarning
+
 OLD_MODULES = {
     "btlcore.engine": "Engine",
     "btlcore.wire": "decode",
@@ -20,14 +22,14 @@ OLD_MODULES = {
 @pytest.mark.parametrize("name", sorted(OLD_MODULES))
 def test_old_module_paths_import_with_a_deprecation_warning(name: str) -> None:
     sys.modules.pop(name, None)
-    with pytest.warns(DeprecationWarning, match=name):
+    with pytest.warns(BtlDeprecationWarning, match=name):
         mod = importlib.import_module(name)
     assert hasattr(mod, OLD_MODULES[name])
 
 
 def test_old_engine_module_keeps_the_event_codes() -> None:
     sys.modules.pop("btlcore.engine", None)
-    with pytest.warns(DeprecationWarning):
+    with pytest.warns(BtlDeprecationWarning):
         mod = importlib.import_module("btlcore.engine")
     codes = [mod.EV_MESSAGE, mod.EV_COMPLETE, mod.EV_PUT, mod.EV_PUT_ERROR, mod.EV_PEER_FAILED,
              mod.EV_PEER_RESTARTED]
@@ -40,9 +42,9 @@ def test_get_timer_is_next_deadline_with_a_warning() -> None:
 
     p = EnginePair(Config())
     p.connect(0, 1)
-    with pytest.warns(DeprecationWarning, match="get_timer"):
+    with pytest.warns(BtlDeprecationWarning, match="get_timer"):
         assert p.a.get_timer() == p.a.next_deadline()
-    with pytest.warns(DeprecationWarning, match="get_timer"):
+    with pytest.warns(BtlDeprecationWarning, match="get_timer"):
         assert p.a.get_timer(pending_work=False) == p.a.next_deadline(pending_work=False)
 
 

@@ -7,6 +7,7 @@ from importlib.metadata import entry_points
 import pytest
 
 from btlcore import Config, ConfigError
+from btlcore.errors import BtlDeprecationWarning
 from btlcore.protocol import congestion
 from btlcore.protocol.congestion.aimd import Aimd
 from btlcore.protocol.congestion.bbr import Bbr
@@ -69,6 +70,6 @@ def test_aimd_window_rules() -> None:
     cc.on_persistent_congestion(peer)
     assert peer.ssthresh == peer.cwnd == 2.0  # half, but never below 2 segments
     # off: cwnd_max=0 once meant an infinite aimd window; it selects cc=none now (deprecated)
-    with pytest.warns(DeprecationWarning):
+    with pytest.warns(BtlDeprecationWarning):
         p = EnginePair(Config(cwnd_max=0))
     assert isinstance(p.a.state.cc, NoCc) and p.a.state.cc.cwnd_max == float("inf")

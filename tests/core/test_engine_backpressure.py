@@ -82,7 +82,7 @@ def test_a_failed_peer_empties_its_send_buffer_without_a_writable_event() -> Non
     p.send(0, 1, 1, bytes(3000), key="a")
     with pytest.raises(WouldBlock):
         p.send(0, 1, 1, bytes(3000), key="b")
-    p.silence(1)
+    p.faults.partition(p.now, None, [1])
     p.run(lambda: p.completions["a"], max_time=p.now + 5)
     assert p.pa.send_queued == 0 and not writables(p)
 

@@ -279,7 +279,7 @@ def test_out_of_window_acked_at_once_and_dropped(where: str, counter: str) -> No
 
 def test_gap_acked_with_sack_ranges() -> None:
     p = pair(ack_delay=0.01)
-    p.drop_where(lambda d: d.type == T_DATA, count=1)
+    p.faults.drop(type=T_DATA, count=1)
     for i in range(4):
         p.send(0, 1, 1, b"x", key=i)
     t0 = p.now

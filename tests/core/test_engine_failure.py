@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from btlcore import Config
-from btlcore.errors import PeerRestarted, PeerUnreachable, TransportClosed
+from btlcore.errors import BtlDeprecationWarning, PeerRestarted, PeerUnreachable, TransportClosed
 from btlcore.protocol.events import PeerFailed
 from btlcore.protocol.events import PeerRestarted as PeerRestartedEvent
 from btlcore.protocol.peers import PeerState
@@ -31,8 +31,8 @@ def assert_all_failed_once(p: EnginePair, keys, exc_type) -> None:
 
 
 def test_peer_timeout_fails_every_pending_callback_once() -> None:
-    p = pair(peer_timeout=0.5, window=8, cwnd_max=0)
-    p.silence(1)
+    p = pair(peer_timeout=0.5, window=8, cc="none")
+    p.faults.partition(p.now, None, [1])
     t0 = p.now
     for i, n in enumerate(SIZES):  # more than the window: some never left the queue
         p.send(0, 1, 1, bytes(n), key=i)
@@ -53,12 +53,12 @@ def test_peer_timeout_fails_every_pending_callback_once() -> None:
 
 
 def test_peer_timeout_counts_from_last_progress() -> None:
-    p = pair(peer_timeout=0.5, window=8, cwnd_max=0)
+    p = pair(peer_timeout=0.5, window=8, cc="none")
     for i in range(40):
         p.send(0, 1, 1, b"x", key=i)
     # b answers the first flight, then vanishes
     p.run(lambda: p.completions[0])
-    p.silence(1)
+    p.faults.partition(p.now, None, [1])
     p.run_idle(5)
     done = [i for i in range(40) if p.completions[i] == [None]]
     failed = [i for i in range(40) if p.completions[i] and isinstance(p.completions[i][0], PeerUnreachable)]
@@ -69,9 +69,9 @@ def test_peer_timeout_counts_from_last_progress() -> None:
 
 def test_max_retries_is_deprecated_and_kills_no_peer() -> None:
     """Issue #11: liveness is peer_timeout's alone; max_retries warns and does nothing."""
-    with pytest.warns(DeprecationWarning, match="max_retries is deprecated"):
+    with pytest.warns(BtlDeprecationWarning, match="max_retries is deprecated"):
         p = pair(max_retries=3, rto_max=0.05, peer_timeout=100.0)
-    p.silence(1)
+    p.faults.partition(p.now, None, [1])
     for i in range(3):
         p.send(0, 1, 1, bytes([i]), key=i)
     p.run_idle(5)
@@ -104,7 +104,7 @@ def test_both_sides_fail_when_link_dies_mid_transfer() -> None:
 def test_peer_timeout_at_awkward_time() -> None:
     p = EnginePair(Config(peer_timeout=0.5), max_steps=5000)
     p.handshake()
-    p.silence(1)
+    p.faults.partition(p.now, None, [1])
     p.now = 0.8313106312458897  # (t + 0.5) - t < 0.5 in binary floating point
     p.send(0, 1, 1, b"x", key=1)
     p.run_idle(5)
@@ -117,9 +117,9 @@ def restarted_pair(pending: int = 3) -> EnginePair:
     p = pair()
     for i in range(pending):
         p.send(0, 1, 1, b"old%d" % i, key=("old", i))
-    p.silence(1)  # b dies before it sees them
+    silent = p.faults.partition(p.now, None, [1])  # b dies before it sees them
     p.step()
-    p.hooks.clear()
+    p.faults.remove(silent)
     nb = p.restart(1)
     assert nb.address == b"B" and nb.incarnation != p.a.peers_by_addr[b"B"].remote_inc
     return p
@@ -201,7 +201,7 @@ def test_hello_of_old_incarnation_after_restart_is_ignored() -> None:
 
 def test_close_fails_pending_and_refuses_work() -> None:
     p = pair()
-    p.silence(1)
+    p.faults.partition(p.now, None, [1])
     for i in range(3):
         p.send(0, 1, 1, b"x", key=i)
     p.step()
@@ -310,11 +310,11 @@ def test_reconnect_after_partition(b_timeout: float) -> None:
 
 def test_restart_after_peer_declared_dead() -> None:
     p = pair(peer_timeout=0.2)
-    p.silence(1)
+    silent = p.faults.partition(p.now, None, [1])
     p.send(0, 1, 1, b"x", key="x")
     p.run_idle(p.now + 1.0)
     assert p.pa.state is PeerState.FAILED
-    p.hooks.clear()
+    p.faults.remove(silent)
     p.restart(1)
     p.send(1, 0, 2, b"i am back", key="back")
     p.run(lambda: p.completions["back"], max_time=p.now + 5)

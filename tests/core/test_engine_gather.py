@@ -30,7 +30,7 @@ def _run(gather: bool, drops: list[int]) -> tuple[list[bytes], list[bool], bytes
     Engine.datagrams_to_send = recording  # type: ignore[method-assign]
     try:
         for n in drops:
-            net.drop_nth(0, 1, n)
+            net.faults.drop(src=0, dst=1, nth=n + 1)
         net.handshake()
         msg = random.Random(9).randbytes(200_003)
         net.send(0, 1, 7, msg, key="m")

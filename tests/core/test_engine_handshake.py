@@ -73,7 +73,7 @@ def test_passive_side_can_send_back() -> None:
 
 def test_hello_lost_retried_after_handshake_interval() -> None:
     p = EnginePair(Config(handshake_interval=0.01))
-    p.drop_where(lambda d: d.type == T_HELLO, count=1)
+    p.faults.drop(type=T_HELLO, count=1)
     p.handshake()
     assert kinds(p) == [(0.0, 0, T_HELLO), (0.01, 0, T_HELLO), (0.011, 1, T_HELLO_ACK), (0.012, 0, T_ACK)]
     assert p.pa.timer.srtt is None  # two HELLOs, one answer: ambiguous, no sample (Karn)
@@ -81,7 +81,7 @@ def test_hello_lost_retried_after_handshake_interval() -> None:
 
 def test_hello_ack_lost() -> None:
     p = EnginePair(Config(handshake_interval=0.01))
-    p.drop_where(lambda d: d.type == T_HELLO_ACK, count=1)
+    p.faults.drop(type=T_HELLO_ACK, count=1)
     p.handshake()
     assert kinds(p) == [(0.0, 0, T_HELLO), (0.001, 1, T_HELLO_ACK), (0.01, 0, T_HELLO),
                         (0.011, 1, T_HELLO_ACK), (0.012, 0, T_ACK)]
@@ -91,7 +91,7 @@ def test_hello_ack_lost() -> None:
 
 def test_final_ack_lost_first_data_confirms() -> None:
     p = EnginePair()
-    p.drop_where(lambda d: d.type == T_ACK, count=1)
+    p.faults.drop(type=T_ACK, count=1)
     p.connect(0, 1)
     p.run(lambda: p.pa.state is PeerState.ESTABLISHED)
     p.run_idle()
@@ -103,7 +103,7 @@ def test_final_ack_lost_first_data_confirms() -> None:
 
 def test_hello_retry_interval_doubles_to_one_second() -> None:
     p = EnginePair(Config(handshake_interval=0.1, handshake_timeout=5.0))
-    p.silence(1)
+    p.faults.partition(p.now, None, [1])
     p.connect(0, 1)
     p.run_idle(10)
     times = [t for t, dg in p.sent(0, T_HELLO)]
@@ -112,7 +112,7 @@ def test_hello_retry_interval_doubles_to_one_second() -> None:
 
 def test_handshake_timeout_fails_every_pending_send() -> None:
     p = EnginePair(Config(handshake_timeout=0.5))
-    p.silence(1)
+    p.faults.partition(p.now, None, [1])
     for i in range(5):
         p.send(0, 1, i, b"x" * (i * 1000), key=i)
     p.run_idle(5)
@@ -132,7 +132,7 @@ def test_handshake_timeout_fails_every_pending_send() -> None:
 def test_handshake_timeout_at_awkward_start_time() -> None:
     t0 = 0.8313106312458897  # (t0 + 0.5) - t0 < 0.5 in binary floating point
     p = EnginePair(Config(handshake_timeout=0.5), max_steps=5000)
-    p.silence(1)
+    p.faults.partition(p.now, None, [1])
     p.now = t0
     p.send(0, 1, 1, b"x", key=1)
     p.run_idle(5)

@@ -65,7 +65,7 @@ def test_max_reassemblies_drops_unacked_then_recovers() -> None:
     p = pair(config_b=Config(max_reassemblies=1))
     # the last chunk of the first message is lost: its reassembly stays open while the
     # second message's chunks arrive
-    p.drop_where(lambda d: d.type == T_DATA and d.offset is not None and d.msg_id == 1
+    p.faults.drop(where=lambda d: d.type == T_DATA and d.offset is not None and d.msg_id == 1
                  and d.offset + len(d.payload) == d.msg_len, count=1)
     m1, m2 = bytes(range(256)) * 20, bytes(range(255, -1, -1)) * 20
     p.send(0, 1, 1, m1, key=1)
@@ -160,7 +160,7 @@ def test_reassembly_slot_held_by_later_message_does_not_deadlock(ordered: bool) 
     message 2 (all of whose chunks were refused) still needs it, and message 3's last chunk
     lies beyond the window until message 2 is acknowledged.  The segment right after the
     cumulative point must always be accepted, or this deadlocks (found by test_properties)."""
-    p = EnginePair(Config(window=8, max_reassemblies=1, cwnd_max=0, ordered=ordered, peer_timeout=3.0),
+    p = EnginePair(Config(window=8, max_reassemblies=1, cc="none", ordered=ordered, peer_timeout=3.0),
                    mtu=160)
     p.handshake()
     isn = p.pa.isn

@@ -14,8 +14,7 @@ from btlcore.testing.enginepair import EnginePair, safe_decode
 
 def pair(**cfg: object) -> EnginePair:
     # aimd: these tests follow its window (slow start, its cuts) and an unpaced send pass
-    # (cwnd_max=0, the deprecated alias, selects cc=none)
-    p = EnginePair(Config(**{"cc": "aimd" if cfg.get("cwnd_max") != 0 else "none", **cfg}))  # type: ignore[arg-type]
+    p = EnginePair(Config(**{"cc": "aimd", **cfg}))  # type: ignore[arg-type]
     p.handshake()
     return p
 
@@ -34,7 +33,7 @@ def data_log(p: EnginePair, src: int = 0, since: int = 0) -> list[tuple[float, i
 def test_fast_retransmit_one_lost_segment_resent_once_before_rto() -> None:
     p = pair()
     mark = len(p.log)
-    p.drop_where(lambda d: d.type == T_DATA, count=1)
+    p.faults.drop(type=T_DATA, count=1)
     for i in range(10):
         p.send(0, 1, 1, bytes([i]), key=i)
     t0 = p.now
@@ -55,14 +54,14 @@ def test_fast_retransmit_one_lost_segment_resent_once_before_rto() -> None:
 def test_fast_retransmit_threshold_respected() -> None:
     # with only threshold-1 segments after the hole, loss is found by the timeout
     p = pair(fast_retransmit_threshold=3)
-    p.drop_where(lambda d: d.type == T_DATA, count=1)
+    p.faults.drop(type=T_DATA, count=1)
     for i in range(3):  # hole + 2 later segments: 2 < 3
         p.send(0, 1, 1, b"x", key=i)
     p.run(lambda: all(p.completions[i] for i in range(3)))
     st = p.a.stats()
     assert (st["num_fast_retrans"], st["num_timeout_retrans"]) == (0, 1)
     q = pair(fast_retransmit_threshold=3)
-    q.drop_where(lambda d: d.type == T_DATA, count=1)
+    q.faults.drop(type=T_DATA, count=1)
     for i in range(4):  # hole + 3 later segments
         q.send(0, 1, 1, b"x", key=i)
     q.run(lambda: all(q.completions[i] for i in range(4)))
@@ -73,7 +72,7 @@ def test_fast_retransmit_threshold_respected() -> None:
 def test_timeout_retransmit_backoff_and_two_probes() -> None:
     p = pair(tlp=False)  # (the retransmit timeout alone: test_tlp.py has the tail-loss probe)
     mark = len(p.log)
-    p.drop_where(lambda d: d.type == T_DATA, count=6)
+    p.faults.drop(type=T_DATA, count=6)
     for i in range(3):
         p.send(0, 1, 1, b"x", key=i)
     t0 = p.now
@@ -98,7 +97,7 @@ def test_timeout_retransmit_backoff_and_two_probes() -> None:
 def test_backoff_capped_at_rto_max() -> None:
     p = pair(rto_max=0.05, peer_timeout=100.0, tlp=False)
     mark = len(p.log)
-    p.drop_where(lambda d: d.type == T_DATA, count=8)
+    p.faults.drop(type=T_DATA, count=8)
     p.send(0, 1, 1, b"x", key=0)
     # handshake RTT 2 ms: srtt 2 ms + 4 * rttvar 1 ms + the peer's 0.2 ms ACK delay
     assert p.pa.timer.rto == pytest.approx(0.0062, abs=1e-12)
@@ -112,7 +111,7 @@ def test_backoff_capped_at_rto_max() -> None:
 def test_fixed_timeout_mode_no_backoff() -> None:
     p = pair(rto_mode="fixed", retrans_timeout=0.004)
     mark = len(p.log)
-    p.drop_where(lambda d: d.type == T_DATA, count=4)
+    p.faults.drop(type=T_DATA, count=4)
     p.send(0, 1, 1, b"x", key=0)
     p.run(lambda: p.completions[0])
     times = [t for t, _s in data_log(p, 0, mark)]
@@ -145,7 +144,7 @@ def test_no_spurious_timeout_when_peer_acks_slower(mine: float, theirs: float) -
 def test_max_resends_per_pass() -> None:
     p = pair(max_resends_per_pass=5)
     # lose the first 19 of 20 segments: the ACK of the 20th reveals 17 losses at once
-    p.drop_where(lambda d: d.type == T_DATA, count=19)
+    p.faults.drop(type=T_DATA, count=19)
     for i in range(20):
         p.send(0, 1, 1, b"x", key=i)
     mark_batches = len(p.batches)
@@ -174,7 +173,7 @@ def test_max_resends_per_pass() -> None:
 
 @pytest.mark.parametrize("window,loss", [(8, False), (16, True), (64, True)])
 def test_in_flight_never_exceeds_window(window: int, loss: bool) -> None:
-    p = pair(window=window, cwnd_max=0)
+    p = pair(window=window, cc="none")
     if loss:
         p.add_hook(lambda s, d, raw, k: "drop" if s == 0 and k % 7 == 3 else None)
     n = 200
@@ -194,7 +193,7 @@ def test_in_flight_never_exceeds_window(window: int, loss: bool) -> None:
 
 
 def test_receiver_window_smaller_than_sender_is_honoured() -> None:
-    p = EnginePair(Config(window=64, cwnd_max=0), config_b=Config(window=8))
+    p = EnginePair(Config(window=64, cc="none"), config_b=Config(window=8))
     p.handshake()
     assert p.pa.remote_window == 8
     for i in range(50):
@@ -244,7 +243,7 @@ def test_loss_without_a_queue_cuts_gently() -> None:
     # cwnd pinned at 40 (cwnd_initial = cwnd_max); the round trip never grows, so the loss
     # looks random (Veno): 0.8 * 40
     p = pair(cwnd_initial=40, cwnd_max=40)
-    p.drop_where(lambda d: d.type == T_DATA, count=1)
+    p.faults.drop(type=T_DATA, count=1)
     for i in range(20):
         p.send(0, 1, 1, b"x", key=i)
     p.run(lambda: all(p.completions[i] for i in range(20)))
@@ -283,10 +282,10 @@ def test_cwnd_decreases_again_in_a_later_episode() -> None:
     p = pair(cwnd_initial=32)
     for i in range(32):
         p.send(0, 1, 1, b"x", key=("a", i))
-    p.drop_where(lambda d: d.type == T_DATA, count=1)
+    p.faults.drop(type=T_DATA, count=1)
     trace1 = cwnd_trace(p, lambda: all(p.completions[("a", i)] for i in range(32)))
     first = p.pa.ssthresh
-    p.drop_where(lambda d: d.type == T_DATA, count=1)
+    p.faults.drop(type=T_DATA, count=1)
     for i in range(32):
         p.send(0, 1, 1, b"x", key=("b", i))
     trace2 = cwnd_trace(p, lambda: all(p.completions[("b", i)] for i in range(32)))
@@ -298,7 +297,7 @@ def test_timeout_over_real_loss_is_one_loss_episode() -> None:
     # duplicate report, so the originals were lost: one decrease, no slow start (the
     # retransmit timeout alone: test_tlp.py has the tail-loss probe)
     p = pair(cwnd_initial=32, tlp=False)
-    p.drop_where(lambda d: d.type == T_DATA, count=3)
+    p.faults.drop(type=T_DATA, count=3)
     for i in range(3):
         p.send(0, 1, 1, b"x", key=i)
     trace = cwnd_trace(p, lambda: all(p.completions[i] for i in range(3)))
@@ -311,7 +310,7 @@ def test_timeout_from_lost_acks_keeps_the_window() -> None:
     # every segment arrives but the ACKs are lost: the timeout's probes reach the receiver as
     # duplicates, it says so, and the congestion window is left alone
     p = pair(cwnd_initial=32)
-    p.drop_where(lambda d: d.type == T_ACK, src=1, count=2)
+    p.faults.drop(type=T_ACK, src=1, count=2)
     for i in range(3):
         p.send(0, 1, 1, b"x", key=i)
     trace = cwnd_trace(p, lambda: all(p.completions[i] for i in range(3)))
@@ -325,7 +324,7 @@ def test_persistent_timeouts_restart_slow_start() -> None:
     # the originals and the probes of two timeouts lost: the third timeout in a row, with
     # nothing acknowledged, is persistent congestion (no tail-loss probe: timeouts only)
     p = pair(cwnd_initial=32, tlp=False)
-    p.drop_where(lambda d: d.type == T_DATA, count=3 + 2 + 2)
+    p.faults.drop(type=T_DATA, count=3 + 2 + 2)
     for i in range(3):
         p.send(0, 1, 1, b"x", key=i)
     p.run(lambda: p.a.stats()["num_timeout_retrans"] >= 6)
@@ -336,7 +335,7 @@ def test_persistent_timeouts_restart_slow_start() -> None:
 
 def test_ack_loss_recovered_by_later_ack() -> None:
     p = pair()
-    p.drop_where(lambda d: d.type == T_ACK, count=3, src=1)
+    p.faults.drop(type=T_ACK, count=3, src=1)
     for i in range(20):
         p.send(0, 1, 1, b"x", key=i)
     p.run(lambda: all(p.completions[i] for i in range(20)))
@@ -402,7 +401,7 @@ def test_widened_reordering_allowance_wears_off() -> None:
     reorder[0] = False
     widened = p.pa.reo_mult
     for r in range(17):  # one loss per flight: one loss episode each
-        p.drop_where(lambda d: d.type == T_DATA, count=1)
+        p.faults.drop(type=T_DATA, count=1)
         for i in range(20):
             p.send(0, 1, 1, b"y", key=(r, i))
         p.run(lambda r=r: all(p.completions[(r, i)] for i in range(20)))

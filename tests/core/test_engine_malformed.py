@@ -252,7 +252,7 @@ def test_ack_malformed_bodies() -> None:
 
 def test_ack_sack_ranges_beyond_what_was_sent_are_ignored() -> None:
     p = fresh_pair()
-    p.silence(1)
+    p.faults.partition(p.now, None, [1])
     p.send(0, 1, 1, b"x", key="x")
     p.step()
     una = p.pa.snd_una

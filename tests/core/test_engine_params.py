@@ -90,7 +90,7 @@ def test_hello_is_padded_to_the_ack_it_provokes() -> None:
 def test_a_hello_smaller_than_the_reply_is_not_answered() -> None:
     """An unpadded HELLO (smaller than the HELLO_ACK it would get) is dropped, counted."""
     p = EnginePair()
-    p.drop_where(lambda dg: dg.type == T_HELLO, src=0)
+    p.faults.drop(type=T_HELLO, src=0)
     p.connect(0, 1)
     p.run(lambda: bool(p.sent(type=T_HELLO)), max_time=1)
     raw = bytearray([d for _t, s, _d, d in p.log if s == 0 and d[1] == T_HELLO][0])

@@ -50,7 +50,7 @@ def test_put_completes_only_after_last_byte_acked() -> None:
     key = p.b.expose(region)
     payload = data(15000)
     # lose the last chunk of the put (the one carrying its last byte) twice
-    dropped = p.drop_where(lambda d: d.type == T_DATA and d.offset is not None
+    dropped = p.faults.drop(where=lambda d: d.type == T_DATA and d.offset is not None
                            and d.offset + len(d.payload) == d.msg_len, count=2)
     p.send(0, 1, 4, payload, key="put", put_key=key, put_offset=0)
     seen_incomplete_done = []
@@ -60,7 +60,7 @@ def test_put_completes_only_after_last_byte_acked() -> None:
             seen_incomplete_done.append(p.now)
         return bool(p.completions["put"])
     p.run(check)
-    assert len(dropped) == 2 and not seen_incomplete_done
+    assert dropped.matched == 2 and not seen_incomplete_done
     assert p.completions["put"] == [None]
     # the completion came after b's ACK covering the last segment (it rides on b's put
     # status, which b sends as soon as the put is whole)

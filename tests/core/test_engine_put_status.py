@@ -79,9 +79,9 @@ def test_good_put_completes_with_none_once_after_landing_and_status(size: int) -
     region = bytearray(6000)
     key = p.b.expose(region)
     payload = data(size)
-    dropped = p.drop_where(lambda d: bool(d.flags & F_STATUS), count=2)
+    dropped = p.faults.drop(where=lambda d: bool(d.flags & F_STATUS), count=2)
     p.send(0, 1, 4, payload, key="put", put_key=key, put_offset=100)
-    p.run(lambda: len(dropped) == 2 and p.pa.snd_una == p.pa.next_seq - 1)
+    p.run(lambda: dropped.matched == 2 and p.pa.snd_una == p.pa.next_seq - 1)
     assert p.completions["put"] == []  # all acknowledged, no status yet
     assert p.a.has_outstanding()  # (flush waits for it)
     p.run(lambda: p.completions["put"])
@@ -108,7 +108,7 @@ def test_status_before_the_last_ack_completes_on_the_ack() -> None:
     # the message's only segment is lost at first; the put after it arrives whole, so b's
     # cumulative ACK stays below the put until the message is resent
     first = p.pa.next_seq
-    p.drop_where(lambda d: d.type == T_DATA and d.seq == first, count=1, src=0)
+    p.faults.drop(where=lambda d: d.type == T_DATA and d.seq == first, count=1, src=0)
     p.send(0, 1, 4, data(3000), key="put", put_key=key, put_offset=0)
     p.run(lambda: p.pa.counters.num_put_status_recvs == 1)
     p.run(lambda: p.completions["put"] and p.completions["msg"])
@@ -164,11 +164,11 @@ def test_puts_under_loss_and_duplication_complete_once_with_the_right_outcome(
 def test_peer_death_fails_a_put_waiting_for_its_status_once() -> None:
     p = pair(peer_timeout=0.5)
     key = p.b.expose(bytearray(100))
-    p.drop_where(lambda d: bool(d.flags & F_STATUS))  # b's statuses never arrive
+    p.faults.drop(where=lambda d: bool(d.flags & F_STATUS))  # b's statuses never arrive
     p.send(0, 1, 4, b"x" * 10, key="put", put_key=key, put_offset=0)
     p.run(lambda: p.pa.snd_una == p.pa.next_seq - 1 and p.pb.counters.num_put_status_sends == 1)
     assert p.completions["put"] == [] and len(p.pa.puts) == 1
-    p.silence(1)
+    p.faults.partition(p.now, None, [1])
     p.send(0, 1, 1, b"later", key="later")  # something unacknowledged: the death clock runs
     p.run(lambda: p.completions["put"] and p.completions["later"])
     p.run_idle(p.now + 2.0)
@@ -183,10 +183,10 @@ def test_a_put_whose_status_never_comes_fails_after_peer_timeout() -> None:
     # arrives: the put fails with PeerUnreachable once peer_timeout passes, never hangs
     p = pair(peer_timeout=0.5)
     key = p.b.expose(bytearray(100))
-    p.drop_where(lambda d: bool(d.flags & F_STATUS))
+    p.faults.drop(where=lambda d: bool(d.flags & F_STATUS))
     p.send(0, 1, 4, b"x" * 10, key="put", put_key=key, put_offset=0)
     p.run(lambda: p.pa.snd_una == p.pa.next_seq - 1 and p.pb.counters.num_put_status_sends == 1)
-    p.silence(1)
+    p.faults.partition(p.now, None, [1])
     acked_at = p.now
     p.run(lambda: bool(p.completions["put"]))
     [exc] = p.completions["put"]
@@ -197,7 +197,7 @@ def test_a_put_whose_status_never_comes_fails_after_peer_timeout() -> None:
 def test_restart_fails_a_put_waiting_for_its_status_with_peer_restarted() -> None:
     p = pair()
     key = p.b.expose(bytearray(100))
-    p.drop_where(lambda d: bool(d.flags & F_STATUS))
+    p.faults.drop(where=lambda d: bool(d.flags & F_STATUS))
     p.send(0, 1, 4, b"x" * 10, key="put", put_key=key, put_offset=0)
     p.run(lambda: p.pa.snd_una == p.pa.next_seq - 1 and p.pb.counters.num_put_status_sends == 1)
     p.restart(1)
@@ -211,7 +211,7 @@ def test_restart_fails_a_put_waiting_for_its_status_with_peer_restarted() -> Non
 def test_close_fails_a_put_waiting_for_its_status_with_transport_closed() -> None:
     p = pair()
     key = p.b.expose(bytearray(100))
-    p.drop_where(lambda d: bool(d.flags & F_STATUS))
+    p.faults.drop(where=lambda d: bool(d.flags & F_STATUS))
     p.send(0, 1, 4, b"x" * 10, key="put", put_key=key, put_offset=0)
     p.run(lambda: p.pa.snd_una == p.pa.next_seq - 1 and p.pb.counters.num_put_status_sends == 1)
     p.a.close()

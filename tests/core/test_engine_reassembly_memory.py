@@ -99,7 +99,7 @@ def test_a_message_larger_than_the_peer_budget_still_arrives_under_loss() -> Non
     p.handshake()
     message = bytes(i * 13 & 0xFF for i in range(300_000))
     for n in (5, 17, 40, 41, 90):
-        p.drop_nth(0, 1, n)
+        p.faults.drop(src=0, dst=1, nth=n + 1)
     p.send(0, 1, 3, message, key="big")
     p.run(lambda: p.completions["big"], max_time=60)
     assert p.completions["big"] == [None]
@@ -190,7 +190,7 @@ def test_a_spread_message_arrives_whole_and_gives_its_budget_back() -> None:
     p.handshake()
     message = bytes(i * 7 & 0xFF for i in range(200_000))
     for nth in (3, 60):
-        p.drop_nth(0, 1, nth)
+        p.faults.drop(src=0, dst=1, nth=nth + 1)
     seen: list[int] = []
 
     def spread_now() -> bool:

@@ -29,7 +29,7 @@ def _first_hello(p: EngineNet, src: int) -> bytes:
 
 def test_a_version_reply_without_our_version_fails_the_peer_at_once() -> None:
     p = EnginePair(Config(handshake_timeout=30.0))
-    p.drop_where(lambda dg: dg.type == T_HELLO, src=0)  # b never hears us: it "speaks 3"
+    p.faults.drop(type=T_HELLO, src=0)  # b never hears us: it "speaks 3"
     p.send(0, 1, 1, b"first", key="m1")
     p.send(0, 1, 2, b"second", key="m2")
     p.run(lambda: bool(p.sent(src=0, type=T_HELLO)), max_time=1)
@@ -48,7 +48,7 @@ def test_a_version_reply_without_our_version_fails_the_peer_at_once() -> None:
 
 def test_a_version_reply_that_echoes_wrong_ids_or_lists_our_version_is_ignored() -> None:
     p = EnginePair()
-    p.drop_where(lambda dg: dg.type == T_HELLO, src=0)
+    p.faults.drop(type=T_HELLO, src=0)
     p.connect(0, 1)
     p.run(lambda: bool(p.sent(src=0, type=T_HELLO)), max_time=1)
     hello = decode(_first_hello(p, 0))
@@ -129,7 +129,7 @@ def test_the_hello_ack_goes_to_the_observed_source_not_the_address_inside() -> N
     """c's HELLO (address C inside) arrives at b from A's source: b answers A; nothing b
     sends ever reaches C."""
     p = EngineNet(3)
-    p.silence(2)  # c's own datagrams go nowhere; we carry its HELLO by hand
+    p.faults.partition(p.now, None, [2])  # c's own datagrams go nowhere; we carry its HELLO by hand
     p.connect(2, 1)
     p.run(lambda: bool(p.sent(src=2, type=T_HELLO)), max_time=1)
     p.engines[1].receive_datagram(_first_hello(p, 2), b"A", p.now)
@@ -144,7 +144,7 @@ def test_a_version_reply_damaged_on_the_way_fails_nothing() -> None:
     """A VERSION reply whose version list was damaged (2 -> 3) would fail the handshake at
     once: its own CRC32C catches it (the reply has no header, so no F_CRC)."""
     p = EnginePair()
-    p.drop_where(lambda dg: dg.type == T_HELLO, count=1, src=0)
+    p.faults.drop(type=T_HELLO, count=1, src=0)
     p.send(0, 1, 1, b"x", key="m")
     p.run(lambda: bool(p.sent(src=0, type=T_HELLO)), max_time=1)
     hello = decode(_first_hello(p, 0))

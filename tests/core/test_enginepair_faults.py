@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from btlcore import Config
+from btlcore.errors import BtlDeprecationWarning
 from btlcore.protocol import wire
 from btlcore.testing.enginepair import EnginePair
 
@@ -61,7 +62,7 @@ def test_a_partition_in_the_harness_by_engine_index() -> None:
 def test_the_old_helpers_still_work_deprecated() -> None:
     p = EnginePair(Config(), seed=1)
     p.handshake()
-    with pytest.warns(DeprecationWarning, match="faults.drop"):
+    with pytest.warns(BtlDeprecationWarning, match="faults.drop"):
         dropped = p.drop_where(lambda dg: dg.type == wire.T_DATA, count=2)
     _message(p, 4000)
     assert len(dropped) == 2

@@ -8,6 +8,7 @@ import pytest
 
 import btlcore
 from btlcore import Config
+from btlcore.errors import BtlDeprecationWarning
 from btlcore.protocol.events import (
     EV_COMPLETE,
     EV_MESSAGE,
@@ -60,9 +61,9 @@ def test_engine_hands_out_typed_events_and_the_old_forms_still_work() -> None:
     assert p.b.take_events() == []
     p.b.ack_now()
     acks = [bytes(d) for _, _, d in p.b.datagrams_to_send(p.now)]
-    with pytest.warns(DeprecationWarning, match="receive_datagram"):
+    with pytest.warns(BtlDeprecationWarning, match="receive_datagram"):
         p.a.receive_datagram(acks[0], p.now)  # the last release's (data, now)
-    with pytest.warns(DeprecationWarning, match="drain_events"):
+    with pytest.warns(BtlDeprecationWarning, match="drain_events"):
         assert p.a.drain_events() == [(EV_COMPLETE, done.append, None)]
 
 

@@ -47,9 +47,9 @@ def failed_events(p: EnginePair, i: int) -> list[PeerFailed]:
 def test_close_is_seen_within_one_round_trip_and_fails_the_peers_pending_sends() -> None:
     p = pair()
     p.send(1, 0, 1, b"from b", key="b0")
-    p.silence(0)  # b's message stays pending: a never acknowledges it ...
+    silent = p.faults.partition(p.now, None, [0])  # b's message stays pending: a never acknowledges it ...
     p.run_idle(p.now + 0.05)
-    p.hooks.clear()  # ... until a closes
+    p.faults.remove(silent)  # ... until a closes
     t0 = p.now
     p.a.start_close(p.now)
     assert p.pa.state is PeerState.CLOSING
@@ -72,7 +72,7 @@ def test_close_is_seen_within_one_round_trip_and_fails_the_peers_pending_sends()
 
 def test_close_is_resent_until_acknowledged() -> None:
     p = pair()
-    p.drop_where(lambda dg: dg.type == T_CLOSE, count=2)
+    p.faults.drop(type=T_CLOSE, count=2)
     p.a.start_close(p.now)
     p.run(lambda: not p.a.closing(), max_time=p.now + 1)
     assert p.pa.state is PeerState.CLOSED and closed_events(p, 1)
@@ -81,7 +81,7 @@ def test_close_is_resent_until_acknowledged() -> None:
 
 def test_every_close_lost_bounded_then_the_death_rule() -> None:
     p = pair(peer_timeout=0.5)
-    p.drop_where(lambda dg: dg.type == T_CLOSE)
+    p.faults.drop(type=T_CLOSE)
     t0 = p.now
     p.a.start_close(p.now)
     p.run(lambda: not p.a.closing(), max_time=t0 + 5)
@@ -97,7 +97,7 @@ def test_every_close_lost_bounded_then_the_death_rule() -> None:
 
 def test_late_datagrams_of_a_closing_connection_are_answered_only_with_close() -> None:
     p = pair()
-    p.drop_where(lambda dg: dg.type == T_CLOSE, count=1)
+    p.faults.drop(type=T_CLOSE, count=1)
     p.a.start_close(p.now)
     p.step()
     p.send(1, 0, 1, b"late", key="late")  # b does not know yet: it sends data
@@ -123,7 +123,7 @@ def test_a_forged_close_without_the_connection_ids_is_ignored() -> None:
 
 def test_close_acknowledges_every_copy_of_close() -> None:
     p = pair()
-    p.drop_where(lambda dg: dg.type == T_CLOSE_ACK, count=1)
+    p.faults.drop(type=T_CLOSE_ACK, count=1)
     p.a.start_close(p.now)
     p.run(lambda: not p.a.closing(), max_time=p.now + 1)
     assert len(closed_events(p, 1)) == 1  # reported once
@@ -177,7 +177,7 @@ def test_quarantined_ids_are_not_reused() -> None:
 def test_a_vanished_idle_peer_is_reported_failed_within_peer_timeout() -> None:
     p = pair(peer_timeout=1.0)
     assert not p.pa.has_outstanding()
-    p.silence(1)
+    p.faults.partition(p.now, None, [1])
     heard = p.pa.last_heard
     p.run(lambda: bool(failed_events(p, 0)), max_time=heard + 5)
     (when,) = [t for t, i, e in p.timeline if i == 0 and type(e) is PeerFailed]
@@ -230,7 +230,7 @@ def test_a_peer_that_keeps_answering_is_never_declared_dead_however_slow() -> No
     """Data outstanding and no ACK progress for longer than peer_timeout, yet the peer
     answers PINGs: alive (the old rule counted from the last progress and killed it)."""
     p = pair(peer_timeout=0.3, rto_max=0.05)
-    p.drop_where(lambda dg: dg.type == T_DATA, src=0)  # a's data never gets through
+    p.faults.drop(type=T_DATA, src=0)  # a's data never gets through
     p.send(0, 1, 1, b"x", key="x")
     p.run_idle(p.now + 3.0)
     assert p.pa.state is PeerState.ESTABLISHED and p.completions["x"] == []
@@ -336,7 +336,7 @@ def test_a_slow_link_with_a_long_queue_never_declares_a_live_peer_dead() -> None
 
 def test_a_hello_of_a_new_life_while_closing_is_stale_not_a_crash() -> None:
     p = pair()
-    p.drop_where(lambda dg: dg.type in (T_CLOSE, T_CLOSE_ACK))
+    p.faults.drop(where=lambda dg: dg.type in (T_CLOSE, T_CLOSE_ACK))
     p.a.start_close(p.now)
     p.restart(1)
     p.connect(1, 0)  # the new b says HELLO while a is still closing the old connection

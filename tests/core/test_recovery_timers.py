@@ -52,7 +52,7 @@ def test_a_retried_hello_bounds_the_first_timeout_but_gives_no_sample() -> None:
 def test_the_first_timeout_without_a_sample_is_one_second() -> None:
     p = pair(tlp=False)
     mark = len(p.log)
-    p.drop_where(lambda d: d.type == T_DATA, count=1)
+    p.faults.drop(type=T_DATA, count=1)
     t0 = p.now
     p.send(1, 0, 1, b"reply", key="r")  # from b, which has no RTT sample
     p.run(lambda: bool(p.completions.get("r")), max_time=t0 + 5)
@@ -143,7 +143,7 @@ def test_a_spurious_fast_retransmit_is_undone() -> None:
 def test_the_backoff_lets_go_when_acks_flow_again() -> None:
     p = pair(tlp=False, rto_max=0.05, peer_timeout=100.0)
     base = p.pa.timer.rto
-    p.drop_where(lambda d: d.type == T_DATA, count=5)
+    p.faults.drop(type=T_DATA, count=5)
     p.send(0, 1, 1, b"x", key="x")
     seen: list[float] = []
     while not p.completions.get("x"):
@@ -152,7 +152,7 @@ def test_the_backoff_lets_go_when_acks_flow_again() -> None:
     assert max(seen) == pytest.approx(0.05)  # backed off, never past rto_max
     assert p.pa.timer.backoff == 1 and p.pa.timer.rto <= base * 1.5  # progress ended the backoff
     mark = len(p.log)
-    p.drop_where(lambda d: d.type == T_DATA, count=1)
+    p.faults.drop(type=T_DATA, count=1)
     t0 = p.now
     p.send(0, 1, 1, b"z", key="z")
     p.run(lambda: bool(p.completions.get("z")), max_time=t0 + 1)

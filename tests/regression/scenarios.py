@@ -333,10 +333,10 @@ def scripted_drops(run: Run) -> None:
     cfg = Config(mtu=1500)
     a, b = run.open("a", cfg), run.open("b", cfg)
     fab = run.fabric
-    fab.drop_nth("a", "b", 3, 4, 10)
-    fab.drop_matching("b", "a", type="ACK", count=3)
-    fab.drop_matching("a", "b", where=lambda dg: dg.type == wire.T_DATA and dg.seq % 7 == 5,
-                      count=4)
+    fab.faults.drop(src="a", dst="b", nth={3, 4, 10}, cause="nth")
+    fab.faults.drop(src="b", dst="a", type="ACK", count=3, cause="rule")
+    fab.faults.drop(src="a", dst="b", where=lambda dg: dg.type == wire.T_DATA and dg.seq % 7 == 5,
+                    count=4, cause="rule")
     fab.partition(0.00012, 0.0052, ["a"])
     _exchange(run, a, b, 16)
 

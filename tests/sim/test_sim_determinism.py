@@ -20,8 +20,8 @@ def _run(seed: int, path: Path) -> dict:
     devs = [fabric.open_device(name=n, send_queue_depth=64) for n in "abc"]
     fabric.set_link("a", "c", LinkModel(delay=2e-4, loss=0.1, jitter=1e-5, jitter_dist="uniform"))
     fabric.partition(0.02, 0.03, ["c"])
-    fabric.drop_nth("b", "a", 3, 30)
-    fabric.drop_matching("a", "b", seq=19)  # a->b carries seqs 1, 7, 13, 19, ...
+    fabric.faults.drop(src="b", dst="a", nth={3, 30}, cause="nth")
+    fabric.faults.drop(src="a", dst="b", seq=19, cause="rule")  # a->b carries seqs 1, 7, 13, 19, ...
     dests = [[d.resolve(o.local_address()) for o in devs] for d in devs]
     seq = 0
     step = 0

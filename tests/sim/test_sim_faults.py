@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from btlcore.device import Channel
+from btlcore.errors import BtlDeprecationWarning
 from btlcore.protocol import wire
 from btlcore_sim import Fabric, LinkModel
 
@@ -75,21 +76,23 @@ def test_partition_judges_a_frame_when_it_leaves_the_rate_limiter(make_pair) -> 
 def test_drop_nth_frames_of_a_link(make_pair) -> None:
     pair = make_pair()
     pair.send(2)  # frames 1 and 2 of a->b already went (on the direct path)
-    pair.fabric.drop_nth("a", "b", 3, 5, 6)
-    pair.fabric.drop_nth(pair.b, pair.a, 1)
+    with pytest.warns(BtlDeprecationWarning):  # (the old word, kept working: faults.drop(nth=...) is the new)
+        pair.fabric.drop_nth("a", "b", 3, 5, 6)
+        pair.fabric.drop_nth(pair.b, pair.a, 1)
     pair.send(6, start=2)  # frames 3..8: seqs 2..7
     assert [seq_of(f) for f in pair.drain()] == [0, 1, 3, 6, 7]
     assert pair.fabric.stats()["a->b"]["drops"] == {"nth": 3}
     pair.b.post_send(Channel.DATA, pair.ba, tiny(10))
     pair.b.post_send(Channel.DATA, pair.ba, tiny(11))
     assert [seq_of(f) for f in pair.a.poll_recv(10)] == [11]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError), pytest.warns(BtlDeprecationWarning):
         pair.fabric.drop_nth("a", "b", 0)
 
 
 def test_drop_matching_ack_with_a_given_ack_number(make_pair) -> None:
     pair = make_pair(LinkModel(delay=1e-4))
-    rule = pair.fabric.drop_matching("b", "a", type="ACK", ack=7)
+    with pytest.warns(BtlDeprecationWarning):
+        rule = pair.fabric.drop_matching("b", "a", type="ACK", ack=7)
     for ack in (5, 6, 7, 8, 7):
         body = wire.ack_payload(64, [])
         assert pair.b.post_send(Channel.PRIORITY, pair.ba,
@@ -105,7 +108,8 @@ def test_drop_matching_ack_with_a_given_ack_number(make_pair) -> None:
 
 def test_drop_matching_with_count_predicate_and_wildcards(make_pair) -> None:
     pair = make_pair()
-    rule = pair.fabric.drop_matching(where=lambda d: d.seq % 2 == 0, count=3)
+    with pytest.warns(BtlDeprecationWarning):
+        rule = pair.fabric.drop_matching(where=lambda d: d.seq % 2 == 0, count=3)
     pair.send(10)
     assert [seq_of(f) for f in pair.b.poll_recv(100)] == [1, 3, 5, 6, 7, 8, 9]
     assert rule.matched == 3 and rule.exhausted
@@ -118,7 +122,8 @@ def test_drop_matching_with_count_predicate_and_wildcards(make_pair) -> None:
 
 def test_drop_matching_ignores_frames_that_do_not_decode(make_pair) -> None:
     pair = make_pair()
-    pair.fabric.drop_matching(seq=0)
+    with pytest.warns(BtlDeprecationWarning):
+        pair.fabric.drop_matching(seq=0)
     assert pair.a.post_send(Channel.DATA, pair.ab, b"\x00" * 40)  # not btlcore
     assert pair.a.post_send(Channel.DATA, pair.ab, tiny(0))
     assert pair.b.poll_recv(10) == [b"\x00" * 40]
@@ -126,13 +131,13 @@ def test_drop_matching_ignores_frames_that_do_not_decode(make_pair) -> None:
 
 def test_drop_matching_validates_its_arguments(make_pair) -> None:
     pair = make_pair()
-    with pytest.raises(ValueError, match="sequence"):
+    with pytest.raises(ValueError, match="sequence"), pytest.warns(BtlDeprecationWarning):
         pair.fabric.drop_matching(sequence=3)
-    with pytest.raises(ValueError, match="type"):
+    with pytest.raises(ValueError, match="type"), pytest.warns(BtlDeprecationWarning):
         pair.fabric.drop_matching(type="NACK")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError), pytest.warns(BtlDeprecationWarning):
         pair.fabric.drop_matching("a", "b")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError), pytest.warns(BtlDeprecationWarning):
         pair.fabric.drop_matching(seq=1, count=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError), pytest.warns(BtlDeprecationWarning):
         pair.fabric.drop_matching("nobody", seq=1)

@@ -24,7 +24,7 @@ from typing import Any
 
 from mypy_extensions import mypyc_attr
 
-from btlcore.errors import ConfigError
+from btlcore.errors import BtlDeprecationWarning, ConfigError
 from btlcore.faults import Faults, Rule, make_rule
 from btlcore.protocol import wire
 
@@ -376,7 +376,7 @@ class Fabric(Scheduler):
         each of ``more``) frame offered to ``src -> dst``, counting from 1 since the link was
         made (every frame posted to it counts); dropped under the cause ``nth``."""
         warnings.warn("Fabric.drop_nth is deprecated: use fabric.faults.drop(src=..., dst=..., nth=...) "
-                      "(btlcore.faults)", DeprecationWarning, stacklevel=2)
+                      "(btlcore.faults)", BtlDeprecationWarning, stacklevel=2)
         indices = (n, *more)
         if any(isinstance(i, bool) or not isinstance(i, int) or i < 1 for i in indices):
             raise ValueError(f"frame numbers count from 1, got {indices}")
@@ -396,7 +396,7 @@ class Fabric(Scheduler):
         ``fields`` and for which ``where(datagram)`` holds, at most ``count`` of them;
         dropped under the cause ``rule``.  Returns the rule (``rule.matched`` counts)."""
         warnings.warn("Fabric.drop_matching is deprecated: use fabric.faults.drop(src=..., dst=..., "
-                      "where=..., count=..., **fields) (btlcore.faults)", DeprecationWarning, stacklevel=2)
+                      "where=..., count=..., **fields) (btlcore.faults)", BtlDeprecationWarning, stacklevel=2)
         if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
             raise ValueError(f"count must be None or an integer >= 1, got {count!r}")
         if where is None and not fields:

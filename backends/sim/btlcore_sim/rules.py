@@ -57,9 +57,10 @@ def __getattr__(name: str) -> Any:
     if name == "DropRule":
         import warnings
 
+        from btlcore.errors import BtlDeprecationWarning
         from btlcore.faults import Rule
 
         warnings.warn("btlcore_sim DropRule is deprecated: rules are btlcore.faults.Rule "
-                      "(fabric.faults.drop(...))", DeprecationWarning, stacklevel=2)
+                      "(fabric.faults.drop(...))", BtlDeprecationWarning, stacklevel=2)
         return Rule
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
