@@ -166,7 +166,9 @@ class Receiver:
             k += 1
             n = len(data)
             typ = -1
-            if n >= _CHUNKED:  # the chunk extension too, in the same unpack
+            # the chunk extension too, in the same unpack, if the flags byte says there is one
+            # (a bytes datagram's, read unboxed; other types are always unpacked so)
+            if n >= _CHUNKED and (type(data) is not bytes or data[2] & F_CHUNK):
                 version, typ, flags, hflags, dst, inc, crc, seq_w, ack_w, tag, plen, msg_id, msg_len, off \
                     = _UNPACK_CHUNKED(data)
             elif n >= HEADER_LEN:
