@@ -239,7 +239,8 @@ class Packetizer:
         each one immutable ``bytes`` (pieces joined once the CRC is computed; a payload up to _JOIN_CRC
         first joined to the header's rest, for one CRC call).  Runs per segment: state read into typed
         locals, written back at the end (_cut_done); packers and the CRC are Finals (see the top)."""
-        queue, unacked, dest, crc, gather_min = peer.queue, peer.unacked, peer.dest, peer.crc, self._state.gather_min
+        queue, dest, crc, gather_min = peer.queue, peer.dest, peer.crc, self._state.gather_min
+        unacked: dict[Any, Segment] = peer.unacked  # (keyed by a seq boxed once: see the loop)
         conn: int = peer.remote_conn
         seq: int = peer.next_seq
         serial: int = peer.tx_serial
@@ -265,14 +266,15 @@ class Packetizer:
                 channel = PRIORITY if HEADER_LEN + (PUT_LEN if put else 0) + length <= self.priority_limit else DATA
             key = conn << 8 | flags  # (the same as its last segment's, nearly always: kept on the peer)
             pre = peer.tx_prefix if key == peer.tx_prefix_key else self._peer_prefix(peer, key, conn, flags, crc)
-            prefix, pre_crc = pre[0], cast(object, pre[1])  # (boxed once, as ack_w)
+            prefix, pre_crc = pre[0], cast(object, pre[1]) if crc else None  # (boxed once, as ack_w; only with crc)
             gather_at: int = gather_min if gather_min is not None and not put else _NEVER
             chunked = flags & F_CHUNK != 0
             first_seq, first_off = seq, off
             end_seq = seq + room
             while seq < end_seq:
                 n = cap if length - off > cap else length - off
-                s = seq if 0 <= seq <= _SHORT else seq & SEQ_MASK
+                boxed: object = seq  # boxed once: the unacked key and (below _SHORT, always in practice) its wire value
+                s = boxed if 0 <= seq <= _SHORT else seq & SEQ_MASK
                 if put_key is not None:
                     if chunked:
                         rest = _pack_rest_chunk_put(s, ack_w, tag, n, msg_id, length, off, put_key, msg.put_offset)
@@ -293,7 +295,7 @@ class Packetizer:
                     else:
                         frame = b"".join((prefix, check, rest, payload))
                 serial += 1
-                unacked[seq] = newest = Segment(seq, frame, channel, msg, now, 1, serial)
+                unacked[boxed] = newest = Segment(seq, frame, channel, msg, now, 1, serial)
                 out.append((channel, dest, frame))
                 seq += 1
                 off += n
