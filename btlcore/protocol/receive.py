@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from .events import Event, MessageReceived, PutLanded, PutRefused, _new
 from .guard import Guard
@@ -162,6 +162,8 @@ class Receiver:
         last_src, last_dst, last_inc, k = _ANY, -1, -1, -1  # (the source passed last)
         # typed ints (compiled, every test on them is a C comparison)
         version = typ = flags = hflags = dst = inc = crc = seq_w = ack_w = tag = plen = msg_id = msg_len = off = 0
+        conn: object = 0  # dst as unpacked (boxed): the key of peers_by_conn, not boxed again
+        by_conn: dict[Any, Peer] = self.peers_by_conn
         for data in batch:
             k += 1
             n = len(data)
@@ -169,17 +171,19 @@ class Receiver:
             # the chunk extension too, in the same unpack, if the flags byte says there is one
             # (a bytes datagram's, read unboxed; other types are always unpacked so)
             if n >= _CHUNKED and (type(data) is not bytes or data[2] & F_CHUNK):
-                version, typ, flags, hflags, dst, inc, crc, seq_w, ack_w, tag, plen, msg_id, msg_len, off \
+                version, typ, flags, hflags, conn, inc, crc, seq_w, ack_w, tag, plen, msg_id, msg_len, off \
                     = _UNPACK_CHUNKED(data)
             elif n >= HEADER_LEN:
-                version, typ, flags, hflags, dst, inc, crc, seq_w, ack_w, tag, plen = _UNPACK(data)
+                version, typ, flags, hflags, conn, inc, crc, seq_w, ack_w, tag, plen = _UNPACK(data)
+            dst = cast(int, conn)
             # the fast path's tests, before believing anything (else dispatch); each `:=` only notes a value
             if typ != T_DATA or version != WIRE_VERSION or flags & _NOT_FAST or (
                     (dst != last_dst or inc != last_inc)
-                    and ((peer := self.peers_by_conn.get(dst)) is None or inc != peer.remote_inc or not peer.confirmed
+                    and ((peer := by_conn.get(conn)) is None or inc != peer.remote_inc or not peer.confirmed
                          or not peer.remote_known or peer.state is not _ESTABLISHED
-                         or (last_dst := dst) < 0 or (last_inc := inc) < 0 or (last_src := -1) is None)) or (
-                    pr := peer) is None or (sources is not None and (src := sources[k]) != last_src  # (pr: typed)
+                         or (last_dst := dst) < 0 or (last_inc := inc) < 0 or (last_src := _ANY) is None)) or (
+                    pr := peer) is None or (sources is not None and (src := sources[k]) is not last_src  # (pr: typed)
+                    and (last_src is _ANY or src != last_src)  # (a pointer test first: most batches hold one)
                     and (src not in pr.sources or (last_src := src) is None)) or (
                     crc32c(data[_CRC_TAIL] if (small := n <= _COPY_MAX and type(data) in _SLICED)
                            else (view := _MEMORYVIEW(data))[_CRC_TAIL],
