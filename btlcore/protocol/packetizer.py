@@ -12,6 +12,7 @@ header prefixes, and the work lists it marks: ``sending``, ``acking``, ``timed``
 from __future__ import annotations
 
 import struct
+from collections import deque
 from collections.abc import Callable
 from math import ceil
 from typing import Any, Final, cast
@@ -72,6 +73,8 @@ _pack_sack_range: Final = SACK_RANGE.pack
 _ACK_BODY_LEN: Final = ACK_BODY.size
 _SACK_RANGE_LEN: Final = SACK_RANGE.size
 _crc32c: Final = crc32c
+#: deque.popleft called as a function (compiled, a method call looks it up by name each time)
+_POPLEFT: Final = deque.popleft
 #: the largest value mypyc keeps as a short int: a sequence number up to it needs no
 #: ``& SEQ_MASK`` (a 64-bit mask is a slow long op compiled); ours start below 2**62
 _SHORT: Final = (1 << 62) - 1
@@ -310,7 +313,7 @@ class Packetizer:
                 chunks += cut
             if off >= length:
                 msg.cut_all = True
-                queue.popleft()
+                _POPLEFT(queue)
                 if put:  # the receiver's put status names it by its last segment's seq
                     peer.await_put_status((seq - 1) & SEQ_MASK, msg)
         self._cut_done(peer, seq, serial, chunks, nbytes, newest)
