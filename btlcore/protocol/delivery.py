@@ -62,10 +62,10 @@ class DeliverySampler:
         if app_limited:
             peer.app_limited_at = max(peer.delivered + peer.inflight_bytes, 1)
         stamp = self.stamp(peer, now)
-        unacked = peer.unacked
+        unacked, newest = peer.unacked, peer.newest  # (newest: the last cut, taken without a lookup)
         total = 0
         for seq in range(first_seq, peer.next_seq):
-            seg = unacked[seq]
+            seg = newest if newest is not None and newest.seq == seq else unacked[seq]
             seg.rs = stamp
             size = seg.size = frame_size(seg.buf)
             total += size

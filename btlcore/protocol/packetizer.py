@@ -12,6 +12,7 @@ header prefixes, and the work lists it marks: ``sending``, ``acking``, ``timed``
 from __future__ import annotations
 
 import struct
+from collections import deque
 from collections.abc import Callable
 from math import ceil
 from typing import Any, Final, cast
@@ -72,6 +73,8 @@ _pack_sack_range: Final = SACK_RANGE.pack
 _ACK_BODY_LEN: Final = ACK_BODY.size
 _SACK_RANGE_LEN: Final = SACK_RANGE.size
 _crc32c: Final = crc32c
+#: deque.popleft called as a function (compiled, a method call looks it up by name each time)
+_POPLEFT: Final = deque.popleft
 #: the largest value mypyc keeps as a short int: a sequence number up to it needs no
 #: ``& SEQ_MASK`` (a 64-bit mask is a slow long op compiled); ours start below 2**62
 _SHORT: Final = (1 << 62) - 1
@@ -239,7 +242,8 @@ class Packetizer:
         each one immutable ``bytes`` (pieces joined once the CRC is computed; a payload up to _JOIN_CRC
         first joined to the header's rest, for one CRC call).  Runs per segment: state read into typed
         locals, written back at the end (_cut_done); packers and the CRC are Finals (see the top)."""
-        queue, unacked, dest, crc, gather_min = peer.queue, peer.unacked, peer.dest, peer.crc, self._state.gather_min
+        queue, dest, crc, gather_min = peer.queue, peer.dest, peer.crc, self._state.gather_min
+        unacked: dict[Any, Segment] = peer.unacked  # (keyed by a seq boxed once: see the loop)
         conn: int = peer.remote_conn
         seq: int = peer.next_seq
         serial: int = peer.tx_serial
@@ -265,14 +269,15 @@ class Packetizer:
                 channel = PRIORITY if HEADER_LEN + (PUT_LEN if put else 0) + length <= self.priority_limit else DATA
             key = conn << 8 | flags  # (the same as its last segment's, nearly always: kept on the peer)
             pre = peer.tx_prefix if key == peer.tx_prefix_key else self._peer_prefix(peer, key, conn, flags, crc)
-            prefix, pre_crc = pre[0], cast(object, pre[1])  # (boxed once, as ack_w)
+            prefix, pre_crc = pre[0], cast(object, pre[1]) if crc else None  # (boxed once, as ack_w; only with crc)
             gather_at: int = gather_min if gather_min is not None and not put else _NEVER
             chunked = flags & F_CHUNK != 0
             first_seq, first_off = seq, off
             end_seq = seq + room
             while seq < end_seq:
                 n = cap if length - off > cap else length - off
-                s = seq if 0 <= seq <= _SHORT else seq & SEQ_MASK
+                boxed: object = seq  # boxed once: the unacked key and (below _SHORT, always in practice) its wire value
+                s = boxed if 0 <= seq <= _SHORT else seq & SEQ_MASK
                 if put_key is not None:
                     if chunked:
                         rest = _pack_rest_chunk_put(s, ack_w, tag, n, msg_id, length, off, put_key, msg.put_offset)
@@ -293,7 +298,7 @@ class Packetizer:
                     else:
                         frame = b"".join((prefix, check, rest, payload))
                 serial += 1
-                unacked[seq] = newest = Segment(seq, frame, channel, msg, now, 1, serial)
+                unacked[boxed] = newest = Segment(seq, frame, channel, msg, now, 1, serial)
                 out.append((channel, dest, frame))
                 seq += 1
                 off += n
@@ -308,7 +313,7 @@ class Packetizer:
                 chunks += cut
             if off >= length:
                 msg.cut_all = True
-                queue.popleft()
+                _POPLEFT(queue)
                 if put:  # the receiver's put status names it by its last segment's seq
                     peer.await_put_status((seq - 1) & SEQ_MASK, msg)
         self._cut_done(peer, seq, serial, chunks, nbytes, newest)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from .events import Event, MessageReceived, PutLanded, PutRefused, _new
 from .guard import Guard
@@ -126,7 +126,7 @@ class Receiver:
         self.crc = state.crc
         self.counters = state.counters
         self.events = state.events
-        self.peers_by_conn = state.peers_by_conn
+        self.peers_by_conn: dict[Any, Peer] = state.peers_by_conn  # (Any: the fast path looks up a boxed dst)
         self.regions = state.regions
         self._acking = state.acking
         self._timed = state.timed
@@ -159,25 +159,27 @@ class Receiver:
             return  # nobody will read them: neither deliver nor acknowledge
         events, acking, timed, freq = self.events, self._acking, self._timed, self._ack_frequency
         peer: Peer | None = None  # the connection's, looked up when it changes (dispatch resets last_dst)
-        last_src, last_dst, last_inc, k = _ANY, -1, -1, -1  # (the source passed last)
-        # typed ints (compiled, every test on them is a C comparison)
+        last_src, last_dst, last_inc, k = _ANY, -1, -1, -1  # (the source passed last; below, typed ints: C tests)
         version = typ = flags = hflags = dst = inc = crc = seq_w = ack_w = tag = plen = msg_id = msg_len = off = 0
+        conn: object = 0  # dst as unpacked (boxed): the key of peers_by_conn, not boxed again
         for data in batch:
             k += 1
             n = len(data)
             typ = -1
-            if n >= _CHUNKED:  # the chunk extension too, in the same unpack
-                version, typ, flags, hflags, dst, inc, crc, seq_w, ack_w, tag, plen, msg_id, msg_len, off \
+            # the chunk extension too, in the same unpack, if the flags say so (a bytes datagram's: read unboxed)
+            if n >= _CHUNKED and (type(data) is not bytes or data[2] & F_CHUNK):
+                version, typ, flags, hflags, conn, inc, crc, seq_w, ack_w, tag, plen, msg_id, msg_len, off \
                     = _UNPACK_CHUNKED(data)
             elif n >= HEADER_LEN:
-                version, typ, flags, hflags, dst, inc, crc, seq_w, ack_w, tag, plen = _UNPACK(data)
+                version, typ, flags, hflags, conn, inc, crc, seq_w, ack_w, tag, plen = _UNPACK(data)
             # the fast path's tests, before believing anything (else dispatch); each `:=` only notes a value
             if typ != T_DATA or version != WIRE_VERSION or flags & _NOT_FAST or (
-                    (dst != last_dst or inc != last_inc)
-                    and ((peer := self.peers_by_conn.get(dst)) is None or inc != peer.remote_inc or not peer.confirmed
+                    ((dst := cast(int, conn)) != last_dst or inc != last_inc)
+                    and ((peer := self.peers_by_conn.get(conn)) is None or inc != peer.remote_inc or not peer.confirmed
                          or not peer.remote_known or peer.state is not _ESTABLISHED
-                         or (last_dst := dst) < 0 or (last_inc := inc) < 0 or (last_src := -1) is None)) or (
-                    pr := peer) is None or (sources is not None and (src := sources[k]) != last_src  # (pr: typed)
+                         or (last_dst := dst) < 0 or (last_inc := inc) < 0 or (last_src := _ANY) is None)) or (
+                    pr := peer) is None or (sources is not None and (src := sources[k]) is not last_src  # (pr: typed)
+                    and (last_src is _ANY or src != last_src)  # (a pointer test first: most batches hold one)
                     and (src not in pr.sources or (last_src := src) is None)) or (
                     crc32c(data[_CRC_TAIL] if (small := n <= _COPY_MAX and type(data) in _SLICED)
                            else (view := _MEMORYVIEW(data))[_CRC_TAIL],
@@ -206,11 +208,9 @@ class Receiver:
                 continue
             w.cum = seq
             if seq > w.high:
-                w.high = seq
-                pr.rx_high_time = now
+                w.high, pr.rx_high_time = seq, now
             if not flags & F_CHUNK:
-                c.num_frag_recvs += 1
-                c.num_msgs_delivered += 1
+                c.num_frag_recvs, c.num_msgs_delivered = c.num_frag_recvs + 1, c.num_msgs_delivered + 1
                 c.num_bytes_delivered += plen
                 events.append(_NEW_EVENT(_MESSAGE_RECEIVED, (
                     pr, tag, data[HEADER_LEN:] if type(data) is bytes

@@ -69,6 +69,9 @@ KEEPALIVE_FRACTION: Final = 3  # a keepalive PING after peer_timeout / this of s
 #: rather than from the module's dict (events.py is pure Python)
 _NEW_EVENT: Final = _new
 _SEND_COMPLETED: Final = SendCompleted
+#: dict.pop called as a function: compiled, ``d.pop(k, None)`` looks the method up by name
+#: at every call (mypyc has no primitive for it); this is one vectorcall of a static
+_DICT_POP: Final = dict.pop
 
 
 def _unwired(peer: Peer, now: float) -> None:
@@ -136,7 +139,7 @@ class Recovery:
             if cum <= una:
                 return None
         if cum == una + 1:  # one segment (each ping-pong reply): no loop to set up
-            top = peer.unacked.pop(cum, None)
+            top = _DICT_POP(peer.unacked, cum, None)
             if top is not None:
                 self._acked(peer, top)
         else:
