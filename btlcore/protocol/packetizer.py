@@ -86,7 +86,9 @@ _JOIN_CRC: Final = 1024
 HELLO_PAD_ADDRESS: Final = 64
 GATHER_MIN: Final = 2048  # with enable_gather, chunks from this size keep their payload uncopied
 _PREFIXES_MAX = 4096  # header prefixes kept (EngineState.prefixes)
-_NEVER: Final = 1 << 62  # a size no chunk reaches
+#: a size no chunk reaches; a short int (at most _SHORT), so that the size test per segment is
+#: a C comparison compiled (1 << 62 is a boxed long there: a slow comparison per segment)
+_NEVER: Final = 1 << 61
 
 
 class Packetizer:
@@ -257,7 +259,7 @@ class Packetizer:
         while room and queue:
             msg: OutMessage = queue[0]
             data = msg.data
-            length, tag, off, msg_id = msg.length, msg.tag, msg.offset, msg.msg_id
+            length, off = msg.length, msg.offset
             put_key, put = msg.put_key, msg.put_key is not None
             flags: int = (F_ACK | F_CRC if crc else F_ACK) | msg.flags | (F_PUT if put else 0)
             if msg.chunked:
@@ -272,21 +274,22 @@ class Packetizer:
             prefix, pre_crc = pre[0], cast(object, pre[1]) if crc else None  # (boxed once, as ack_w; only with crc)
             gather_at: int = gather_min if gather_min is not None and not put else _NEVER
             chunked = flags & F_CHUNK != 0
-            first_seq, first_off = seq, off
-            end_seq = seq + room
+            first_seq, first_off, end_seq = seq, off, seq + room
+            tag_w: object = msg.tag  # the message's header fields boxed once for all its segments (as ack_w)
+            id_w, len_w = (cast(object, msg.msg_id), cast(object, length)) if chunked else (None, None)
             while seq < end_seq:
                 n = cap if length - off > cap else length - off
                 boxed: object = seq  # boxed once: the unacked key and (below _SHORT, always in practice) its wire value
                 s = boxed if 0 <= seq <= _SHORT else seq & SEQ_MASK
                 if put_key is not None:
                     if chunked:
-                        rest = _pack_rest_chunk_put(s, ack_w, tag, n, msg_id, length, off, put_key, msg.put_offset)
+                        rest = _pack_rest_chunk_put(s, ack_w, tag_w, n, id_w, len_w, off, put_key, msg.put_offset)
                     else:
-                        rest = _pack_rest_put(s, ack_w, tag, n, put_key, msg.put_offset)
+                        rest = _pack_rest_put(s, ack_w, tag_w, n, put_key, msg.put_offset)
                 elif chunked:
-                    rest = _pack_rest_chunk(s, ack_w, tag, n, msg_id, length, off)
+                    rest = _pack_rest_chunk(s, ack_w, tag_w, n, id_w, len_w, off)
                 else:
-                    rest = _pack_rest(s, ack_w, tag, n)
+                    rest = _pack_rest(s, ack_w, tag_w, n)
                 payload = data if n == length else data[off:off + n]  # (a whole message: no slice)
                 if crc and n <= _JOIN_CRC:  # one CRC call over rest and payload joined
                     rest += payload
@@ -307,8 +310,7 @@ class Packetizer:
             cut = seq - first_seq
             nbytes += off - first_off
             room -= cut
-            msg.offset = off
-            msg.outstanding += cut
+            msg.offset, msg.outstanding = off, msg.outstanding + cut
             if chunked:
                 chunks += cut
             if off >= length:
