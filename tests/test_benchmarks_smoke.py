@@ -185,6 +185,15 @@ def test_targets_and_ratios() -> None:
     assert ra["ratio"] == pytest.approx(0.75)
     # beside a ratio to a reference: what raw UDP itself reaches against it
     assert tg["UDP bulk goodput vs kernel TCP stream"]["why"] == "raw UDP itself: 0.667x"
+    # issue 15's round-trip goal (<= 2x raw UDP) beside issue 6's (<= 1.3x): the same ratio, two verdicts
+    results += [_fake("btl.udp_rtt.64.busy", 16e-6, "s"), _fake("ref.udp_rtt.64.busy", 8.5e-6, "s")]
+    tg = {t["target"]: t for t in report.targets(results)}
+    assert tg["round trip 64 B busy vs raw UDP (issue 15)"]["status"] == report.PASS
+    assert tg["round trip 64 B busy vs raw UDP"]["status"] == report.FAIL
+    assert tg["UDP bulk goodput at 65000 B vs kernel TCP stream (issue 15)"]["status"] == report.NA
+    results[-2] = _fake("btl.udp_rtt.64.busy", 18e-6, "s")
+    tg = {t["target"]: t for t in report.targets(results)}
+    assert tg["round trip 64 B busy vs raw UDP (issue 15)"]["status"] == report.FAIL
     results.append(_fake("ref.quic_bulk.8972", 1e8, "B/s"))
     tg = {t["target"]: t for t in report.targets(results)}
     assert tg["UDP bulk goodput vs aioquic at 8972 B"]["status"] == report.FAIL

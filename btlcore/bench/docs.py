@@ -116,7 +116,7 @@ def markdown(rep: Mapping[str, Any]) -> str:
                                r["why"]] for r in rat]), ""]
     tg = rep.get("targets", [])
     if tg:
-        lines += ["## Targets", "", "Goals of issue 6, printed by the benchmark (never timed tests).", "",
+        lines += ["## Targets", "", "Goals of issues 6 and 15, printed by the benchmark (never timed tests).", "",
                   R.md_table(["", "target", "goal", "measured", "note"],
                              [[t["status"], t["target"], t["goal"], t["shown"] or "-", t["why"]] for t in tg]), ""]
     lines += [

@@ -226,6 +226,11 @@ def targets(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         for mode in ("blocking", "busy"):
             out.append(_ratio_target(res, f"round trip {m} B {mode} vs raw UDP", "<= 1.3x",
                                      f"btl.udp_rtt.{m}.{mode}", f"ref.udp_rtt.{m}.{mode}", lambda v: v <= 1.3))
+    # issue 15's goals for the compiled build, beside issue 6's stricter round-trip one
+    out.append(_ratio_target(res, "round trip 64 B busy vs raw UDP (issue 15)", "<= 2x",
+                             "btl.udp_rtt.64.busy", "ref.udp_rtt.64.busy", lambda v: v <= 2.0))
+    out.append(_ratio_target(res, "UDP bulk goodput at 65000 B vs kernel TCP stream (issue 15)", ">= 1.0x",
+                             "btl.udp_bulk.65000", "ref.tcp_stream", lambda v: v >= 1.0))
     for s in (1472, 8972):
         out.append(_ratio_target(res, f"UDP bulk goodput vs aioquic at {s} B", ">= 30x",
                                  f"btl.udp_bulk.{s}", f"ref.quic_bulk.{s}", lambda v: v >= 30,
