@@ -127,6 +127,14 @@ class UdpDevice(UdpState):
          self._select_fds, self._timer) = _wait.open_waiting(socks)
         self._epoll = _wait.is_epoll(self._poller)
         self._poll = self._poller.poll
+        # a busy device without GRO spins reading its sockets (_wait.spin): out of the epoll
+        # set, a datagram's arrival costs the sender no wake-up callback
+        self._spin_reads = self._busy_poll and self._epoll and not self._gro
+        self._hot = 0  # (a round trip's tiny messages come by the priority socket)
+        self._caught = None
+        if self._spin_reads:
+            for sock in socks:
+                self._poller.unregister(sock.fileno())
         self.tx_datagrams = self.tx_bytes = self.tx_pushbacks = self.tx_errors = 0
         self.tx_gso_sends = self.gso_fallbacks = 0
         self.rx_datagrams = self.rx_bytes = self.rx_priority = self.rx_errors = self.rx_oversize = 0

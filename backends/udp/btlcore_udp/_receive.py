@@ -5,7 +5,8 @@ never starves the data one), then the data socket, each the device's way (``_dra
 kernel's segment size).  Each datagram is a memoryview valid until the next poll.  After a
 busy wait that saw one socket turn readable while it spun (``device._lone``: a round trip's
 request or reply), that socket is read once with ``recvfrom`` instead (``_read_lone``), its
-datagram a ``bytes``.
+datagram a ``bytes``; a busy wait that reads the sockets itself (``_wait.spin``) hands over
+the datagram it read (``device._caught``), and poll_recv takes it first.
 
 Plain functions taking the device first, which the core calls directly (the hooks name
 them with ``btlcore.device.direct``); the loops are per datagram, so everything in them
@@ -177,6 +178,12 @@ def _read_lone(device: UdpState, channel: int, out: list[Any], srcs: list[Any]) 
     except OSError:  # an ICMP error reported by this call (IP_RECVERR)
         _recv_failed(device, device._socks[channel], 0)
         return
+    _take_lone(device, channel, got, out, srcs)
+
+
+def _take_lone(device: UdpState, channel: int, got: tuple[bytes, Any], out: list[Any], srcs: list[Any]) -> None:
+    """A datagram read alone by ``recvfrom`` (``_read_lone``'s, or the one a busy wait's spin
+    caught), checked and counted, into ``out`` and ``srcs``."""
     data, src = got
     n = len(data)
     if n > device._recv_mtu:
@@ -187,6 +194,9 @@ def _read_lone(device: UdpState, channel: int, out: list[Any], srcs: list[Any]) 
     out.append(data)
     srcs.append(src)
     device.rx_bytes += n
+    device.rx_datagrams += 1
+    if channel == 0:
+        device.rx_priority += 1
 
 
 def poll_recv(device: UdpState, budget: int) -> list[Any]:
@@ -208,15 +218,28 @@ def poll_recv_from(device: UdpState, budget: int) -> tuple[list[Any], list[Any]]
     # socket skipped here and filled meanwhile shows in the next answer.
     ready = device._ready
     device._ready = None
-    if ready is None:
-        ready = readiness(device, look(device))
+    pre = 0  # datagrams in out already counted (a spin's)
+    if device._caught is not None:  # what a busy wait's spin read (see _wait.spin)
+        got, device._caught = device._caught, None
+        _take_lone(device, device._hot, got, out, srcs)
+        backlog = False
+        if not device._lone and len(out) < budget:
+            # there at the spin's first read: a reply that came early, or a backlog; one more
+            # read of that socket tells (an empty recvfrom costs less than two empty batched
+            # reads), and a backlog is read on batched, both sockets (neither starves)
+            _read_lone(device, device._hot, out, srcs)
+            backlog = len(out) > 1
+        device._lone = False
+        if not backlog or len(out) >= budget:
+            return out, srcs
+        ready, pre = (True, True), len(out)
+    elif ready is None:
+        # no wait before: a spinning device's sockets are not in the poller, so read both
+        ready = (True, True) if device._spin_reads else readiness(device, look(device))
     elif device._lone:  # a busy wait saw one socket turn readable: a lone datagram, most likely
         device._lone = False
         if ready[0] != ready[1] and not device._pending and not device._gro:
             _read_lone(device, 0 if ready[0] else 1, out, srcs)
-            if ready[0]:
-                device.rx_priority += len(out)
-            device.rx_datagrams += len(out)
             return out, srcs
     slot = off = 0
     if ready[0]:
@@ -228,9 +251,9 @@ def poll_recv_from(device: UdpState, budget: int) -> tuple[list[Any], list[Any]]
             slot = _drain_mmsg(device, device._prio_sock, out, srcs, first, 0)
         else:
             off = _drain(device, device._prio_sock, out, srcs, first, 0)
-    device.rx_priority += len(out)
+    device.rx_priority += len(out) - pre
     if not ready[1] and not device._pending:
-        device.rx_datagrams += len(out)
+        device.rx_datagrams += len(out) - pre
         return out, srcs
     if device._pending:  # left over from a GRO read: they come before newer data
         pending = device._pending
@@ -246,7 +269,7 @@ def poll_recv_from(device: UdpState, budget: int) -> tuple[list[Any], list[Any]]
         _drain_mmsg(device, device._data_sock, out, srcs, budget, slot)
     else:
         _drain(device, device._data_sock, out, srcs, budget, off)
-    device.rx_datagrams += len(out)
+    device.rx_datagrams += len(out) - pre
     return out, srcs
 
 

@@ -55,6 +55,9 @@ class UdpState:
     _pending_from: list[Any]
     _ready: tuple[bool, bool] | None  # set by wait() (or readable()), used once by poll_recv
     _lone: bool  # set by a busy wait that saw its input arrive: read one datagram
+    _spin_reads: bool  # a busy device whose sockets are not in the poller: its wait spins reading them
+    _hot: int  # the channel whose socket such a spin reads on every turn (the last datagram's)
+    _caught: Any  # (data, source) such a spin read, or None: poll_recv takes it first
     # -- sending
     _gso: bool
     _gso_mode: str

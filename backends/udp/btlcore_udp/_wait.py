@@ -21,6 +21,8 @@ FINE_WAIT: Final = 0.05  # waits shorter than this go through select (microsecon
 SELECT_FD_LIMIT: Final = 1024  # FD_SETSIZE: select cannot take larger descriptors
 POLL_ERR: Final[int] = getattr(select, "EPOLLERR", select.POLLERR)  # the same bit (8) in both
 MAX_TIMER: Final = 86400.0  # waits longer than this (a day) go through the poller's own timeout
+#: a busy wait reading its sockets reads the one it did not last hear from every this many turns
+SPIN_OTHER_EVERY: Final = 4
 POLL_EVENTS: Final = 4  # the descriptors in a device's poller: two sockets, the wake fd, the timerfd
 #: read from a static, compiled (``time.monotonic`` is a lookup in the module's dict on every
 #: call: a quarter of a busy wait's empty look, where the deadline is read once per look)
@@ -74,9 +76,10 @@ def look(device: UdpState) -> Any:
 
 def wait(device: UdpState, deadline: float | None) -> None:
     """Block until a socket is readable or ``deadline`` (monotonic) passes; in busy-poll
-    mode spin on a zero-timeout poll instead of sleeping (input that arrived during the spin
-    is marked ``device._lone``: poll_recv reads it with one call; input already there at the
-    first look is a backlog, read batched).
+    mode spin instead of sleeping: reading the sockets themselves (``spin``: the read that
+    finds a datagram is the read of it), or with GRO on a zero-timeout poll (input that
+    arrived during the spin is marked ``device._lone``: poll_recv reads it with one call;
+    input already there at the first look is a backlog, read batched).
 
     The deadline goes in the device's timerfd (``_timer.py`` says why: a wait's own
     timeout costs a trap to the hypervisor on arming and on cancelling), re-armed only when
@@ -89,6 +92,10 @@ def wait(device: UdpState, deadline: float | None) -> None:
         return
     poller = device._poller
     events: Any
+    if device._spin_reads:
+        if device._caught is None:  # (else the last spin's datagram waits for poll_recv)
+            spin(device, deadline)
+        return
     if device._busy_poll:
         events = look(device)
         device._lone = False  # input there at the first look: a backlog, read in a batch
@@ -131,6 +138,56 @@ def wait(device: UdpState, deadline: float | None) -> None:
         else:
             events = poller.poll(timeout * device._poll_scale)
     device._ready = readiness(device, events)  # what poll_recv needs to read
+
+
+def spin(device: UdpState, deadline: float | None) -> None:
+    """A busy wait on a device whose sockets are out of the poller (``_spin_reads``): read
+    the hot socket (the last datagram's) on every turn and the other one on every
+    ``SPIN_OTHER_EVERY``-th, as a raw UDP echo spins on its socket, until a datagram comes or
+    ``deadline`` passes; the poller (the wake descriptor, the timer) is looked at with the
+    other socket.  The read that finds the datagram is the read of it (``device._caught``,
+    which poll_recv takes first): no zero-timeout epoll that saw it, and no epoll callback in
+    the sender's system call when it arrives.  A datagram found by the first read was already
+    there (a backlog: poll_recv reads the rest batched); one found after an empty read arrived
+    while we spun (``_lone``: a round trip's, read alone)."""
+    hot = device._hot
+    recv_hot = device._recv_from[hot]
+    recv_other = device._recv_from[1 - hot]
+    size = device._recv_size
+    turns = 0
+    while True:
+        turns += 1
+        try:
+            device._caught = recv_hot(size)
+            break
+        except BlockingIOError:
+            pass
+        except OSError:  # an ICMP error reported by this read (IP_RECVERR)
+            device.rx_errors += 1
+            drain_errqueue(device, device._socks[hot])
+        if turns % SPIN_OTHER_EVERY == 1:
+            try:
+                device._caught = recv_other(size)
+                hot = device._hot = 1 - hot
+                break
+            except BlockingIOError:
+                pass
+            except OSError:
+                device.rx_errors += 1
+                drain_errqueue(device, device._socks[1 - hot])
+            if device.closed:  # closed by another thread (its reads fail: EBADF)
+                device._ready = (False, False)
+                return
+            events = look(device)
+            if events:  # woken by another thread (readiness() drains the wake descriptor)
+                readiness(device, events)
+                device._ready = (False, False)
+                return
+        if deadline is not None and _MONOTONIC() >= deadline:
+            device._ready = (False, False)
+            return
+    device._lone = turns > 1
+    device._ready = (hot == 0, hot == 1)
 
 
 def readiness(device: UdpState, events: Any) -> tuple[bool, bool]:
