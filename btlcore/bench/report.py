@@ -1,6 +1,6 @@
 """Ratios, targets, and the two outputs: a text table and JSON.
 
-The targets are the goals of issue 6, *printed* by the benchmark with a pass/fail marker;
+The targets are the goals of issues 6 and 15, *printed* by the benchmark with a pass/fail marker;
 they are never timed tests.  A target whose figures are missing shows ``n/a`` and why.
 """
 

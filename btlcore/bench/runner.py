@@ -11,7 +11,7 @@ or from code::
 
 ``report`` holds ``meta`` (machine, profile, timing), ``results`` (one dict per figure: id,
 section, name, unit, values, stats {median,min,max,q1,q3,n}, extra, skipped, error),
-``ratios`` (btlcore / reference) and ``targets`` (issue 6's goals with PASS/FAIL/n/a).
+``ratios`` (btlcore / reference) and ``targets`` (the goals of issues 6 and 15 with PASS/FAIL/n/a).
 Values are in base units: bytes/s, seconds, bytes, 1/s, or plain numbers ("x").
 """
 
@@ -279,7 +279,7 @@ def run(quick: bool = True, json: bool = False, sections: Iterable[str] | str | 
 
 
 DESCRIPTION = ("Measure btlcore side by side with raw UDP, kernel TCP and aioquic on loopback "
-               "(two processes pinned to different cores); print the ratios and issue 6's targets.")
+               "(two processes pinned to different cores); print the ratios and the targets (issues 6 and 15).")
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
