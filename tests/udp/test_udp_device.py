@@ -678,6 +678,25 @@ def test_busy_wait_reads_a_backlog_in_a_batch(open_udp, recv_mode):
     assert reads["one"] == 2 and reads["mmsg"] == (2 if batched else 0), reads
 
 
+@pytest.mark.parametrize("flooded", [Channel.PRIORITY, Channel.DATA])
+def test_busy_wait_reads_the_other_socket_while_the_hot_one_is_flooded(open_udp, flooded):
+    # the spin reads first the socket its last datagram came by; a flood there must not hide
+    # the other socket: a backlog is read batched from both, in the first poll after the wait
+    a, b, to_b, _ = pair(open_udp, busy_poll=True)
+    other = Channel.DATA if flooded == Channel.PRIORITY else Channel.PRIORITY
+    a.post_send(flooded, to_b, b"first")
+    b.wait(time.monotonic() + 5.0)
+    assert [bytes(m) for m in b.poll_recv(16)] == [b"first"]  # (the flooded socket is hot now)
+    for i in range(200):
+        a.post_send(flooded, to_b, b"flood %d" % i)
+    a.post_send(other, to_b, b"other")
+    time.sleep(0.02)
+    b.wait(time.monotonic() + 5.0)
+    got = [bytes(m) for m in b.poll_recv(16)]
+    assert b"other" in got, got
+    assert [g for g in got if g != b"other"] == [b"flood %d" % i for i in range(len(got) - 1)]
+
+
 def test_a_second_datagram_behind_a_lone_one_is_read_next(open_udp):
     # two datagrams arriving back to back during the spin: the lone read takes the first,
     # and the next wait finds the second at its first look (nothing is lost or reordered)
