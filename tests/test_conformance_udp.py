@@ -21,3 +21,14 @@ class UdpHarness(BackendHarness):
 
 class TestUdpConformance(ConformanceTests):
     harness_class = UdpHarness
+
+
+class UdpBusyHarness(UdpHarness):
+    """The same sockets busy-polled: the wait spins reading them (they are out of epoll's set),
+    and a pass without a wait reads both."""
+
+    options = {**UdpHarness.options, "busy_poll": True}
+
+
+class TestUdpBusyConformance(ConformanceTests):
+    harness_class = UdpBusyHarness
