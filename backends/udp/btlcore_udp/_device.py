@@ -25,8 +25,12 @@ Receiving, three ways, each datagram returned as a memoryview valid until the ne
   cost; but each datagram that is not glued costs twice as much as with ``recv_into``.
 
 Whichever way, a datagram that arrived while a busy-poll wait spun (a round trip's) is read
-by one ``recvfrom_into``: the batch's ctypes call and its senders cost about a microsecond
-more for one datagram, and a loop's second read would only find the socket empty.
+by one ``recvfrom``: the batch's ctypes call and its senders cost about a microsecond more
+for one datagram, and a loop's second read would only find the socket empty.  With
+``busy_poll=true`` (and GRO off) the sockets are out of the epoll set and the wait spins on
+that ``recvfrom`` itself (``_wait.spin``): the read that finds the datagram is the read of
+it, and an arriving datagram runs no epoll callback in its sender's ``sendto``.  Event loops
+watch ``fds()`` with their own poller, which this does not touch.
 
 Sending: ``sendto`` on the channel's socket.  ``post_send_batch`` sends runs of equal-size
 datagrams to one destination as one ``sendmsg`` with UDP GSO (``UDP_SEGMENT``, given per call
