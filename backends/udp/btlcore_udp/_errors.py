@@ -76,6 +76,14 @@ def unreachable(device: UdpState, addr: Any, exc: OSError) -> None:
                     "the route returns, and the peer fails after peer_timeout)", device.last_send_error)
 
 
+def recv_failed(device: UdpState, sock: Any, errors: int) -> int:
+    """A read raised: count it and read the socket's error queue (the ICMP behind it), so
+    the next read gets data again; return the poll's error count."""
+    device.rx_errors += 1
+    drain_errqueue(device, sock)
+    return errors + 1
+
+
 def drain_errqueue(device: UdpState, sock: Any) -> None:
     """Read and count the socket's queued ICMP errors (IP_RECVERR): left there, they take
     receive-buffer space and keep epoll reporting EPOLLERR."""

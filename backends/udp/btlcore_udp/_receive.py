@@ -19,7 +19,7 @@ import socket
 import sys
 from typing import Any
 
-from ._errors import drain_errqueue
+from ._errors import recv_failed
 from ._mmsg import scoped
 from ._sockets import UDP_GRO
 from ._state import UdpState
@@ -29,14 +29,6 @@ GRO_BUFFER = 65536  # a GRO read may return up to 64 KiB of glued datagrams
 GRO_CMSG_SPACE = socket.CMSG_SPACE(4)
 ARENA_BYTES = 4 << 20
 MAX_ERRORS_PER_POLL = 8
-
-
-def _recv_failed(device: UdpState, sock: socket.socket, errors: int) -> int:
-    """A read raised: count it and read the socket's error queue (the ICMP behind it), so
-    the next read gets data again; return the poll's error count."""
-    device.rx_errors += 1
-    drain_errqueue(device, sock)
-    return errors + 1
 
 
 def _drain(device: UdpState, sock: socket.socket, out: list[Any], srcs: list[Any], budget: int,
@@ -57,7 +49,7 @@ def _drain(device: UdpState, sock: socket.socket, out: list[Any], srcs: list[Any
         except BlockingIOError:
             break
         except OSError:  # an ICMP error reported by this call (IP_RECVERR)
-            errors = _recv_failed(device, sock, errors)
+            errors = recv_failed(device, sock, errors)
             if errors >= MAX_ERRORS_PER_POLL:
                 break
             continue
@@ -86,7 +78,7 @@ def _drain_mmsg(device: UdpState, sock: socket.socket, out: list[Any], srcs: lis
         try:
             k: int = recv(fd, slot, want)
         except OSError:  # an ICMP error reported by this call (IP_RECVERR)
-            errors = _recv_failed(device, sock, errors)
+            errors = recv_failed(device, sock, errors)
             if errors >= MAX_ERRORS_PER_POLL:
                 break
             continue
@@ -129,7 +121,7 @@ def _drain_gro(device: UdpState, sock: socket.socket, out: list[Any], srcs: list
         except BlockingIOError:
             break
         except OSError:  # an ICMP error reported by this call (IP_RECVERR)
-            errors = _recv_failed(device, sock, errors)
+            errors = recv_failed(device, sock, errors)
             if errors >= MAX_ERRORS_PER_POLL:
                 break
             continue
@@ -176,7 +168,7 @@ def _read_lone(device: UdpState, channel: int, out: list[Any], srcs: list[Any]) 
     except BlockingIOError:
         return
     except OSError:  # an ICMP error reported by this call (IP_RECVERR)
-        _recv_failed(device, device._socks[channel], 0)
+        recv_failed(device, device._socks[channel], 0)
         return
     _take_lone(device, channel, got, out, srcs)
 

@@ -11,7 +11,7 @@ import socket
 import time
 from typing import Any, Final
 
-from ._errors import drain_errqueue
+from ._errors import drain_errqueue, recv_failed
 from ._state import UdpState
 from ._timer import DeadlineTimer, open_timer
 
@@ -148,33 +148,20 @@ def spin(device: UdpState, deadline: float | None) -> None:
     other socket.  The read that finds the datagram is the read of it (``device._caught``,
     which poll_recv takes first): no zero-timeout epoll that saw it, and no epoll callback in
     the sender's system call when it arrives.  A datagram found by the first read was already
-    there (a backlog: poll_recv reads the rest batched); one found after an empty read arrived
-    while we spun (``_lone``: a round trip's, read alone)."""
+    there (a reply that came early, or a backlog: poll_recv reads once more to tell); one
+    found after an empty read arrived while we spun (``_lone``: a round trip's, read alone)."""
     hot = device._hot
-    recv_hot = device._recv_from[hot]
-    recv_other = device._recv_from[1 - hot]
+    recv_hot, recv_other = device._recv_from[hot], device._recv_from[1 - hot]  # (bound once a wait)
     size = device._recv_size
     turns = 0
     while True:
         turns += 1
-        try:
-            device._caught = recv_hot(size)
+        if _read(device, recv_hot, size, hot):
             break
-        except BlockingIOError:
-            pass
-        except OSError:  # an ICMP error reported by this read (IP_RECVERR)
-            device.rx_errors += 1
-            drain_errqueue(device, device._socks[hot])
         if turns % SPIN_OTHER_EVERY == 1:
-            try:
-                device._caught = recv_other(size)
+            if _read(device, recv_other, size, 1 - hot):
                 hot = device._hot = 1 - hot
                 break
-            except BlockingIOError:
-                pass
-            except OSError:
-                device.rx_errors += 1
-                drain_errqueue(device, device._socks[1 - hot])
             if device.closed:  # closed by another thread (its reads fail: EBADF)
                 device._ready = (False, False)
                 return
@@ -188,6 +175,20 @@ def spin(device: UdpState, deadline: float | None) -> None:
             return
     device._lone = turns > 1
     device._ready = (hot == 0, hot == 1)
+
+
+def _read(device: UdpState, recv: Any, size: int, channel: int) -> bool:
+    """One non-blocking read of ``channel``'s socket for the spin (``recv``: its bound
+    ``recvfrom``): True if it read a datagram (``device._caught``); an ICMP error it reports
+    is counted and drained."""
+    try:
+        device._caught = recv(size)
+        return True
+    except BlockingIOError:
+        return False
+    except OSError:  # an ICMP error reported by this read (IP_RECVERR)
+        recv_failed(device, device._socks[channel], 0)
+        return False
 
 
 def readiness(device: UdpState, events: Any) -> tuple[bool, bool]:
